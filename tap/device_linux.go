@@ -1,0 +1,508 @@
+package tap
+
+// How a frame goes through a Device:
+//
+//  1. Create opens /dev/net/tun non-blocking, attaches it to a TAP with
+//     TUNSETIFF(IFF_TAP|IFF_NO_PI|IFF_VNET_HDR), sets the header size, the
+//     header byte order and the offloads, and wraps the fd in an *os.File so
+//     that Go's netpoller (epoll) waits for it.
+//  2. Read: the first read of a batch waits in the netpoller; the kernel
+//     writes virtio_net_hdr+frame at bufs[i][offset-VnetHdrLen:], so the frame
+//     lands at bufs[i][offset] without a copy. Further reads take what is
+//     ready without waiting. Each header is parsed; a partial checksum is
+//     completed in software; GSO super-frames are dropped and counted.
+//  3. Write: a zeroed header goes into the headroom in front of each frame,
+//     one write(2) per frame.
+//  4. Close closes the *os.File, which wakes a Read blocked in the poller.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultBatchSize is the batch size of a Device whose Config leaves it 0.
+const DefaultBatchSize = 64
+
+// tunPath is the TUN/TAP clone device.
+const tunPath = "/dev/net/tun"
+
+// supportedOffloads are the TUN_F_* bits gvs can handle today: checksum
+// offload only, because the read path cannot yet split GSO super-frames.
+const supportedOffloads = unix.TUN_F_CSUM
+
+// Errors a Device returns that callers act on.
+var (
+	// ErrClosed is returned by Read and Write after Close.
+	ErrClosed = errors.New("tap: device closed")
+	// ErrHeadroom is returned when offset leaves no room for the
+	// virtio_net_hdr (offset < VnetHdrLen) or a buffer is shorter than
+	// offset.
+	ErrHeadroom = errors.New("tap: buffer offset smaller than the virtio_net_hdr")
+	// ErrNotFound is returned by Open when the interface does not exist.
+	ErrNotFound = errors.New("tap: interface not found")
+	// ErrExists is returned by Create when the interface already exists.
+	ErrExists = errors.New("tap: interface already exists")
+	// ErrUnsupportedOffload is returned by Config.Validate for offload bits
+	// the read path cannot handle yet (TSO/USO need GSO splitting).
+	ErrUnsupportedOffload = errors.New("tap: unsupported offload")
+)
+
+// Config describes a TAP device. The zero value is a single-queue TAP with
+// a kernel-chosen name and no offloads.
+type Config struct {
+	// Name is the interface name (at most 15 bytes). Empty, or a pattern
+	// with %d, lets the kernel choose; Device.Name reports the result.
+	Name string
+	// MultiQueue opens the TAP with IFF_MULTI_QUEUE. Every queue is a
+	// Device of its own: Create makes the first, Open attaches more.
+	MultiQueue bool
+	// Offloads are TUN_F_* bits passed to TUNSETOFFLOAD. 0 (none) makes the
+	// kernel hand over complete frames. Only unix.TUN_F_CSUM is accepted
+	// until GSO splitting is implemented.
+	Offloads uint
+	// BatchSize is what BatchSize reports; 0 means DefaultBatchSize.
+	BatchSize int
+	// Logger receives setup messages (never per-packet ones); nil discards.
+	Logger *slog.Logger
+}
+
+// Validate checks c.
+func (c Config) Validate() error {
+	if len(c.Name) >= unix.IFNAMSIZ {
+		return fmt.Errorf("tap: name %q longer than %d bytes", c.Name, unix.IFNAMSIZ-1)
+	}
+	if c.Offloads&^supportedOffloads != 0 {
+		return fmt.Errorf("%w: %#x (GSO splitting is not implemented)", ErrUnsupportedOffload, c.Offloads&^supportedOffloads)
+	}
+	if c.BatchSize < 0 {
+		return fmt.Errorf("tap: negative batch size %d", c.BatchSize)
+	}
+	return nil
+}
+
+// DropReason says why Read dropped a frame. The set is closed; Stats counts
+// drops per reason.
+type DropReason uint8
+
+// Drop reasons.
+const (
+	// DropShort: the read was shorter than virtio_net_hdr plus an Ethernet
+	// header.
+	DropShort DropReason = iota
+	// DropTruncated: the frame did not fit the buffer.
+	DropTruncated
+	// DropBadVnetHdr: ParseVnetHdr rejected the header.
+	DropBadVnetHdr
+	// DropGSO: a GSO super-frame arrived.
+	// TODO(perf): split it instead (see SPEC §2.1) once TSO is enabled.
+	DropGSO
+	// NumDropReasons is the number of drop reasons.
+	NumDropReasons
+)
+
+// String returns the reason's metric label.
+func (r DropReason) String() string {
+	switch r {
+	case DropShort:
+		return "short"
+	case DropTruncated:
+		return "truncated"
+	case DropBadVnetHdr:
+		return "bad_vnet_hdr"
+	case DropGSO:
+		return "gso"
+	}
+	return "unknown"
+}
+
+// Stats are a Device's counters since Create.
+type Stats struct {
+	RxPackets uint64 // frames returned by Read
+	RxBytes   uint64 // their bytes, Ethernet header included
+	// RxCsumCompleted counts frames whose partial checksum Read completed.
+	RxCsumCompleted uint64
+	RxDrops         [NumDropReasons]uint64 // indexed by DropReason
+	TxPackets       uint64                 // frames written
+	TxBytes         uint64                 // their bytes, vnet header excluded
+	TxErrors        uint64                 // failed writes
+}
+
+// RxDropped returns the sum of RxDrops.
+func (s Stats) RxDropped() uint64 {
+	var n uint64
+	for _, d := range s.RxDrops {
+		n += d
+	}
+	return n
+}
+
+// counters keeps the receive side (one reader) and the transmit side (many
+// writers) on separate cache lines.
+type counters struct {
+	_         [64]byte
+	rxPackets atomic.Uint64
+	rxBytes   atomic.Uint64
+	rxCsum    atomic.Uint64
+	rxDrops   [NumDropReasons]atomic.Uint64
+	_         [64]byte
+	txPackets atomic.Uint64
+	txBytes   atomic.Uint64
+	txErrors  atomic.Uint64
+	_         [64]byte
+}
+
+// Device is one queue of a TAP device. It implements the switch's Port
+// interface (Name, Read, Write, BatchSize, Close) and the optional Fd and
+// Stats.
+//
+// Concurrency: Read is called by one goroutine at a time; Write may be
+// called from several; Close may be called at any time and makes a blocked
+// Read return ErrClosed.
+type Device struct {
+	name   string
+	fd     int
+	file   *os.File
+	rc     syscall.RawConn
+	batch  int
+	log    *slog.Logger
+	closed atomic.Bool
+
+	// Read state, touched only by the reading goroutine. readFn is the
+	// method value d.readRaw, made once so that Read does not allocate.
+	rbuf   []byte
+	rn     int
+	rerr   error
+	rwait  bool
+	readFn func(fd uintptr) bool
+
+	stats counters
+}
+
+// Create creates the TAP device cfg.Name in the calling thread's network
+// namespace (run it inside netconf.Do to create it elsewhere) and opens its
+// first queue. It fails with ErrExists if the name is taken. The device is
+// not persistent: it disappears when its last queue is closed, unless
+// SetPersist(true) is called.
+func Create(cfg Config) (*Device, error) {
+	return open(cfg, true)
+}
+
+// Open attaches to the existing TAP device cfg.Name in the calling thread's
+// network namespace: a persistent TAP left by an earlier run, or another
+// queue of a multi-queue TAP (cfg.MultiQueue must then be set). The flags
+// must match the device's; it fails with ErrNotFound if there is no such
+// interface.
+func Open(cfg Config) (*Device, error) {
+	if cfg.Name == "" {
+		return nil, fmt.Errorf("tap: open: %w: empty name", ErrNotFound)
+	}
+	if err := interfaceExists(cfg.Name); err != nil {
+		return nil, err
+	}
+	return open(cfg, false)
+}
+
+func open(cfg Config, create bool) (*Device, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	fd, err := unix.Open(tunPath, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("tap: open %s: %w", tunPath, err)
+	}
+	name, err := setup(fd, cfg, create)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	// The fd is non-blocking, so os.NewFile registers it with the netpoller:
+	// reads wait in epoll, not in a blocked thread, and Close wakes them.
+	file := os.NewFile(uintptr(fd), tunPath+":"+name)
+	rc, err := file.SyscallConn()
+	if err != nil {
+		file.Close()
+		return nil, fmt.Errorf("tap %s: %w", name, err)
+	}
+	batch := cfg.BatchSize
+	if batch == 0 {
+		batch = DefaultBatchSize
+	}
+	d := &Device{name: name, fd: fd, file: file, rc: rc, batch: batch, log: log}
+	d.readFn = d.readRaw
+	log.Debug("tap opened", "name", name, "create", create, "multiqueue", cfg.MultiQueue,
+		"offloads", cfg.Offloads)
+	return d, nil
+}
+
+// setup attaches fd to the TAP and configures the virtio_net_hdr. It
+// returns the interface name the kernel used.
+func setup(fd int, cfg Config, create bool) (string, error) {
+	ifr, err := unix.NewIfreq(cfg.Name)
+	if err != nil {
+		return "", fmt.Errorf("tap: name %q: %w", cfg.Name, err)
+	}
+	flags := uint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if cfg.MultiQueue {
+		flags |= unix.IFF_MULTI_QUEUE
+	}
+	if create && cfg.Name != "" {
+		flags |= unix.IFF_TUN_EXCL // fail rather than attach to a stranger's device
+	}
+	ifr.SetUint16(flags)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		if errors.Is(err, unix.EBUSY) && create {
+			return "", fmt.Errorf("tap %s: %w: %w", cfg.Name, ErrExists, err)
+		}
+		return "", fmt.Errorf("tap %s: TUNSETIFF: %w", cfg.Name, err)
+	}
+	name := ifr.Name()
+	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, VnetHdrLen); err != nil {
+		return "", fmt.Errorf("tap %s: TUNSETVNETHDRSZ: %w", name, err)
+	}
+	// VnetHdr is little-endian. The legacy header is in host order unless
+	// TUNSETVNETLE says otherwise; on a little-endian host a failure of the
+	// ioctl is harmless.
+	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETLE, 1); err != nil && !hostLittleEndian() {
+		return "", fmt.Errorf("tap %s: TUNSETVNETLE: %w", name, err)
+	}
+	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(cfg.Offloads)); err != nil {
+		return "", fmt.Errorf("tap %s: TUNSETOFFLOAD %#x: %w", name, cfg.Offloads, err)
+	}
+	return name, nil
+}
+
+func hostLittleEndian() bool {
+	return binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+}
+
+// interfaceExists asks the kernel for name's index with SIOCGIFINDEX, in
+// the calling thread's network namespace.
+func interfaceExists(name string) error {
+	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("tap: socket: %w", err)
+	}
+	defer unix.Close(s)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return fmt.Errorf("tap: name %q: %w", name, err)
+	}
+	if err := unix.IoctlIfreq(s, unix.SIOCGIFINDEX, ifr); err != nil {
+		if errors.Is(err, unix.ENODEV) {
+			return fmt.Errorf("tap %s: %w", name, ErrNotFound)
+		}
+		return fmt.Errorf("tap %s: SIOCGIFINDEX: %w", name, err)
+	}
+	return nil
+}
+
+// Name returns the interface name the device was created with. It does not
+// follow a later rename (such as to eth0 inside a pod).
+func (d *Device) Name() string { return d.name }
+
+// BatchSize returns the preferred number of buffers per Read and Write.
+func (d *Device) BatchSize() int { return d.batch }
+
+// Fd returns the TAP file descriptor, for setup calls the package does not
+// wrap. The Device owns it: do not close it, do not make it blocking, and do
+// not use it after Close.
+func (d *Device) Fd() int { return d.fd }
+
+// SetReadDeadline makes a Read blocked past t return os.ErrDeadlineExceeded;
+// the zero time clears it.
+func (d *Device) SetReadDeadline(t time.Time) error { return d.file.SetReadDeadline(t) }
+
+// SetPersist sets or clears TUNSETPERSIST: a persistent TAP outlives its
+// file descriptors and can be attached again with Open.
+func (d *Device) SetPersist(on bool) error {
+	v := 0
+	if on {
+		v = 1
+	}
+	var ioErr error
+	err := d.rc.Control(func(fd uintptr) {
+		ioErr = unix.IoctlSetInt(int(fd), unix.TUNSETPERSIST, v)
+	})
+	if err == nil {
+		err = ioErr
+	}
+	if err != nil {
+		return fmt.Errorf("tap %s: TUNSETPERSIST %d: %w", d.name, v, err)
+	}
+	return nil
+}
+
+// Close closes the queue. A Read blocked in another goroutine returns
+// ErrClosed. Closing twice returns ErrClosed.
+func (d *Device) Close() error {
+	if d.closed.Swap(true) {
+		return ErrClosed
+	}
+	if err := d.file.Close(); err != nil {
+		return fmt.Errorf("tap %s: close: %w", d.name, err)
+	}
+	d.log.Debug("tap closed", "name", d.name)
+	return nil
+}
+
+// Stats returns a snapshot of the device's counters.
+func (d *Device) Stats() Stats {
+	s := Stats{
+		RxPackets:       d.stats.rxPackets.Load(),
+		RxBytes:         d.stats.rxBytes.Load(),
+		RxCsumCompleted: d.stats.rxCsum.Load(),
+		TxPackets:       d.stats.txPackets.Load(),
+		TxBytes:         d.stats.txBytes.Load(),
+		TxErrors:        d.stats.txErrors.Load(),
+	}
+	for i := range s.RxDrops {
+		s.RxDrops[i] = d.stats.rxDrops[i].Load()
+	}
+	return s
+}
+
+// readRaw is the RawConn callback of Read. It returns false (wait for
+// readiness) only when the read would block and Read wants to wait.
+func (d *Device) readRaw(fd uintptr) bool {
+	for {
+		n, err := unix.Read(int(fd), d.rbuf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN && d.rwait {
+			return false
+		}
+		d.rn, d.rerr = n, err
+		return true
+	}
+}
+
+// Read reads at least one frame, waiting for it, then as many more as are
+// ready without waiting, up to len(bufs). Frame i lands at bufs[i][offset:]
+// with its length in sizes[i]; its virtio_net_hdr is read into
+// bufs[i][offset-VnetHdrLen:offset] and is garbage to the caller. Frames
+// are complete: a partial checksum has been filled in. offset must be at
+// least VnetHdrLen, and each buffer should hold offset plus the MTU plus 14
+// bytes; longer frames are dropped (DropTruncated). Read does not allocate.
+func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	if offset < VnetHdrLen {
+		return 0, ErrHeadroom
+	}
+	limit := min(len(bufs), len(sizes))
+	n := 0
+	var bytes uint64
+	for n < limit {
+		b := bufs[n]
+		if len(b) < offset {
+			d.addRx(n, bytes)
+			return n, ErrHeadroom
+		}
+		raw := b[offset-VnetHdrLen:]
+		d.rbuf, d.rwait = raw, n == 0
+		err := d.rc.Read(d.readFn)
+		m := d.rn
+		if err == nil {
+			err = d.rerr
+		}
+		d.rbuf, d.rerr = nil, nil
+		if err != nil {
+			// Deliver what we have; a lasting error shows up on the next
+			// call, when n is 0.
+			if n > 0 {
+				break
+			}
+			if d.closed.Load() {
+				return 0, ErrClosed
+			}
+			return 0, err
+		}
+		if r, ok := d.check(raw, m); !ok {
+			d.stats.rxDrops[r].Add(1)
+			continue
+		}
+		sizes[n] = m - VnetHdrLen
+		bytes += uint64(m - VnetHdrLen)
+		n++
+	}
+	d.addRx(n, bytes)
+	return n, nil
+}
+
+func (d *Device) addRx(n int, bytes uint64) {
+	if n > 0 {
+		d.stats.rxPackets.Add(uint64(n))
+		d.stats.rxBytes.Add(bytes)
+	}
+}
+
+// check validates the m bytes read into raw (header and frame) and
+// completes a partial checksum.
+func (d *Device) check(raw []byte, m int) (DropReason, bool) {
+	if m > len(raw) {
+		return DropTruncated, false
+	}
+	if m < VnetHdrLen+ethernetLen {
+		return DropShort, false
+	}
+	h, err := ParseVnetHdr(raw[:m])
+	if err != nil {
+		return DropBadVnetHdr, false
+	}
+	if h.IsGSO() {
+		return DropGSO, false
+	}
+	if h.NeedsCsum() {
+		// ParseVnetHdr checked the offsets.
+		CompleteChecksum(raw[VnetHdrLen:m], int(h.CsumStart()), int(h.CsumOffset()))
+		d.stats.rxCsum.Add(1)
+	}
+	return 0, true
+}
+
+// Write writes each frame bufs[i][offset:] with a zeroed virtio_net_hdr
+// (a complete frame, no GSO) put in bufs[i][offset-VnetHdrLen:offset], one
+// write(2) per frame. It stops at the first error and returns the number of
+// frames written. Write may be called from several goroutines; it does not
+// allocate except to report an error.
+func (d *Device) Write(bufs [][]byte, offset int) (int, error) {
+	if offset < VnetHdrLen {
+		return 0, ErrHeadroom
+	}
+	var bytes uint64
+	n := 0
+	var err error
+	for _, b := range bufs {
+		if len(b) < offset {
+			err = ErrHeadroom
+			break
+		}
+		pkt := b[offset-VnetHdrLen:]
+		VnetHdr(pkt).Reset()
+		if _, err = d.file.Write(pkt); err != nil {
+			d.stats.txErrors.Add(1)
+			if d.closed.Load() || errors.Is(err, os.ErrClosed) {
+				err = ErrClosed
+			}
+			break
+		}
+		bytes += uint64(len(b) - offset)
+		n++
+	}
+	if n > 0 {
+		d.stats.txPackets.Add(uint64(n))
+		d.stats.txBytes.Add(bytes)
+	}
+	return n, err
+}
