@@ -97,7 +97,7 @@ const (
 	// DropShort: the read was shorter than virtio_net_hdr plus an Ethernet
 	// header.
 	DropShort DropReason = iota
-	// DropTruncated: the frame did not fit the buffer.
+	// DropTruncated: the frame filled the buffer and was probably cut.
 	DropTruncated
 	// DropBadVnetHdr: ParseVnetHdr rejected the header.
 	DropBadVnetHdr
@@ -394,8 +394,10 @@ func (d *Device) readRaw(fd uintptr) bool {
 // with its length in sizes[i]; its virtio_net_hdr is read into
 // bufs[i][offset-VnetHdrLen:offset] and is garbage to the caller. Frames
 // are complete: a partial checksum has been filled in. offset must be at
-// least VnetHdrLen, and each buffer should hold offset plus the MTU plus 14
-// bytes; longer frames are dropped (DropTruncated). Read does not allocate.
+// least VnetHdrLen. The kernel silently cuts a frame to the buffer, so a
+// read that fills a buffer is taken as truncated and dropped
+// (DropTruncated): each buffer must hold offset + 14 + MTU plus at least one
+// spare byte (offset + 65536 once GSO is enabled). Read does not allocate.
 func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	if offset < VnetHdrLen {
 		return 0, ErrHeadroom
@@ -450,7 +452,9 @@ func (d *Device) addRx(n int, bytes uint64) {
 // check validates the m bytes read into raw (header and frame) and
 // completes a partial checksum.
 func (d *Device) check(raw []byte, m int) (DropReason, bool) {
-	if m > len(raw) {
+	// The kernel cuts a frame to the buffer and returns the cut length
+	// (tun_chr_read_iter), so a full buffer may hold a truncated frame.
+	if m >= len(raw) {
 		return DropTruncated, false
 	}
 	if m < VnetHdrLen+ethernetLen {
