@@ -1,0 +1,5 @@
+//go:build !race
+
+package vxlan
+
+const raceEnabled = false
