@@ -1,0 +1,269 @@
+package sdn
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// This file runs the generated program through a tiny interpreter of the
+// ovs-ofctl subset it uses, so that the tests check what the rules do, not
+// only how they read. It is deliberately independent of flowtable/.
+
+type simPacket struct {
+	inPort   uint32
+	arp      bool
+	proto    uint8 // 6 tcp, 17 udp, 1 icmp
+	src, dst netip.Addr
+	arpSha   [6]byte
+	tpDst    uint16
+	tunSrc   netip.Addr
+	tunID    uint32
+}
+
+type simOutput struct {
+	port   uint32
+	tunID  uint32
+	tunDst netip.Addr
+}
+
+func (o simOutput) String() string {
+	if o.port == PortVXLAN {
+		return fmt.Sprintf("vxlan(vni=%d,dst=%v)", o.tunID, o.tunDst)
+	}
+	return "port" + strconv.Itoa(int(o.port))
+}
+
+type simulator struct {
+	t      *testing.T
+	tables map[int][]parsedRule
+}
+
+func newSimulator(t *testing.T, rules []string) *simulator {
+	s := &simulator{t: t, tables: map[int][]parsedRule{}}
+	for _, r := range rules {
+		p := parseRule(t, r)
+		s.tables[p.table] = append(s.tables[p.table], p)
+	}
+	return s
+}
+
+type simState struct {
+	pkt    simPacket
+	regs   [8]uint32
+	tunID  uint32
+	tunDst netip.Addr
+}
+
+func (st *simState) matches(m string) bool {
+	p := st.pkt
+	key, val, _ := strings.Cut(m, "=")
+	switch key {
+	case "ip":
+		return !p.arp
+	case "arp":
+		return p.arp
+	case "tcp":
+		return !p.arp && p.proto == 6
+	case "udp":
+		return !p.arp && p.proto == 17
+	case "in_port":
+		n, _ := strconv.Atoi(val)
+		return p.inPort == uint32(n)
+	case "nw_src", "nw_dst", "tun_src":
+		addr := p.src
+		if key == "nw_dst" {
+			addr = p.dst
+		} else if key == "tun_src" {
+			addr = p.tunSrc
+		}
+		if !strings.Contains(val, "/") {
+			val += "/32"
+		}
+		return netip.MustParsePrefix(val).Contains(addr)
+	case "arp_sha":
+		return p.arp && FormatMAC(p.arpSha) == val
+	case "tp_dst", "udp_dst":
+		n, _ := strconv.Atoi(val)
+		return !p.arp && p.tpDst == uint16(n)
+	}
+	if r, ok := strings.CutPrefix(key, "reg"); ok {
+		i, _ := strconv.Atoi(r)
+		n, _ := strconv.ParseUint(val, 0, 32)
+		return st.regs[i] == uint32(n)
+	}
+	panic("simulator: unknown match " + m)
+}
+
+// run sends p through the program and returns its outputs (none = drop).
+func (s *simulator) run(p simPacket) []simOutput {
+	st := &simState{pkt: p, tunID: p.tunID}
+	var out []simOutput
+	table := 0
+	for hops := 0; hops < 32; hops++ {
+		var best *parsedRule
+		for i := range s.tables[table] {
+			r := &s.tables[table][i]
+			if !allMatch(st, r.match) {
+				continue
+			}
+			if best != nil && r.priority == best.priority && strings.Join(r.actions, ",") != strings.Join(best.actions, ",") {
+				s.t.Errorf("ambiguous: %q and %q both match %+v", best.text, r.text, p)
+			}
+			if best == nil || r.priority > best.priority {
+				best = r
+			}
+		}
+		if best == nil {
+			return out
+		}
+		next := -1
+		for _, a := range best.actions {
+			switch {
+			case strings.HasPrefix(a, "goto_table:"):
+				next, _ = strconv.Atoi(strings.TrimPrefix(a, "goto_table:"))
+			case strings.HasPrefix(a, "load:"):
+				v, dst, _ := strings.Cut(strings.TrimPrefix(a, "load:"), "->")
+				n, _ := strconv.ParseUint(v, 0, 32)
+				if dst == "NXM_NX_TUN_ID[0..31]" {
+					st.tunID = uint32(n)
+				} else {
+					i, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(dst, "NXM_NX_REG"), "[]"))
+					st.regs[i] = uint32(n)
+				}
+			case a == actTunToReg0:
+				st.regs[0] = st.tunID
+			case a == actReg0ToTun:
+				st.tunID = st.regs[0]
+			case strings.HasPrefix(a, "set_field:"):
+				v, _, _ := strings.Cut(strings.TrimPrefix(a, "set_field:"), "->")
+				st.tunDst = netip.MustParseAddr(v)
+			case strings.HasPrefix(a, "output:"):
+				port := st.regs[2]
+				if a != actOutputReg2 {
+					n, _ := strconv.Atoi(strings.TrimPrefix(a, "output:"))
+					port = uint32(n)
+				}
+				if port != p.inPort {
+					out = append(out, simOutput{port: port, tunID: st.tunID, tunDst: st.tunDst})
+				}
+			}
+		}
+		if next < 0 {
+			return out
+		}
+		table = next
+	}
+	s.t.Errorf("loop for %+v", p)
+	return nil
+}
+
+func allMatch(st *simState, ms []string) bool {
+	for _, m := range ms {
+		if !st.matches(m) {
+			return false
+		}
+	}
+	return true
+}
+
+var (
+	ipRouter = netip.MustParseAddr("10.128.0.2")   // port 3, VNID 0
+	ipWeb    = netip.MustParseAddr("10.128.0.3")   // port 4, VNID 10
+	ipDB     = netip.MustParseAddr("10.128.1.200") // port 5, VNID 11
+	ipRemote = netip.MustParseAddr("10.128.2.5")   // on node-2
+	ipNode2  = netip.MustParseAddr("192.168.100.12")
+	ipGW     = netip.MustParseAddr("10.128.0.1")
+	ipNode1  = netip.MustParseAddr("192.168.100.11")
+)
+
+func fromPod(port uint32, src, dst netip.Addr) simPacket {
+	return simPacket{inPort: port, proto: 6, src: src, dst: dst, tpDst: 80}
+}
+
+func arpFromPod(port uint32, src, dst netip.Addr) simPacket {
+	return simPacket{inPort: port, arp: true, src: src, dst: dst, arpSha: PodMAC(src)}
+}
+
+func TestProgramBehaviour(t *testing.T) {
+	mt := newSimulator(t, sampleProgram(t, ModeMultitenant))
+	flat := newSimulator(t, sampleProgram(t, ModeSubnet))
+	vx := func(src, dst netip.Addr, tunSrc netip.Addr, vni uint32) simPacket {
+		return simPacket{inPort: PortVXLAN, proto: 6, src: src, dst: dst, tunSrc: tunSrc, tunID: vni}
+	}
+	spoofed := arpFromPod(4, ipWeb, ipGW)
+	spoofed.arpSha = PodMAC(ipRouter)
+	toVXLANPort := fromPod(4, ipWeb, ipDB)
+	toVXLANPort.proto, toVXLANPort.tpDst = 17, VXLANPort
+	dns := fromPod(4, ipWeb, ipNode1)
+	dns.proto, dns.tpDst = 17, 53
+	mcast := fromPod(4, ipWeb, netip.MustParseAddr("224.1.1.1"))
+
+	for _, tc := range []struct {
+		name string
+		sim  *simulator
+		pkt  simPacket
+		want string // outputs, space separated; "" = drop
+	}{
+		{"tenant to other tenant is isolated", mt, fromPod(4, ipWeb, ipDB), ""},
+		{"subnet mode is flat", flat, fromPod(4, ipWeb, ipDB), "port5"},
+		{"tenant to global", mt, fromPod(4, ipWeb, ipRouter), "port3"},
+		{"global to tenant", mt, fromPod(3, ipRouter, ipDB), "port5"},
+		{"host gateway reaches every pod", mt, fromPod(PortTun0, ipGW, ipDB), "port5"},
+		{"host node IP reaches every pod", mt, fromPod(PortTun0, ipNode1, ipWeb), "port4"},
+		{"pod to remote pod carries source VNID", mt, fromPod(4, ipWeb, ipRemote), "vxlan(vni=10,dst=192.168.100.12)"},
+		{"vxlan same tenant", mt, vx(ipRemote, ipWeb, ipNode2, 10), "port4"},
+		{"vxlan other tenant", mt, vx(ipRemote, ipWeb, ipNode2, 11), ""},
+		{"vxlan global", mt, vx(ipRemote, ipDB, ipNode2, 0), "port5"},
+		{"vxlan from unknown node", mt, vx(ipRemote, ipWeb, netip.MustParseAddr("192.168.100.99"), 10), ""},
+		{"vxlan to outside the cluster", mt, vx(ipRemote, netip.MustParseAddr("8.8.8.8"), ipNode2, 10), ""},
+		{"vxlan to the gateway", mt, vx(ipRemote, ipGW, ipNode2, 10), "port2"},
+		{"spoofed source IP", mt, fromPod(4, ipRouter, ipDB), ""},
+		{"pod on the wrong port", mt, fromPod(5, ipWeb, ipRouter), ""},
+		{"pods may not send VXLAN", flat, toVXLANPort, ""},
+		{"egress to the internet via tun0", mt, fromPod(4, ipWeb, netip.MustParseAddr("8.8.8.8")), "port2"},
+		{"services via tun0", mt, fromPod(4, ipWeb, netip.MustParseAddr("172.30.0.10")), "port2"},
+		{"DNS to the node IP", mt, dns, "port2"},
+		{"to the gateway", mt, fromPod(5, ipDB, ipGW), "port2"},
+		{"service DNAT back to same tenant", mt, fromPod(PortTun0, ipWeb, ipRouter), "port3"},
+		{"service DNAT back to other tenant", mt, fromPod(PortTun0, ipWeb, ipDB), ""},
+		{"service DNAT back, unknown pod", mt, fromPod(PortTun0, netip.MustParseAddr("10.128.0.77"), ipDB), ""},
+		{"service DNAT back to remote", mt, fromPod(PortTun0, ipWeb, ipRemote), "vxlan(vni=10,dst=192.168.100.12)"},
+		{"multicast without opt-in", mt, mcast, ""},
+		{"ARP for the gateway", mt, arpFromPod(4, ipWeb, ipGW), "port2"},
+		{"ARP with a forged sender MAC", mt, spoofed, ""},
+		{"ARP for a local pod ignores tenants", mt, arpFromPod(4, ipWeb, ipDB), "port5"},
+		{"ARP for a remote pod", mt, arpFromPod(4, ipWeb, ipRemote), "vxlan(vni=10,dst=192.168.100.12)"},
+		{"ARP outside the cluster", mt, arpFromPod(4, ipWeb, netip.MustParseAddr("8.8.8.8")), ""},
+		{"host ARP for a pod", mt, simPacket{inPort: PortTun0, arp: true, src: ipGW, dst: ipWeb}, "port4"},
+		{"vxlan ARP to a local pod", mt, simPacket{inPort: PortVXLAN, arp: true, src: ipRemote, dst: ipWeb, tunSrc: ipNode2, tunID: 10}, "port4"},
+		{"vxlan ARP to a remote subnet", mt, simPacket{inPort: PortVXLAN, arp: true, src: ipRemote, dst: netip.MustParseAddr("10.128.4.9"), tunSrc: ipNode2}, ""},
+	} {
+		var got []string
+		for _, o := range tc.sim.run(tc.pkt) {
+			got = append(got, o.String())
+		}
+		if g := strings.Join(got, " "); g != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, g, tc.want)
+		}
+	}
+}
+
+func TestMulticastOptIn(t *testing.T) {
+	cfg := sampleNode(ModeMultitenant)
+	rules := append(sampleProgram(t, ModeMultitenant), MulticastRules(cfg, 10, []uint32{4, 6})...)
+	sim := newSimulator(t, rules)
+	var got []string
+	for _, o := range sim.run(fromPod(4, ipWeb, netip.MustParseAddr("224.1.1.1"))) {
+		got = append(got, o.String())
+	}
+	if !slices.Equal(got, []string{"port6"}) {
+		t.Errorf("multicast from web: %v, want [port6]", got)
+	}
+	if out := sim.run(fromPod(5, ipDB, netip.MustParseAddr("224.1.1.1"))); len(out) != 0 {
+		t.Errorf("multicast from an opted-out VNID: %v", out)
+	}
+}
