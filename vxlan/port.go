@@ -289,6 +289,9 @@ func (p *Port) ReadTunnel(bufs [][]byte, sizes []int, eps []Endpoint, offset int
 	for {
 		got, err := p.rxp.ReadBatch(msgs, 0)
 		if err != nil {
+			for i := range msgs {
+				msgs[i].Buffers[0] = nil
+			}
 			return 0, fmt.Errorf("vxlan: read: %w", err)
 		}
 		k := p.accept(bufs, sizes, eps, offset, msgs[:got])
@@ -296,6 +299,9 @@ func (p *Port) ReadTunnel(bufs [][]byte, sizes []int, eps []Endpoint, offset int
 			msgs[i].Addr = nil // do not keep the last batch's addresses alive
 		}
 		if k > 0 {
+			for i := range msgs {
+				msgs[i].Buffers[0] = nil // keep no reference to the caller's buffers
+			}
 			return k, nil
 		}
 	}
