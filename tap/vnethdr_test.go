@@ -132,3 +132,11 @@ func FuzzParseVnetHdr(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkParseVnetHdr(b *testing.B) {
+	buf := append(unhex(b, "01 00 0000 0000 2200 0600"), make([]byte, 1500)...)
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = ParseVnetHdr(buf)
+	}
+}
