@@ -6,7 +6,7 @@ import (
 )
 
 // Cookies tag the rules that belong to one object so that they can be
-// deleted together (ovs-ofctl del-flows "cookie=C/-1"). A cookie is a class
+// deleted together (ovs-ofctl del-flows "cookie=C/0xffffffffffffffff"). A cookie is a class
 // in bits 32–39 and the object's key in the low 32 bits:
 //
 //	0x1_AABBCCDD  a local pod, keyed by its IPv4 address AA.BB.CC.DD
@@ -34,8 +34,9 @@ func NodeCookie(ip netip.Addr) uint64 { return cookieClassNode | uint64(ipUint(i
 func VNIDCookie(v uint32) uint64 { return cookieClassVNID | uint64(v&MaxVNID) }
 
 // CookieFilter returns the ovs-ofctl del-flows/dump-flows filter text that
-// selects exactly the rules with cookie c: "cookie=0x…/-1".
-func CookieFilter(c uint64) string { return fmt.Sprintf("cookie=%#x/-1", c) }
+// selects exactly the rules with cookie c: "cookie=0x…/0xffffffffffffffff"
+// (ovs-ofctl also accepts the mask -1; the full mask is the more portable).
+func CookieFilter(c uint64) string { return fmt.Sprintf("cookie=%#x/0xffffffffffffffff", c) }
 
 // PodFilter returns the del-flows filter that removes the rules of the pod
 // with address ip (the five rules of PodRules).

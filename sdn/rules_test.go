@@ -342,10 +342,10 @@ func TestCookies(t *testing.T) {
 	if PodCookie(ip) == NodeCookie(ip) || VNIDCookie(5) == MulticastCookie(5) {
 		t.Error("cookie classes collide")
 	}
-	if got, want := PodFilter(ip), "cookie=0x10a800005/-1"; got != want {
+	if got, want := PodFilter(ip), "cookie=0x10a800005/0xffffffffffffffff"; got != want {
 		t.Errorf("PodFilter = %q, want %q", got, want)
 	}
-	if got, want := NodeFilter(netip.MustParseAddr("192.168.1.2")), "cookie=0x2c0a80102/-1"; got != want {
+	if got, want := NodeFilter(netip.MustParseAddr("192.168.1.2")), "cookie=0x2c0a80102/0xffffffffffffffff"; got != want {
 		t.Errorf("NodeFilter = %q, want %q", got, want)
 	}
 	if got := PodCookie(netip.MustParseAddr("::ffff:10.128.0.5")); got != PodCookie(ip) {
