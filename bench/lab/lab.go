@@ -153,7 +153,13 @@ func describe(s Spec) *Lab {
 // Create builds the topology described by spec. It fails with ErrExists if
 // any of its namespaces or its state directory's lab.json already exist,
 // and on any failure removes whatever it created. Needs root.
-func Create(ctx context.Context, spec Spec) (_ *Lab, err error) {
+func Create(ctx context.Context, spec Spec) (*Lab, error) {
+	return create(ctx, nil, spec)
+}
+
+// create is Create; afterNS, if not nil, is called after each namespace is
+// made (tests use it to fail midway).
+func create(ctx context.Context, afterNS func(name string), spec Spec) (_ *Lab, err error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -193,6 +199,9 @@ func Create(ctx context.Context, spec Spec) (_ *Lab, err error) {
 			return err
 		}
 		created = append(created, name)
+		if afterNS != nil {
+			afterNS(name)
+		}
 		return nil
 	}
 
@@ -336,6 +345,29 @@ func attach(ulh *handle, port, ns string, addr netip.Prefix) error {
 	if err := h.up("lo", "eth0"); err != nil {
 		return fmt.Errorf("lab: %s: %w", ns, err)
 	}
+	return nil
+}
+
+// labJSON is the form of lab.json. Lab cannot be marshalled as it is: its
+// Nodes and External fields hide those of the embedded Spec.
+type labJSON struct {
+	Spec     Spec
+	Nodes    []Node
+	External *Host `json:",omitempty"`
+}
+
+// MarshalJSON encodes the lab's description, the Spec as a field of its own.
+func (l *Lab) MarshalJSON() ([]byte, error) {
+	return json.Marshal(labJSON{Spec: l.Spec, Nodes: l.Nodes, External: l.External})
+}
+
+// UnmarshalJSON decodes what MarshalJSON encodes.
+func (l *Lab) UnmarshalJSON(b []byte) error {
+	var j labJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	l.Spec, l.Nodes, l.External = j.Spec, j.Nodes, j.External
 	return nil
 }
 

@@ -46,8 +46,14 @@ func Ping(ctx context.Context, l *Lab, fromNS string, to netip.Addr, size int, c
 	}
 	args = append(args, to.String())
 	out, err := l.Exec(ctx, fromNS, args...)
+	var ee *exec.ExitError
 	r, perr := ParsePing(out)
 	if perr != nil {
+		if errors.As(err, &ee) && ee.ExitCode() == 2 && ctx.Err() == nil {
+			// ping could not send at all (e.g. "connect: Network is
+			// unreachable"): nothing came back.
+			return PingResult{Loss: 1}, fmt.Errorf("%w from %s to %s: %s", ErrNoReply, fromNS, to, bytes.TrimSpace(out))
+		}
 		return r, errors.Join(err, perr)
 	}
 	if r.Received == 0 {
@@ -55,7 +61,6 @@ func Ping(ctx context.Context, l *Lab, fromNS string, to netip.Addr, size int, c
 	}
 	// ping exits 1 when some replies are missing: that is a result, not an
 	// error; anything else is.
-	var ee *exec.ExitError
 	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
 		return r, err
 	}

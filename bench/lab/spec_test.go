@@ -1,9 +1,11 @@
 package lab
 
 import (
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -117,5 +119,23 @@ func TestParseStat(t *testing.T) {
 	own, err := startTime(os.Getpid())
 	if err != nil || own == 0 {
 		t.Fatalf("startTime(self) = %d, %v", own, err)
+	}
+}
+
+func TestLabJSON(t *testing.T) {
+	l := describe(Spec{Prefix: "t", Nodes: 3, PodsPerNode: 1, External: true}.WithDefaults())
+	b, err := l.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Lab
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Spec, l.Spec) || !reflect.DeepEqual(got.Nodes, l.Nodes) || *got.External != *l.External {
+		t.Errorf("round trip:\n%s", b)
+	}
+	if got.Spec.Nodes != 3 || !got.Spec.External {
+		t.Errorf("Spec fields hidden by Lab fields were lost: %+v", got.Spec)
 	}
 }
