@@ -1,0 +1,531 @@
+package flowtable
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"net/netip"
+	"strconv"
+	"strings"
+	"unsafe"
+)
+
+// Match is what a rule matches: a packet's Fields f match when
+// f & Mask == Value, field by field. A zero Mask bit is a wildcard. Value is
+// kept masked (Value & Mask == Value); the parsers and Table.Add ensure it.
+type Match struct {
+	Value Fields
+	Mask  Fields
+}
+
+// ErrSyntax is wrapped by every error the rule, match and field parsers
+// return (see SyntaxError).
+var ErrSyntax = errors.New("flow syntax error")
+
+// ErrInvalidRule is wrapped by the errors Table.Add and Table.Apply return
+// for a rule that cannot be installed (unmet prerequisites, a backward
+// goto_table, an unmasked non-maskable field).
+var ErrInvalidRule = errors.New("invalid rule")
+
+// SyntaxError describes a parse error: the column (1-based byte offset in the
+// parsed text) of the offending token, the field or action name when known,
+// and what is wrong. It wraps ErrSyntax.
+type SyntaxError struct {
+	Col   int
+	Field string
+	Msg   string
+}
+
+// Error implements error.
+func (e *SyntaxError) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("flow syntax error at column %d (%s): %s", e.Col, e.Field, e.Msg)
+	}
+	return fmt.Sprintf("flow syntax error at column %d: %s", e.Col, e.Msg)
+}
+
+// Unwrap returns ErrSyntax.
+func (e *SyntaxError) Unwrap() error { return ErrSyntax }
+
+// nWords is the size of Fields in 64-bit words. Fields holds no pointers and
+// is 8-byte aligned (it has a uint64), so the lookup code reads it as words.
+const nWords = int(unsafe.Sizeof(Fields{}) / 8)
+
+type words [nWords]uint64
+
+func asWords(f *Fields) *words { return (*words)(unsafe.Pointer(f)) }
+
+// normalize masks m.Value with m.Mask, word by word (padding included).
+func (m *Match) normalize() {
+	v, k := asWords(&m.Value), asWords(&m.Mask)
+	for i := range v {
+		v[i] &= k[i]
+	}
+}
+
+// Subsumes reports whether every packet that o matches is also matched by
+// m, i.e. o is at least as specific as m (ovs-ofctl del-flows semantics).
+// Both must be normalized.
+func (m *Match) Subsumes(o *Match) bool {
+	mv, mm := asWords(&m.Value), asWords(&m.Mask)
+	ov, om := asWords(&o.Value), asWords(&o.Mask)
+	for i := range mv {
+		if mm[i]&^om[i] != 0 || ov[i]&mm[i] != mv[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Matches reports whether packet fields f are matched by m.
+func (m *Match) Matches(f *Fields) bool {
+	mv, mm, fw := asWords(&m.Value), asWords(&m.Mask), asWords(f)
+	for i := range mv {
+		if fw[i]&mm[i] != mv[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// kind is how a match field's value is written.
+type kind uint8
+
+const (
+	kDec kind = iota // decimal when exact, hex/hex when masked
+	kHex             // always hex
+	kMAC
+	kIP
+)
+
+// prereq is a match field's prerequisite, as in OpenFlow.
+type prereq uint8
+
+const (
+	preNone prereq = iota
+	preIPorARP
+	preARP
+	preL4 // tcp, udp or sctp
+	preTCP
+	preUDP
+	preSCTP
+	preICMP
+)
+
+// mfield describes one match field. get/set move the field's value, packed
+// in a uint64 (MACs and IPv4 addresses big-endian), in and out of Fields.
+type mfield struct {
+	name     string
+	bits     uint
+	kind     kind
+	maskable bool
+	pre      prereq
+	get      func(*Fields) uint64
+	set      func(*Fields, uint64)
+}
+
+func mac64(a [6]byte) uint64 {
+	return uint64(a[0])<<40 | uint64(a[1])<<32 | uint64(a[2])<<24 | uint64(a[3])<<16 | uint64(a[4])<<8 | uint64(a[5])
+}
+
+func macFrom64(v uint64) (a [6]byte) {
+	a[0], a[1], a[2], a[3], a[4], a[5] = byte(v>>40), byte(v>>32), byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
+	return
+}
+
+func ip64(a [4]byte) uint64         { return uint64(binary.BigEndian.Uint32(a[:])) }
+func ipFrom64(v uint64) (a [4]byte) { binary.BigEndian.PutUint32(a[:], uint32(v)); return }
+
+// The match fields, by every name they are accepted under. The first name
+// of each is the one printed (see matchOrder).
+var (
+	mInPort  = &mfield{"in_port", 32, kDec, false, preNone, func(f *Fields) uint64 { return uint64(f.InPort) }, func(f *Fields, v uint64) { f.InPort = uint32(v) }}
+	mEthSrc  = &mfield{"dl_src", 48, kMAC, true, preNone, func(f *Fields) uint64 { return mac64(f.EthSrc) }, func(f *Fields, v uint64) { f.EthSrc = macFrom64(v) }}
+	mEthDst  = &mfield{"dl_dst", 48, kMAC, true, preNone, func(f *Fields) uint64 { return mac64(f.EthDst) }, func(f *Fields, v uint64) { f.EthDst = macFrom64(v) }}
+	mEthType = &mfield{"dl_type", 16, kHex, false, preNone, func(f *Fields) uint64 { return uint64(f.EthType) }, func(f *Fields, v uint64) { f.EthType = uint16(v) }}
+	mNwSrc   = &mfield{"nw_src", 32, kIP, true, preIPorARP, func(f *Fields) uint64 { return ip64(f.NwSrc) }, func(f *Fields, v uint64) { f.NwSrc = ipFrom64(v) }}
+	mNwDst   = &mfield{"nw_dst", 32, kIP, true, preIPorARP, func(f *Fields) uint64 { return ip64(f.NwDst) }, func(f *Fields, v uint64) { f.NwDst = ipFrom64(v) }}
+	mNwProto = &mfield{"nw_proto", 8, kDec, false, preIPorARP, func(f *Fields) uint64 { return uint64(f.NwProto) }, func(f *Fields, v uint64) { f.NwProto = uint8(v) }}
+	mArpOp   = &mfield{"arp_op", 16, kDec, false, preARP, func(f *Fields) uint64 { return uint64(f.ArpOp) }, func(f *Fields, v uint64) { f.ArpOp = uint16(v) }}
+	mArpSha  = &mfield{"arp_sha", 48, kMAC, true, preARP, func(f *Fields) uint64 { return mac64(f.ArpSha) }, func(f *Fields, v uint64) { f.ArpSha = macFrom64(v) }}
+	mArpTha  = &mfield{"arp_tha", 48, kMAC, true, preARP, func(f *Fields) uint64 { return mac64(f.ArpTha) }, func(f *Fields, v uint64) { f.ArpTha = macFrom64(v) }}
+	mTpSrc   = &mfield{"tp_src", 16, kDec, true, preL4, func(f *Fields) uint64 { return uint64(f.TpSrc) }, func(f *Fields, v uint64) { f.TpSrc = uint16(v) }}
+	mTpDst   = &mfield{"tp_dst", 16, kDec, true, preL4, func(f *Fields) uint64 { return uint64(f.TpDst) }, func(f *Fields, v uint64) { f.TpDst = uint16(v) }}
+	mTunID   = &mfield{"tun_id", 64, kHex, true, preNone, func(f *Fields) uint64 { return f.TunID }, func(f *Fields, v uint64) { f.TunID = v }}
+	mTunSrc  = &mfield{"tun_src", 32, kIP, true, preNone, func(f *Fields) uint64 { return ip64(f.TunSrc) }, func(f *Fields, v uint64) { f.TunSrc = ipFrom64(v) }}
+	mTunDst  = &mfield{"tun_dst", 32, kIP, true, preNone, func(f *Fields) uint64 { return ip64(f.TunDst) }, func(f *Fields, v uint64) { f.TunDst = ipFrom64(v) }}
+)
+
+func regField(n int) *mfield {
+	return &mfield{"reg" + strconv.Itoa(n), 32, kHex, true, preNone,
+		func(f *Fields) uint64 { return uint64(f.Regs[n]) }, func(f *Fields, v uint64) { f.Regs[n] = uint32(v) }}
+}
+
+var mRegs = [8]*mfield{regField(0), regField(1), regField(2), regField(3), regField(4), regField(5), regField(6), regField(7)}
+
+// fieldAlias is a name a match field is accepted under, with the
+// prerequisite that name implies (tcp_dst needs tcp, tp_dst any L4).
+type fieldAlias struct {
+	f   *mfield
+	pre prereq
+}
+
+func lookupMatchField(name string) (fieldAlias, bool) {
+	switch name {
+	case "in_port":
+		return fieldAlias{mInPort, preNone}, true
+	case "dl_src", "eth_src":
+		return fieldAlias{mEthSrc, preNone}, true
+	case "dl_dst", "eth_dst":
+		return fieldAlias{mEthDst, preNone}, true
+	case "dl_type", "eth_type":
+		return fieldAlias{mEthType, preNone}, true
+	case "nw_src", "ip_src", "arp_spa":
+		return fieldAlias{mNwSrc, preIPorARP}, true
+	case "nw_dst", "ip_dst", "arp_tpa":
+		return fieldAlias{mNwDst, preIPorARP}, true
+	case "nw_proto", "ip_proto":
+		return fieldAlias{mNwProto, preIPorARP}, true
+	case "arp_op":
+		return fieldAlias{mArpOp, preARP}, true
+	case "arp_sha":
+		return fieldAlias{mArpSha, preARP}, true
+	case "arp_tha":
+		return fieldAlias{mArpTha, preARP}, true
+	case "tp_src":
+		return fieldAlias{mTpSrc, preL4}, true
+	case "tp_dst":
+		return fieldAlias{mTpDst, preL4}, true
+	case "tcp_src":
+		return fieldAlias{mTpSrc, preTCP}, true
+	case "tcp_dst":
+		return fieldAlias{mTpDst, preTCP}, true
+	case "udp_src":
+		return fieldAlias{mTpSrc, preUDP}, true
+	case "udp_dst":
+		return fieldAlias{mTpDst, preUDP}, true
+	case "sctp_src":
+		return fieldAlias{mTpSrc, preSCTP}, true
+	case "sctp_dst":
+		return fieldAlias{mTpDst, preSCTP}, true
+	case "icmp_type":
+		return fieldAlias{mTpSrc, preICMP}, true
+	case "icmp_code":
+		return fieldAlias{mTpDst, preICMP}, true
+	case "tun_id", "tunnel_id":
+		return fieldAlias{mTunID, preNone}, true
+	case "tun_src":
+		return fieldAlias{mTunSrc, preNone}, true
+	case "tun_dst":
+		return fieldAlias{mTunDst, preNone}, true
+	}
+	if len(name) == 4 && strings.HasPrefix(name, "reg") && name[3] >= '0' && name[3] <= '7' {
+		return fieldAlias{mRegs[name[3]-'0'], preNone}, true
+	}
+	return fieldAlias{}, false
+}
+
+// Protocol shorthands: dl_type and, for L4 ones, nw_proto.
+func shorthand(name string) (ethType uint16, proto uint8, hasProto, ok bool) {
+	switch name {
+	case "ip", "ipv4":
+		return 0x0800, 0, false, true
+	case "arp":
+		return 0x0806, 0, false, true
+	case "tcp":
+		return 0x0800, 6, true, true
+	case "udp":
+		return 0x0800, 17, true, true
+	case "icmp":
+		return 0x0800, 1, true, true
+	case "sctp":
+		return 0x0800, 132, true, true
+	}
+	return 0, 0, false, false
+}
+
+func fullMask(bits uint) uint64 {
+	if bits >= 64 {
+		return ^uint64(0)
+	}
+	return 1<<bits - 1
+}
+
+// parseUint parses a number as ovs-ofctl does (decimal, 0x hex, 0 octal)
+// limited to bits bits.
+func parseUint(s string, bits uint) (uint64, error) {
+	if s == "" {
+		return 0, errors.New("missing number")
+	}
+	v, err := strconv.ParseUint(s, 0, 64)
+	if err != nil {
+		return 0, fmt.Errorf("bad number %q", s)
+	}
+	if v > fullMask(bits) {
+		return 0, fmt.Errorf("%s does not fit in %d bits", s, bits)
+	}
+	return v, nil
+}
+
+func parseMAC(s string) (uint64, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 6 {
+		return 0, fmt.Errorf("bad Ethernet address %q", s)
+	}
+	var v uint64
+	for _, p := range parts {
+		if len(p) < 1 || len(p) > 2 {
+			return 0, fmt.Errorf("bad Ethernet address %q", s)
+		}
+		b, err := strconv.ParseUint(p, 16, 8)
+		if err != nil {
+			return 0, fmt.Errorf("bad Ethernet address %q", s)
+		}
+		v = v<<8 | b
+	}
+	return v, nil
+}
+
+func parseIP(s string) (uint64, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || !a.Is4() {
+		return 0, fmt.Errorf("bad IPv4 address %q", s)
+	}
+	return ip64(a.As4()), nil
+}
+
+// parseValue parses one field value in f's notation.
+func parseValue(f *mfield, s string) (uint64, error) {
+	switch f.kind {
+	case kMAC:
+		return parseMAC(s)
+	case kIP:
+		return parseIP(s)
+	}
+	return parseUint(s, f.bits)
+}
+
+// parseFieldValue parses "value" or "value/mask" for field f.
+func parseFieldValue(f *mfield, s string) (v, m uint64, err error) {
+	vs, ms, masked := strings.Cut(s, "/")
+	if v, err = parseValue(f, vs); err != nil {
+		return 0, 0, err
+	}
+	m = fullMask(f.bits)
+	if !masked {
+		return v & m, m, nil
+	}
+	if !f.maskable {
+		return 0, 0, errors.New("field is not maskable")
+	}
+	if f.kind == kIP && !strings.Contains(ms, ".") {
+		n, err := strconv.ParseUint(ms, 10, 8)
+		if err != nil || n > 32 {
+			return 0, 0, fmt.Errorf("bad prefix length %q", ms)
+		}
+		m = fullMask(32) &^ fullMask(uint(32-n))
+	} else if m, err = parseValue(f, ms); err != nil {
+		return 0, 0, err
+	}
+	return v & m, m, nil
+}
+
+// setMatch sets field f of m to v/msk, refusing a different earlier setting.
+func setMatch(m *Match, f *mfield, v, msk uint64) error {
+	ov, om := f.get(&m.Value), f.get(&m.Mask)
+	if om != 0 && (ov != v || om != msk) {
+		return errors.New("conflicts with an earlier setting of " + f.name)
+	}
+	f.set(&m.Value, v)
+	f.set(&m.Mask, msk)
+	return nil
+}
+
+// exact reports whether field f is matched exactly with value v.
+func exact(m *Match, f *mfield, v uint64) bool {
+	return f.get(&m.Mask) == fullMask(f.bits) && f.get(&m.Value) == v
+}
+
+// check verifies a prerequisite against m; it returns "" when met, or what
+// is missing.
+func (p prereq) check(m *Match) string {
+	ip := exact(m, mEthType, 0x0800)
+	arp := exact(m, mEthType, 0x0806)
+	proto := func(n uint64) bool { return ip && exact(m, mNwProto, n) }
+	switch p {
+	case preIPorARP:
+		if !ip && !arp {
+			return "ip or arp (dl_type=0x0800 or 0x0806)"
+		}
+	case preARP:
+		if !arp {
+			return "arp"
+		}
+	case preL4:
+		if !proto(6) && !proto(17) && !proto(132) {
+			return "tcp, udp or sctp"
+		}
+	case preTCP:
+		if !proto(6) {
+			return "tcp"
+		}
+	case preUDP:
+		if !proto(17) {
+			return "udp"
+		}
+	case preSCTP:
+		if !proto(132) {
+			return "sctp"
+		}
+	case preICMP:
+		if !proto(1) {
+			return "icmp"
+		}
+	}
+	return ""
+}
+
+// allFields lists every match field once, in printing order after in_port
+// and the protocol.
+var allFields = []*mfield{mRegs[0], mRegs[1], mRegs[2], mRegs[3], mRegs[4], mRegs[5], mRegs[6], mRegs[7],
+	mTunID, mTunSrc, mTunDst, mEthSrc, mEthDst, mNwSrc, mNwDst, mArpOp, mArpSha, mArpTha, mTpSrc, mTpDst}
+
+// validate checks a normalized match: non-maskable fields are exact or
+// wildcarded, and every matched field's prerequisites hold.
+func (m *Match) validate() error {
+	for _, f := range append([]*mfield{mInPort, mEthType, mNwProto}, allFields...) {
+		mk := f.get(&m.Mask)
+		if mk == 0 {
+			continue
+		}
+		if !f.maskable && mk != fullMask(f.bits) {
+			return fmt.Errorf("%s is not maskable", f.name)
+		}
+		pre := f.pre
+		if f == mTpSrc || f == mTpDst {
+			if exact(m, mNwProto, 1) {
+				pre = preICMP
+			}
+		}
+		if miss := pre.check(m); miss != "" {
+			return fmt.Errorf("%s requires %s", f.name, miss)
+		}
+	}
+	return nil
+}
+
+// String prints m in ovs-ofctl syntax, comma separated; "" for match-all.
+func (m Match) String() string {
+	var b strings.Builder
+	m.appendTo(&b)
+	return b.String()
+}
+
+func (m *Match) appendTo(b *strings.Builder) {
+	first := true
+	put := func(s string) {
+		if !first {
+			b.WriteByte(',')
+		}
+		first = false
+		b.WriteString(s)
+	}
+	if m.Mask.InPort != 0 {
+		put("in_port=" + strconv.FormatUint(uint64(m.Value.InPort), 10))
+	}
+	protoShown := false
+	l4 := "tp_"
+	if m.Mask.EthType != 0 {
+		switch et := m.Value.EthType; {
+		case et == 0x0806:
+			put("arp")
+		case et == 0x0800 && m.Mask.NwProto != 0:
+			switch m.Value.NwProto {
+			case 6, 17, 132:
+				l4 = protoNames[m.Value.NwProto] + "_"
+				put(protoNames[m.Value.NwProto])
+				protoShown = true
+			case 1:
+				put("icmp")
+				protoShown = true
+				l4 = "icmp"
+			default:
+				put("ip")
+			}
+		case et == 0x0800:
+			put("ip")
+		default:
+			put("dl_type=0x" + strconv.FormatUint(uint64(et), 16))
+		}
+	}
+	if m.Mask.NwProto != 0 && !protoShown {
+		put("nw_proto=" + strconv.FormatUint(uint64(m.Value.NwProto), 10))
+	}
+	for _, f := range allFields {
+		mk := f.get(&m.Mask)
+		if mk == 0 {
+			continue
+		}
+		name := f.name
+		switch {
+		case f == mTpSrc && l4 == "icmp":
+			name = "icmp_type"
+		case f == mTpDst && l4 == "icmp":
+			name = "icmp_code"
+		case f == mTpSrc:
+			name = l4 + "src"
+		case f == mTpDst:
+			name = l4 + "dst"
+		}
+		put(name + "=" + formatFieldValue(f, f.get(&m.Value), mk))
+	}
+}
+
+var protoNames = map[uint8]string{6: "tcp", 17: "udp", 132: "sctp"}
+
+func formatFieldValue(f *mfield, v, mk uint64) string {
+	full := mk == fullMask(f.bits)
+	switch f.kind {
+	case kMAC:
+		s := formatMAC(v)
+		if !full {
+			s += "/" + formatMAC(mk)
+		}
+		return s
+	case kIP:
+		s := netip.AddrFrom4(ipFrom64(v)).String()
+		if !full {
+			ones := bits.LeadingZeros32(^uint32(mk))
+			if uint32(mk) == ^uint32(0)<<(32-ones) || (ones == 0 && mk == 0) {
+				s += "/" + strconv.Itoa(ones)
+			} else {
+				s += "/" + netip.AddrFrom4(ipFrom64(mk)).String()
+			}
+		}
+		return s
+	case kDec:
+		if full {
+			return strconv.FormatUint(v, 10)
+		}
+	}
+	s := "0x" + strconv.FormatUint(v, 16)
+	if !full {
+		s += "/0x" + strconv.FormatUint(mk, 16)
+	}
+	return s
+}
+
+func formatMAC(v uint64) string {
+	const hexd = "0123456789abcdef"
+	var buf [17]byte
+	for i := 0; i < 6; i++ {
+		b := byte(v >> (40 - 8*i))
+		if i > 0 {
+			buf[i*3-1] = ':'
+		}
+		buf[i*3] = hexd[b>>4]
+		buf[i*3+1] = hexd[b&15]
+	}
+	return string(buf[:])
+}
