@@ -25,7 +25,7 @@ import (
 // copies five shards of a few hundred slots each.
 
 const (
-	shardBits = 7
+	shardBits = 8
 	nShards   = 1 << shardBits
 	minSlots  = 8
 )

@@ -1,0 +1,98 @@
+package flowtable
+
+import (
+	"strings"
+	"testing"
+)
+
+// The benchmark rule set: 1000 local pods (5 rules each, 50 projects), 500
+// remote nodes (3 rules each) and the fixed multitenant rules.
+const (
+	benchPods    = 1000
+	benchRemotes = 500
+)
+
+func BenchmarkRunPipeline(b *testing.B) {
+	tbl := loadProgram(b, benchPods, benchRemotes)
+	s := tbl.Snapshot()
+	f0 := fieldsOf(b, podPort(7), udpFrame(podIP(7), [4]byte{10, 130, 100, 9}, 1000, 2000))
+	var f Fields
+	var v Verdict
+	b.ReportAllocs()
+	for b.Loop() {
+		f = f0
+		s.Run(&f, &v)
+	}
+	if v.NOut != 1 || v.Outputs[0].Port != 1 {
+		b.Fatalf("unexpected verdict %+v", v.Outputs[:v.NOut])
+	}
+}
+
+func BenchmarkExtractRunAccount(b *testing.B) {
+	tbl := loadProgram(b, benchPods, benchRemotes)
+	s := tbl.Snapshot()
+	fr := udpFrame(podIP(7), [4]byte{10, 130, 100, 9}, 1000, 2000)
+	var v Verdict
+	b.ReportAllocs()
+	for b.Loop() {
+		f := Fields{InPort: podPort(7)}
+		Extract(fr, &f)
+		s.Run(&f, &v)
+		v.Account(len(fr))
+	}
+}
+
+func BenchmarkCacheHit(b *testing.B) {
+	tbl := loadProgram(b, benchPods, benchRemotes)
+	s := tbl.Snapshot()
+	f0 := fieldsOf(b, podPort(7), udpFrame(podIP(7), [4]byte{10, 130, 100, 9}, 1000, 2000))
+	c := NewCache(4096)
+	var f Fields
+	var v Verdict
+	f = f0
+	c.Run(s, &f, &v)
+	b.ReportAllocs()
+	for b.Loop() {
+		f = f0
+		c.Run(s, &f, &v)
+	}
+	if h, _ := c.Stats(); h == 0 {
+		b.Fatal("no hits")
+	}
+}
+
+// BenchmarkAddRemovePod adds one pod's five rules to ~100k rules and
+// deletes them again by cookie: two publishes per iteration.
+func BenchmarkAddRemovePod(b *testing.B) {
+	const pods = 20000
+	tbl := loadProgram(b, pods, benchRemotes)
+	if tbl.Len() < 100000 {
+		b.Fatalf("only %d rules", tbl.Len())
+	}
+	i := pods
+	text := strings.Join(podRules(i), "\n")
+	del := []Filter{{Table: -1, Cookie: podCookie(i), CookieMask: ^uint64(0)}}
+	b.ReportAllocs()
+	for b.Loop() {
+		rs, err := ParseRules(text)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := tbl.Apply(nil, rs); err != nil {
+			b.Fatal(err)
+		}
+		if n := tbl.Delete(del[0]); n != 5 {
+			b.Fatalf("deleted %d", n)
+		}
+	}
+}
+
+func BenchmarkParseRule(b *testing.B) {
+	s := podRules(5)[0]
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseRule(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
