@@ -1,0 +1,70 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strconv"
+)
+
+// Dataplanes a node can run.
+const (
+	DataplaneGVS    = "gvs"
+	DataplaneKernel = "kernel" // Linux bridge + kernel vxlan device
+)
+
+// dataplane returns node i's dataplane.
+func (s *Spec) dataplane(i int) string {
+	if i < len(s.Dataplanes) && s.Dataplanes[i] != "" {
+		return s.Dataplanes[i]
+	}
+	return DataplaneGVS
+}
+
+// upKernelNode builds node i the way the kernel would carry it: a bridge
+// br0 holding the gateway address, a vxlan device (VNI 0, UDP 4789) that
+// floods to every peer, and a veth pair per pod. It runs only `ip` commands
+// inside the node's and pods' namespaces.
+func (c *Cluster) upKernelNode(ctx context.Context, i int) error {
+	n := &c.Nodes[i]
+	gw := n.Subnet.Addr().Next()
+	cmds := [][]string{
+		{"ip", "link", "add", "br0", "type", "bridge"},
+		{"ip", "link", "set", "br0", "mtu", "1450", "up"},
+		{"ip", "addr", "add", netip.PrefixFrom(gw, n.Subnet.Bits()).String(), "dev", "br0"},
+		{"ip", "link", "add", "vxlan0", "type", "vxlan", "id", "0", "dstport", "4789", "local", n.IP.String(), "dev", "eth0"},
+		{"ip", "link", "set", "vxlan0", "master", "br0", "up"},
+		{"ip", "route", "add", c.Spec.ClusterNetwork.String(), "dev", "br0"},
+	}
+	for j, o := range c.Nodes {
+		if j != i {
+			cmds = append(cmds, []string{"bridge", "fdb", "append", "00:00:00:00:00:00", "dev", "vxlan0", "dst", o.IP.String()})
+		}
+	}
+	for k, p := range n.Pods {
+		host := "veth" + strconv.Itoa(k)
+		cmds = append(cmds,
+			[]string{"ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", p.NS},
+			[]string{"ip", "link", "set", host, "master", "br0", "mtu", "1450", "up"})
+	}
+	for _, argv := range cmds {
+		if out, err := c.Lab.Exec(ctx, n.NS, argv...); err != nil {
+			return fmt.Errorf("kernel node %s: %v: %w: %s", n.Name, argv, err, out)
+		}
+	}
+	for _, p := range n.Pods {
+		b := p.IP.As4()
+		mac := fmt.Sprintf("0a:58:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3])
+		for _, argv := range [][]string{
+			{"ip", "link", "set", "eth0", "address", mac, "mtu", "1450", "up"},
+			{"ip", "addr", "add", netip.PrefixFrom(p.IP, n.Subnet.Bits()).String(), "dev", "eth0"},
+			{"ip", "route", "add", c.Spec.ClusterNetwork.String(), "dev", "eth0"},
+			{"ip", "route", "add", "default", "via", gw.String()},
+		} {
+			if out, err := c.Lab.Exec(ctx, p.NS, argv...); err != nil {
+				return fmt.Errorf("kernel pod %s: %v: %w: %s", p.Name, argv, err, out)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,224 @@
+// Command gvsctl is the operator's CLI for gvs-switchd: ports, flows in
+// ovs-ofctl syntax, packet traces and counters. Every command can print JSON
+// (-o json).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gvswitch/gvs/internal/control"
+)
+
+const usage = `usage: gvsctl [-s SOCKET] [-o text|json] COMMAND [ARGS]
+
+commands:
+  show                    node, mode, ports, rules and remote nodes
+  dump-ports              ports with their counters
+  dump-flows [FILTER]     rules with packet/byte counters (FILTER: ovs-ofctl match, e.g. table=20)
+  add-flow RULE           add one rule in ovs-ofctl syntax
+  add-flows FILE          add the rules in FILE, one per line ("-" reads standard input)
+  del-flows [--strict] [FILTER]
+                          delete the rules FILTER selects (all rules without one)
+  trace PACKET            follow a described packet (e.g. in_port=3,ip,nw_src=10.128.0.3,nw_dst=10.128.2.3)
+                          table by table; when it leaves through the tunnel, says how to go on
+  stats                   drops by reason and table, lookups, cache hits
+  pods                    attached pods
+`
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "gvsctl:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("gvsctl", flag.ContinueOnError)
+	socket := fs.String("s", envOr("GVS_SOCKET", control.DefaultSocket), "gvs-switchd control socket ($GVS_SOCKET)")
+	output := fs.String("o", "text", "output format: text or json")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the daemon")
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *output != "text" && *output != "json" {
+		return fmt.Errorf("-o must be text or json, not %q", *output)
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return errors.New("no command")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	c := cli{ctx: ctx, socket: *socket, json: *output == "json", out: stdout}
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	switch cmd {
+	case "show":
+		var r control.ShowResult
+		return c.call(control.Request{Command: "show"}, &r, func() { printShow(c.out, r) })
+	case "dump-ports":
+		var r []control.Port
+		return c.call(control.Request{Command: "dump-ports"}, &r, func() { printPorts(c.out, r) })
+	case "dump-flows":
+		var r []control.Flow
+		return c.call(control.Request{Command: "dump-flows", Args: strings.Join(rest, ",")}, &r, func() { printFlows(c.out, r) })
+	case "add-flow":
+		if len(rest) == 0 {
+			return errors.New("add-flow needs a rule")
+		}
+		var r control.CountResult
+		return c.call(control.Request{Command: "add-flows", Args: strings.Join(rest, " ")}, &r,
+			func() { fmt.Fprintf(c.out, "added %d rule(s)\n", r.Count) })
+	case "add-flows":
+		if len(rest) != 1 {
+			return errors.New("add-flows needs one FILE (or - for standard input)")
+		}
+		text, err := readFile(rest[0])
+		if err != nil {
+			return err
+		}
+		var r control.CountResult
+		return c.call(control.Request{Command: "add-flows", Args: text}, &r,
+			func() { fmt.Fprintf(c.out, "added %d rule(s)\n", r.Count) })
+	case "del-flows":
+		strict := false
+		if len(rest) > 0 && rest[0] == "--strict" {
+			strict, rest = true, rest[1:]
+		}
+		var r control.CountResult
+		return c.call(control.Request{Command: "del-flows", Args: strings.Join(rest, ","), Strict: strict}, &r,
+			func() { fmt.Fprintf(c.out, "deleted %d rule(s)\n", r.Count) })
+	case "trace":
+		if len(rest) == 0 {
+			return errors.New("trace needs a packet description, e.g. in_port=3,ip,nw_src=10.128.0.3,nw_dst=10.128.2.3")
+		}
+		var r control.TraceResult
+		return c.call(control.Request{Command: "trace", Args: strings.Join(rest, ",")}, &r, func() { printTrace(c.out, r) })
+	case "stats":
+		var r control.Stats
+		return c.call(control.Request{Command: "stats"}, &r, func() { printStats(c.out, r) })
+	case "pods":
+		var r []json.RawMessage
+		return c.call(control.Request{Command: "pods"}, &r, func() {
+			for _, p := range r {
+				fmt.Fprintln(c.out, string(p))
+			}
+		})
+	}
+	fs.Usage()
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+type cli struct {
+	ctx    context.Context
+	socket string
+	json   bool
+	out    io.Writer
+}
+
+// call sends req, decodes the result into res and prints it as JSON or with text.
+func (c cli) call(req control.Request, res any, text func()) error {
+	if err := control.Call(c.ctx, c.socket, req, res); err != nil {
+		return err
+	}
+	if c.json {
+		enc := json.NewEncoder(c.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	text()
+	return nil
+}
+
+func readFile(name string) (string, error) {
+	var b []byte
+	var err error
+	if name == "-" {
+		b, err = io.ReadAll(os.Stdin)
+	} else {
+		b, err = os.ReadFile(name)
+	}
+	return string(b), err
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func printShow(w io.Writer, r control.ShowResult) {
+	fmt.Fprintf(w, "node %s (%s) subnet %s mode %s, gvs %s\n", r.Node, r.NodeIP, r.Subnet, r.Mode, r.Version)
+	fmt.Fprintf(w, "  ports: %d  pods: %d  rules: %d  table generation: %d\n", r.Ports, r.Pods, r.Rules, r.Generation)
+	for _, rm := range r.Remotes {
+		fmt.Fprintf(w, "  remote %s %s subnet %s\n", rm.Name, rm.IP, rm.Subnet)
+	}
+}
+
+func printPorts(w io.Writer, ports []control.Port) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PORT\tNAME\tKIND\tRX PKTS\tRX BYTES\tRX DROPS\tTX PKTS\tTX BYTES\tTX DROPS")
+	for _, p := range ports {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", p.No, p.Name, p.Kind,
+			p.RxPackets, p.RxBytes, p.RxDrops, p.TxPackets, p.TxBytes, p.TxDrops)
+	}
+	tw.Flush()
+}
+
+func printFlows(w io.Writer, flows []control.Flow) {
+	for _, f := range flows {
+		fmt.Fprintf(w, " cookie=%#x, table=%d, n_packets=%d, n_bytes=%d, %s\n", f.Cookie, f.Table, f.Packets, f.Bytes, stripHead(f.Rule))
+	}
+}
+
+// stripHead removes the table= and cookie= parts a rule's text starts with,
+// since dump-flows prints them in ovs-ofctl's order already.
+func stripHead(rule string) string {
+	parts := strings.Split(rule, ", ")
+	out := parts[:0]
+	for _, p := range parts {
+		if strings.HasPrefix(p, "table=") || strings.HasPrefix(p, "cookie=") {
+			continue
+		}
+		out = append(out, p)
+	}
+	return strings.Join(out, ", ")
+}
+
+func printTrace(w io.Writer, r control.TraceResult) {
+	fmt.Fprintf(w, "on node %s:\n%s", r.Node, r.Text)
+	if !strings.HasSuffix(r.Text, "\n") {
+		fmt.Fprintln(w)
+	}
+	for _, n := range r.Next {
+		fmt.Fprintf(w, "\nthe packet continues on node %s (%s); trace it there with:\n  gvsctl trace '%s'\n", n.Node, n.NodeIP, n.Packet)
+	}
+}
+
+func printStats(w io.Writer, s control.Stats) {
+	fmt.Fprintf(w, "lookups: %d  cache hits: %d\n", s.Lookups, s.CacheHits)
+	fmt.Fprintln(w, "drops by reason:")
+	for _, r := range slices.Sorted(maps.Keys(s.Drops)) {
+		fmt.Fprintf(w, "  %-18s %d\n", r, s.Drops[r])
+	}
+	if len(s.TableDrops) > 0 {
+		fmt.Fprintln(w, "drops by table:")
+		for t := 0; t < 256; t++ {
+			if n, ok := s.TableDrops[t]; ok {
+				fmt.Fprintf(w, "  table %-3d %d\n", t, n)
+			}
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package control
+
+import "github.com/gvswitch/gvs/flowtable"
+
+// ShowResult is the answer to "show".
+type ShowResult struct {
+	Node       string   `json:"node"`
+	NodeIP     string   `json:"nodeIP"`
+	Subnet     string   `json:"subnet"`
+	Mode       string   `json:"mode"`
+	Version    string   `json:"version"`
+	Ports      int      `json:"ports"`
+	Pods       int      `json:"pods"`
+	Rules      int      `json:"rules"`
+	Generation uint64   `json:"generation"`
+	Remotes    []Remote `json:"remotes"`
+}
+
+// Remote is a remote node as the daemon knows it.
+type Remote struct {
+	Name   string `json:"name"`
+	IP     string `json:"ip"`
+	Subnet string `json:"subnet"`
+}
+
+// Port is one row of "dump-ports".
+type Port struct {
+	No        uint32 `json:"port"`
+	Name      string `json:"name"`
+	Kind      string `json:"kind"`
+	RxPackets uint64 `json:"rxPackets"`
+	RxBytes   uint64 `json:"rxBytes"`
+	RxDrops   uint64 `json:"rxDrops"`
+	TxPackets uint64 `json:"txPackets"`
+	TxBytes   uint64 `json:"txBytes"`
+	TxDrops   uint64 `json:"txDrops"`
+}
+
+// Flow is one row of "dump-flows".
+type Flow struct {
+	Table    uint8  `json:"table"`
+	Priority uint16 `json:"priority"`
+	Cookie   uint64 `json:"cookie"`
+	Packets  uint64 `json:"packets"`
+	Bytes    uint64 `json:"bytes"`
+	// Rule is the rule in ovs-ofctl syntax, without counters.
+	Rule string `json:"rule"`
+}
+
+// CountResult is the answer to "add-flows" and "del-flows".
+type CountResult struct {
+	Count int `json:"count"`
+}
+
+// Stats is the answer to "stats".
+type Stats struct {
+	Drops      map[string]uint64 `json:"drops"`
+	TableDrops map[int]uint64    `json:"tableDrops"`
+	// TunnelDrops counts datagrams the tunnel port dropped before the
+	// pipeline, by reason (unknown_peer, malformed, ...).
+	TunnelDrops map[string]uint64 `json:"tunnelDrops"`
+	Lookups     uint64            `json:"lookups"`
+	CacheHits   uint64            `json:"cacheHits"`
+}
+
+// TraceResult is the answer to "trace".
+type TraceResult struct {
+	Node  string          `json:"node"`
+	Trace flowtable.Trace `json:"trace"`
+	Text  string          `json:"text"`
+	// Next lists, for each output into the tunnel, the node it reaches and
+	// the packet description to trace there.
+	Next []NextHop `json:"next,omitempty"`
+}
+
+// NextHop is where a traced packet continues.
+type NextHop struct {
+	Node   string `json:"node"`
+	NodeIP string `json:"nodeIP"`
+	Packet string `json:"packet"`
+}

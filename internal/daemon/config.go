@@ -1,0 +1,115 @@
+// Package daemon is gvs-switchd: it builds the switch, its ports and the
+// OpenShift rule program for one node, and serves the control socket and
+// /metrics. cmd/gvs-switchd is a thin main around it.
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+
+	"github.com/gvswitch/gvs/sdn"
+)
+
+// Config is gvs-switchd's configuration file (JSON). Until the control
+// plane and the CNI plugin exist, peers and pods are listed statically.
+type Config struct {
+	NodeName        string   `json:"nodeName"`
+	NodeIP          string   `json:"nodeIP"`
+	Subnet          string   `json:"subnet"`
+	Mode            string   `json:"mode"`
+	ClusterNetworks []string `json:"clusterNetworks"`
+	ServiceNetwork  string   `json:"serviceNetwork"`
+	MTU             int      `json:"mtu,omitempty"`
+	VXLANPort       uint16   `json:"vxlanPort,omitempty"`
+	// Projects maps project names to VNIDs (multitenant mode). A project
+	// that is not listed gets VNID 0 with a warning.
+	Projects map[string]uint32 `json:"projects,omitempty"`
+	Peers    []PeerConfig      `json:"peers,omitempty"`
+	Pods     []PodConfig       `json:"pods,omitempty"`
+	// ControlSocket is the unix socket gvsctl talks to.
+	ControlSocket string `json:"controlSocket,omitempty"`
+	// MetricsAddr is where /metrics listens, in the node's namespace;
+	// "" means 127.0.0.1:9101, "off" disables it.
+	MetricsAddr string `json:"metricsAddr,omitempty"`
+	// NAT installs the nftables masquerade rule for egress (default true).
+	NAT *bool `json:"nat,omitempty"`
+}
+
+// PeerConfig is a remote node.
+type PeerConfig struct {
+	Name   string `json:"name"`
+	IP     string `json:"ip"`
+	Subnet string `json:"subnet"`
+}
+
+// PodConfig is a pod to attach at start.
+type PodConfig struct {
+	Name    string `json:"name"`
+	Project string `json:"project"`
+	// Netns is the pod's network namespace: a path, or a name under /run/netns.
+	Netns string `json:"netns"`
+	// IP is the pod's address in the node subnet.
+	IP string `json:"ip"`
+}
+
+// LoadConfig reads and validates a configuration file.
+func LoadConfig(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if _, err := c.Node(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return &c, nil
+}
+
+// Node converts the node part of the configuration to the rule program's
+// NodeConfig, validating it.
+func (c *Config) Node() (sdn.NodeConfig, error) {
+	var n sdn.NodeConfig
+	var errs []error
+	n.NodeName = c.NodeName
+	var err error
+	if n.NodeIP, err = netip.ParseAddr(c.NodeIP); err != nil {
+		errs = append(errs, fmt.Errorf("nodeIP: %w", err))
+	}
+	if n.Subnet, err = netip.ParsePrefix(c.Subnet); err != nil {
+		errs = append(errs, fmt.Errorf("subnet: %w", err))
+	}
+	for _, s := range c.ClusterNetworks {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("clusterNetworks: %w", err))
+			continue
+		}
+		n.ClusterNetworks = append(n.ClusterNetworks, p)
+	}
+	if n.ServiceNetwork, err = netip.ParsePrefix(c.ServiceNetwork); err != nil {
+		errs = append(errs, fmt.Errorf("serviceNetwork: %w", err))
+	}
+	if n.Mode, err = sdn.ParseMode(c.Mode); err != nil {
+		errs = append(errs, err)
+	}
+	n.MTU = c.MTU
+	if n.MTU == 0 {
+		n.MTU = 1450
+	}
+	if len(errs) > 0 {
+		return n, errors.Join(errs...)
+	}
+	if err := n.Validate(); err != nil {
+		return n, err
+	}
+	return n, nil
+}

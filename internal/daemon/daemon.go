@@ -1,0 +1,297 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/packet"
+	"github.com/gvswitch/gvs/sdn"
+	"github.com/gvswitch/gvs/sdn/gateway"
+	"github.com/gvswitch/gvs/sdn/nat"
+	vswitch "github.com/gvswitch/gvs/switch"
+	"github.com/gvswitch/gvs/tap"
+	"github.com/gvswitch/gvs/vxlan"
+)
+
+// Daemon is one node's gvs-switchd: the switch, its ports and the node's
+// rule program. Create it with New, then Run it.
+type Daemon struct {
+	cfg   *Config
+	node  sdn.NodeConfig
+	log   *slog.Logger
+	table *flowtable.Table
+	sw    *vswitch.Switch
+	peers *vxlan.Peers
+	vx    *vxlan.Port
+
+	mu       sync.Mutex
+	pods     map[string]*Pod // by name
+	nextPort uint32
+	vnids    map[uint32]int // VNID → local pods using it
+	remotes  map[netip.Addr]sdn.RemoteNode
+}
+
+// Pod is an attached pod.
+type Pod struct {
+	Name    string     `json:"name"`
+	Project string     `json:"project"`
+	Netns   string     `json:"netns"`
+	IP      netip.Addr `json:"ip"`
+	MAC     string     `json:"mac"`
+	Port    uint32     `json:"port"`
+	VNID    uint32     `json:"vnid"`
+}
+
+// New builds the daemon's switch and rule program; it creates no devices yet.
+func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
+	node, err := cfg.Node()
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Daemon{
+		cfg:      cfg,
+		node:     node,
+		log:      log,
+		table:    flowtable.New(flowtable.Config{Logger: log}),
+		peers:    new(vxlan.Peers),
+		pods:     map[string]*Pod{},
+		nextPort: sdn.FirstPodPort,
+		vnids:    map[uint32]int{},
+		remotes:  map[netip.Addr]sdn.RemoteNode{},
+	}
+	d.sw, err = vswitch.New(vswitch.Config{Table: d.table, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Run sets the node up (rules, vxlan0, tun0, NAT, static pods), serves the
+// control socket and /metrics, and blocks until ctx is done. It must run in
+// the node's network namespace.
+func (d *Daemon) Run(ctx context.Context) error {
+	defer d.sw.Close()
+	if err := d.setup(ctx); err != nil {
+		return err
+	}
+	sock := d.cfg.ControlSocket
+	if sock == "" {
+		sock = control.DefaultSocket
+	}
+	l, err := control.Listen(sock)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- control.Serve(ctx, l, d.handle, d.log) }()
+	if d.cfg.MetricsAddr != "off" {
+		addr := d.cfg.MetricsAddr
+		if addr == "" {
+			addr = "127.0.0.1:9101"
+		}
+		go func() { errc <- d.serveMetrics(ctx, addr) }()
+	}
+	d.log.Info("gvs-switchd ready", "node", d.node.NodeName, "ip", d.node.NodeIP, "subnet", d.node.Subnet,
+		"mode", d.node.Mode, "control", sock)
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+func (d *Daemon) setup(ctx context.Context) error {
+	if err := d.applyText(nil, sdn.SetupRules(d.node)); err != nil {
+		return fmt.Errorf("setup rules: %w", err)
+	}
+	// vxlan0, port 1.
+	vx, err := vxlan.Listen(vxlan.Config{Local: d.node.NodeIP, Port: d.cfg.VXLANPort, Peers: d.peers, Logger: d.log})
+	if err != nil {
+		return fmt.Errorf("vxlan0: %w", err)
+	}
+	if err := d.sw.AddTunnel(sdn.PortVXLAN, vx); err != nil {
+		vx.Close()
+		return err
+	}
+	d.vx = vx
+	// tun0, port 2: a TAP left in the node namespace, holding the gateway.
+	gw, err := tap.Create(tap.Config{Name: "tun0", Logger: d.log})
+	if err != nil {
+		return fmt.Errorf("tun0: %w", err)
+	}
+	if err := d.sw.AddPort(sdn.PortTun0, gw); err != nil {
+		gw.Close()
+		return err
+	}
+	if err := gateway.Configure("tun0", d.node); err != nil {
+		return fmt.Errorf("tun0: %w", err)
+	}
+	if d.cfg.NAT == nil || *d.cfg.NAT {
+		if err := nat.EnsureMasquerade(d.node.ClusterNetworks); err != nil {
+			return fmt.Errorf("NAT egress: %w", err)
+		}
+	}
+	for _, p := range d.cfg.Peers {
+		if err := d.AddRemote(p); err != nil {
+			return err
+		}
+	}
+	for _, pc := range d.cfg.Pods {
+		if _, err := d.AddPod(ctx, pc); err != nil {
+			return fmt.Errorf("pod %s: %w", pc.Name, err)
+		}
+	}
+	return nil
+}
+
+// applyText parses rule text and applies it atomically after the deletions.
+func (d *Daemon) applyText(dels []flowtable.Filter, rules []string) error {
+	parsed, err := flowtable.ParseRules(strings.Join(rules, "\n"))
+	if err != nil {
+		return err
+	}
+	return d.table.Apply(dels, parsed)
+}
+
+// AddRemote installs the rules for a remote node and accepts its VXLAN.
+func (d *Daemon) AddRemote(p PeerConfig) error {
+	ip, err := netip.ParseAddr(p.IP)
+	if err != nil {
+		return fmt.Errorf("peer %s: ip: %w", p.Name, err)
+	}
+	sub, err := netip.ParsePrefix(p.Subnet)
+	if err != nil {
+		return fmt.Errorf("peer %s: subnet: %w", p.Name, err)
+	}
+	rn := sdn.RemoteNode{Name: p.Name, IP: ip, Subnet: sub}
+	if err := d.node.CheckRemote(rn); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.applyText([]flowtable.Filter{cookieFilter(sdn.NodeCookie(ip))}, sdn.NodeRules(d.node, rn)); err != nil {
+		return fmt.Errorf("peer %s: %w", p.Name, err)
+	}
+	d.remotes[ip] = rn
+	if err := d.peers.Add(ip); err != nil {
+		return fmt.Errorf("peer %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+func cookieFilter(c uint64) flowtable.Filter {
+	return flowtable.Filter{Table: -1, Cookie: c, CookieMask: ^uint64(0)}
+}
+
+// vnidOf returns a project's VNID.
+func (d *Daemon) vnidOf(project string) uint32 {
+	if d.node.Mode != sdn.ModeMultitenant {
+		return 0
+	}
+	v, ok := d.cfg.Projects[project]
+	if !ok && project != "default" {
+		d.log.Warn("project has no VNID; using 0 (global)", "project", project)
+	}
+	return v
+}
+
+// AddPod creates the pod's TAP, moves it into the pod's namespace as eth0,
+// configures it and installs the pod's rules. On failure it undoes what it did.
+func (d *Daemon) AddPod(ctx context.Context, pc PodConfig) (_ *Pod, err error) {
+	ip, err := netip.ParseAddr(pc.IP)
+	if err != nil {
+		return nil, fmt.Errorf("ip: %w", err)
+	}
+	nsPath := pc.Netns
+	if !strings.ContainsRune(nsPath, '/') {
+		nsPath = filepath.Join("/run/netns", nsPath)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, dup := d.pods[pc.Name]; dup {
+		return nil, fmt.Errorf("pod %s is already attached", pc.Name)
+	}
+	port := d.nextPort
+	sp := sdn.Pod{Name: pc.Name, Namespace: pc.Project, IP: ip, Port: port, VNID: d.vnidOf(pc.Project)}
+	if err := d.node.CheckPod(sp); err != nil {
+		return nil, err
+	}
+	mac := packet.PodMAC(ip.As4())
+	hw := net.HardwareAddr(mac[:])
+	p := &Pod{Name: pc.Name, Project: pc.Project, Netns: nsPath, IP: ip, MAC: hw.String(), Port: port, VNID: sp.VNID}
+
+	tapName := fmt.Sprintf("gvs%d", port)
+	dev, err := tap.Create(tap.Config{Name: tapName, Logger: d.log})
+	if err != nil {
+		return nil, err
+	}
+	if err := d.sw.AddPort(port, dev); err != nil {
+		dev.Close()
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = d.sw.RemovePort(port) // closes the TAP, which deletes the link
+		}
+	}()
+	if err := netconf.MoveToNS(tapName, nsPath); err != nil {
+		return nil, err
+	}
+	gw := d.node.Gateway()
+	routes := []netconf.Route{{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0), Gw: gw}}
+	if d.node.ServiceNetwork.IsValid() {
+		routes = append(routes, netconf.Route{Dst: d.node.ServiceNetwork, Gw: gw})
+	}
+	for _, cn := range d.node.ClusterNetworks {
+		routes = append(routes, netconf.Route{Dst: cn})
+	}
+	err = netconf.ConfigureLink(nsPath, netconf.LinkConfig{
+		Name: tapName, NewName: "eth0", MAC: hw, MTU: d.node.MTU,
+		Addrs:  []netip.Prefix{netip.PrefixFrom(ip, d.node.Subnet.Bits())},
+		Routes: routes, Up: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	rules := sdn.PodRules(d.node, sp)
+	if d.node.Mode == sdn.ModeMultitenant && p.VNID != 0 && d.vnids[p.VNID] == 0 {
+		rules = append(rules, sdn.VNIDRules(d.node, p.VNID)...)
+	}
+	if err := d.applyText(nil, rules); err != nil {
+		return nil, err
+	}
+	d.vnids[p.VNID]++
+	d.pods[pc.Name] = p
+	d.nextPort++
+	d.log.Info("pod attached", "pod", p.Name, "project", p.Project, "ip", p.IP, "port", p.Port, "vnid", p.VNID)
+	return p, nil
+}
+
+// Pods lists the attached pods by port.
+func (d *Daemon) Pods() []Pod {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]Pod, 0, len(d.pods))
+	for _, p := range d.pods {
+		out = append(out, *p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Port < out[j].Port })
+	return out
+}
+
+// Switch returns the daemon's switch.
+func (d *Daemon) Switch() *vswitch.Switch { return d.sw }

@@ -1,0 +1,164 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sort"
+
+	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/internal/control"
+	vswitch "github.com/gvswitch/gvs/switch"
+	"github.com/gvswitch/gvs/vxlan"
+)
+
+// handle answers one control request.
+func (d *Daemon) handle(_ context.Context, req control.Request) (any, error) {
+	switch req.Command {
+	case "show":
+		return d.show(), nil
+	case "dump-ports":
+		return d.dumpPorts(), nil
+	case "dump-flows":
+		return d.dumpFlows(req.Args)
+	case "add-flows":
+		rules, err := flowtable.ParseRules(req.Args)
+		if err != nil {
+			return nil, err
+		}
+		if err := d.table.Add(rules...); err != nil {
+			return nil, err
+		}
+		return control.CountResult{Count: len(rules)}, nil
+	case "del-flows":
+		f, err := parseFilter(req.Args, req.Strict)
+		if err != nil {
+			return nil, err
+		}
+		return control.CountResult{Count: d.table.Delete(f)}, nil
+	case "trace":
+		return d.trace(req.Args)
+	case "stats":
+		return d.stats(), nil
+	case "pods":
+		return d.Pods(), nil
+	}
+	return nil, fmt.Errorf("%w %q", control.ErrUnknownCommand, req.Command)
+}
+
+func (d *Daemon) show() control.ShowResult {
+	d.mu.Lock()
+	remotes := make([]control.Remote, 0, len(d.remotes))
+	for _, r := range d.remotes {
+		remotes = append(remotes, control.Remote{Name: r.Name, IP: r.IP.String(), Subnet: r.Subnet.String()})
+	}
+	npods := len(d.pods)
+	d.mu.Unlock()
+	sort.Slice(remotes, func(i, j int) bool { return remotes[i].Name < remotes[j].Name })
+	snap := d.table.Snapshot()
+	return control.ShowResult{
+		Node: d.node.NodeName, NodeIP: d.node.NodeIP.String(), Subnet: d.node.Subnet.String(),
+		Mode: string(d.node.Mode), Version: Version(), Ports: len(d.sw.Ports()), Pods: npods,
+		Rules: d.table.Len(), Generation: snap.Generation(), Remotes: remotes,
+	}
+}
+
+func (d *Daemon) dumpPorts() []control.Port {
+	ports := d.sw.Ports()
+	sort.Slice(ports, func(i, j int) bool { return ports[i].No < ports[j].No })
+	out := make([]control.Port, len(ports))
+	for i, p := range ports {
+		kind := "tap"
+		if p.Tunnel {
+			kind = "vxlan"
+		}
+		out[i] = control.Port{No: p.No, Name: p.Name, Kind: kind,
+			RxPackets: p.Stats.RxPackets, RxBytes: p.Stats.RxBytes, RxDrops: p.Stats.RxDrops,
+			TxPackets: p.Stats.TxPackets, TxBytes: p.Stats.TxBytes, TxDrops: p.Stats.TxDrops}
+	}
+	return out
+}
+
+func (d *Daemon) dumpFlows(filter string) ([]control.Flow, error) {
+	var f flowtable.Filter
+	if filter != "" {
+		var err error
+		if f, err = parseFilter(filter, false); err != nil {
+			return nil, err
+		}
+	}
+	var out []control.Flow
+	for _, r := range d.table.Rules() {
+		if filter != "" && !f.Selects(r) {
+			continue
+		}
+		pk, by := r.Stats()
+		out = append(out, control.Flow{Table: r.Table, Priority: r.Priority, Cookie: r.Cookie,
+			Packets: pk, Bytes: by, Rule: r.String()})
+	}
+	return out, nil
+}
+
+func parseFilter(text string, strict bool) (flowtable.Filter, error) {
+	f, err := flowtable.ParseFilter(text)
+	if err != nil {
+		return f, err
+	}
+	f.Strict = strict
+	return f, nil
+}
+
+func (d *Daemon) stats() control.Stats {
+	st := d.sw.Stats()
+	out := control.Stats{Drops: map[string]uint64{}, TableDrops: map[int]uint64{},
+		Lookups: st.Lookups, CacheHits: st.CacheHits}
+	for r := vswitch.DropReason(0); r < vswitch.NumDropReasons; r++ {
+		out.Drops[r.String()] = st.Drops[r]
+	}
+	for t, n := range st.TableDrops {
+		if n > 0 {
+			out.TableDrops[t] = n
+		}
+	}
+	if d.vx != nil {
+		vs := d.vx.Stats()
+		out.TunnelDrops = map[string]uint64{}
+		for r := vxlan.DropReason(0); r < vxlan.NumDropReasons; r++ {
+			out.TunnelDrops[r.String()] = vs.Drops[r]
+		}
+	}
+	return out
+}
+
+// trace runs a described packet through the current snapshot. When it
+// leaves through the tunnel towards a known node, the result says how to
+// continue the trace there.
+func (d *Daemon) trace(desc string) (control.TraceResult, error) {
+	f, err := flowtable.ParseFields(desc)
+	if err != nil {
+		return control.TraceResult{}, err
+	}
+	tr := d.table.Snapshot().Trace(f)
+	res := control.TraceResult{Node: d.node.NodeName, Trace: tr, Text: tr.String()}
+	for _, o := range tr.Outputs() {
+		if o.Port != uint32(1) || o.TunDst == ([4]byte{}) {
+			continue
+		}
+		dst := netip.AddrFrom4(o.TunDst)
+		d.mu.Lock()
+		rn, ok := d.remotes[dst]
+		d.mu.Unlock()
+		name := dst.String()
+		if ok {
+			name = rn.Name
+		}
+		next := f
+		next.InPort = 1
+		next.TunID = o.TunID
+		next.TunSrc = d.node.NodeIP.As4()
+		next.TunDst = [4]byte{}
+		next.Regs = [8]uint32{}
+		res.Next = append(res.Next, control.NextHop{Node: name, NodeIP: dst.String(), Packet: flowtable.FormatFields(next)})
+	}
+	return res, nil
+}

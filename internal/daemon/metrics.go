@@ -1,0 +1,118 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	vswitch "github.com/gvswitch/gvs/switch"
+)
+
+// collector exports the switch's counters at scrape time; nothing on the
+// data path knows about Prometheus.
+type collector struct {
+	d *Daemon
+
+	rxPackets, rxBytes, txPackets, txBytes, rxDrops, txDrops *prometheus.Desc
+	drops, tableDrops, rules, lookups, cacheHits, misses     *prometheus.Desc
+	peers, pods, buildInfo                                   *prometheus.Desc
+}
+
+func newCollector(d *Daemon) *collector {
+	port := []string{"port", "name"}
+	return &collector{
+		d:          d,
+		rxPackets:  prometheus.NewDesc("gvs_port_rx_packets_total", "Frames read from the port.", port, nil),
+		rxBytes:    prometheus.NewDesc("gvs_port_rx_bytes_total", "Bytes of frames read from the port.", port, nil),
+		txPackets:  prometheus.NewDesc("gvs_port_tx_packets_total", "Frames written to the port.", port, nil),
+		txBytes:    prometheus.NewDesc("gvs_port_tx_bytes_total", "Bytes of frames written to the port.", port, nil),
+		rxDrops:    prometheus.NewDesc("gvs_port_rx_drops_total", "Frames read from the port and dropped.", port, nil),
+		txDrops:    prometheus.NewDesc("gvs_port_tx_drops_total", "Frames that could not be written to the port.", port, nil),
+		drops:      prometheus.NewDesc("gvs_drops_total", "Dropped frames by reason.", []string{"reason"}, nil),
+		tableDrops: prometheus.NewDesc("gvs_flow_table_drops_total", "Frames dropped in each flow table (table 20: anti-spoofing).", []string{"table"}, nil),
+		rules:      prometheus.NewDesc("gvs_flow_rules", "Rules installed in the flow table.", nil, nil),
+		lookups:    prometheus.NewDesc("gvs_flow_lookups_total", "Pipeline lookups, cached or not.", nil, nil),
+		cacheHits:  prometheus.NewDesc("gvs_flow_cache_hits_total", "Lookups answered by a worker's exact-match cache.", nil, nil),
+		misses:     prometheus.NewDesc("gvs_flow_cache_misses_total", "Lookups that ran the full pipeline.", nil, nil),
+		peers:      prometheus.NewDesc("gvs_tunnel_peers", "Remote nodes whose VXLAN is accepted.", nil, nil),
+		pods:       prometheus.NewDesc("gvs_pods", "Pods attached to this node.", nil, nil),
+		buildInfo:  prometheus.NewDesc("gvs_build_info", "Build information; the value is always 1.", []string{"version", "goversion"}, nil),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.rxPackets, c.rxBytes, c.txPackets, c.txBytes, c.rxDrops, c.txDrops,
+		c.drops, c.tableDrops, c.rules, c.lookups, c.cacheHits, c.misses, c.peers, c.pods, c.buildInfo} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	for _, p := range c.d.sw.Ports() {
+		l := []string{strconv.FormatUint(uint64(p.No), 10), p.Name}
+		counter(c.rxPackets, p.Stats.RxPackets, l...)
+		counter(c.rxBytes, p.Stats.RxBytes, l...)
+		counter(c.txPackets, p.Stats.TxPackets, l...)
+		counter(c.txBytes, p.Stats.TxBytes, l...)
+		counter(c.rxDrops, p.Stats.RxDrops, l...)
+		counter(c.txDrops, p.Stats.TxDrops, l...)
+	}
+	st := c.d.sw.Stats()
+	for r := vswitch.DropReason(0); r < vswitch.NumDropReasons; r++ {
+		counter(c.drops, st.Drops[r], r.String())
+	}
+	for t, n := range st.TableDrops {
+		if n > 0 {
+			counter(c.tableDrops, n, strconv.Itoa(t))
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.rules, prometheus.GaugeValue, float64(c.d.table.Len()))
+	counter(c.lookups, st.Lookups)
+	counter(c.cacheHits, st.CacheHits)
+	counter(c.misses, st.Lookups-st.CacheHits)
+	ch <- prometheus.MustNewConstMetric(c.peers, prometheus.GaugeValue, float64(len(c.d.peers.List())))
+	ch <- prometheus.MustNewConstMetric(c.pods, prometheus.GaugeValue, float64(len(c.d.Pods())))
+	ch <- prometheus.MustNewConstMetric(c.buildInfo, prometheus.GaugeValue, 1, Version(), runtime.Version())
+}
+
+// Version returns the module version gvs was built from, or "devel".
+func Version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+// serveMetrics serves /metrics on addr (an own registry, not the global one).
+func (d *Daemon) serveMetrics(ctx context.Context, addr string) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newCollector(d))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,262 @@
+package vswitch
+
+// The way of a frame through the switch:
+//
+//  1. A port's worker reads a batch of frames into buffers it owns, each
+//     frame at offset Headroom (tunnel frames arrive decapsulated, with the
+//     remote node and VNI beside them).
+//  2. For each frame it extracts the header fields once into a
+//     flowtable.Fields, with in_port and, for tunnel frames, tun_id/tun_src.
+//  3. The worker's exact-match cache answers for flows it has seen under the
+//     current flow-table snapshot; otherwise the snapshot's pipeline runs.
+//  4. The verdict's outputs are queued per destination port (a copy is made
+//     for every output after the first); drops are counted by reason and by
+//     table.
+//  5. At the end of the batch every queued destination is written in one
+//     call, so a batch costs one write per destination, not per frame.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gvswitch/gvs/flowtable"
+)
+
+// Sentinel errors of switch management.
+var (
+	ErrPortExists  = errors.New("vswitch: port number in use")
+	ErrNoSuchPort  = errors.New("vswitch: no such port")
+	ErrClosed      = errors.New("vswitch: switch closed")
+	ErrInvalidPort = errors.New("vswitch: invalid port number")
+)
+
+// DefaultMaxFrame is the default size of the frame part of every worker
+// buffer: a 9000-byte jumbo frame and its Ethernet header fit. Offloads that
+// deliver 64 KiB super-frames need Config.MaxFrame = 65535.
+const DefaultMaxFrame = 9216
+
+// Config configures a Switch. The zero value is not usable: Table is required.
+type Config struct {
+	// Table is the flow table whose snapshots the workers run.
+	Table *flowtable.Table
+	// CacheSize is the number of entries of each worker's exact-match
+	// cache; 0 means 4096, negative disables the cache.
+	CacheSize int
+	// MaxFrame is the largest frame a port may deliver; 0 means
+	// DefaultMaxFrame. Each worker keeps BatchSize+8 buffers of this size.
+	MaxFrame int
+	// Logger receives management events, never per-packet logs. Nil discards.
+	Logger *slog.Logger
+}
+
+// Validate reports whether the configuration is usable.
+func (c *Config) Validate() error {
+	if c.Table == nil {
+		return errors.New("vswitch: Config.Table is required")
+	}
+	return nil
+}
+
+// Switch connects ports through a flow table. Ports are added and removed
+// at any time; each has one worker goroutine that reads from it. All methods
+// are safe for concurrent use.
+type Switch struct {
+	cfg   Config
+	log   *slog.Logger
+	ports atomic.Pointer[portMap]
+
+	mu     sync.Mutex // serializes port changes
+	closed bool
+	wg     sync.WaitGroup
+
+	txErrLog   rateLimit
+	drops      [NumDropReasons]counter
+	tableDrops [256]atomic.Uint64
+	lookups    counter
+	cacheHits  counter
+}
+
+type portMap map[uint32]*portEntry
+
+// portEntry is one attached port. Exactly one of port and tunnel is set.
+type portEntry struct {
+	no     uint32
+	port   Port
+	tunnel TunnelPort
+	stats  portCounters
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (e *portEntry) name() string {
+	if e.tunnel != nil {
+		return e.tunnel.Name()
+	}
+	return e.port.Name()
+}
+
+func (e *portEntry) batchSize() int {
+	n := 0
+	if e.tunnel != nil {
+		n = e.tunnel.BatchSize()
+	} else {
+		n = e.port.BatchSize()
+	}
+	if n <= 0 {
+		n = 1
+	}
+	return n
+}
+
+func (e *portEntry) close() error {
+	if e.tunnel != nil {
+		return e.tunnel.Close()
+	}
+	return e.port.Close()
+}
+
+// New returns a switch with no ports.
+func New(cfg Config) (*Switch, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.CacheSize == 0 {
+		cfg.CacheSize = 4096
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Switch{cfg: cfg, log: log}
+	s.ports.Store(&portMap{})
+	return s, nil
+}
+
+// AddPort attaches p as port number no and starts its worker. The switch
+// owns p from now on and closes it when the port is removed.
+func (s *Switch) AddPort(no uint32, p Port) error {
+	return s.add(&portEntry{no: no, port: p})
+}
+
+// AddTunnel attaches a tunnel port as port number no (1 in the OpenShift
+// program) and starts its worker. The switch owns p from now on.
+func (s *Switch) AddTunnel(no uint32, p TunnelPort) error {
+	return s.add(&portEntry{no: no, tunnel: p})
+}
+
+func (s *Switch) add(e *portEntry) error {
+	if e.no == flowtable.PortNone || e.no >= flowtable.PortMax {
+		return fmt.Errorf("%w: %d", ErrInvalidPort, e.no)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	old := *s.ports.Load()
+	if _, ok := old[e.no]; ok {
+		return fmt.Errorf("%w: %d (%s)", ErrPortExists, e.no, old[e.no].name())
+	}
+	next := make(portMap, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[e.no] = e
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	e.done = make(chan struct{})
+	s.ports.Store(&next)
+	s.wg.Add(1)
+	go s.worker(ctx, e)
+	s.log.Info("port added", "port", e.no, "name", e.name())
+	return nil
+}
+
+// RemovePort detaches port no, stops its worker and closes the port.
+func (s *Switch) RemovePort(no uint32) error {
+	s.mu.Lock()
+	old := *s.ports.Load()
+	e, ok := old[no]
+	if !ok {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %d", ErrNoSuchPort, no)
+	}
+	next := make(portMap, len(old))
+	for k, v := range old {
+		if k != no {
+			next[k] = v
+		}
+	}
+	s.ports.Store(&next)
+	s.mu.Unlock()
+	err := s.stop(e)
+	s.log.Info("port removed", "port", no, "name", e.name())
+	return err
+}
+
+func (s *Switch) stop(e *portEntry) error {
+	e.cancel()
+	err := e.close() // unblocks the worker's Read
+	<-e.done
+	return err
+}
+
+// Close removes every port and waits for the workers to end.
+func (s *Switch) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	old := *s.ports.Load()
+	s.ports.Store(&portMap{})
+	s.mu.Unlock()
+	var errs []error
+	for _, e := range old {
+		if err := s.stop(e); err != nil {
+			errs = append(errs, fmt.Errorf("port %d: %w", e.no, err))
+		}
+	}
+	s.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// PortInfo describes one attached port.
+type PortInfo struct {
+	No     uint32
+	Name   string
+	Tunnel bool
+	Stats  PortStats
+}
+
+// Ports lists the attached ports, in no particular order.
+func (s *Switch) Ports() []PortInfo {
+	m := *s.ports.Load()
+	out := make([]PortInfo, 0, len(m))
+	for _, e := range m {
+		out = append(out, PortInfo{No: e.no, Name: e.name(), Tunnel: e.tunnel != nil, Stats: e.stats.snapshot()})
+	}
+	return out
+}
+
+// Stats returns the switch-wide counters.
+func (s *Switch) Stats() Stats {
+	var st Stats
+	for i := range s.drops {
+		st.Drops[i] = s.drops[i].n.Load()
+	}
+	for i := range s.tableDrops {
+		st.TableDrops[i] = s.tableDrops[i].Load()
+	}
+	st.Lookups = s.lookups.n.Load()
+	st.CacheHits = s.cacheHits.n.Load()
+	return st
+}
+
+// Table returns the flow table the switch runs.
+func (s *Switch) Table() *flowtable.Table { return s.cfg.Table }

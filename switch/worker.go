@@ -1,0 +1,237 @@
+package vswitch
+
+import (
+	"context"
+
+	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/vxlan"
+)
+
+// spareBuffers is how many extra buffers a worker keeps for frames that go to
+// more than one port (each output after the first gets its own copy).
+const spareBuffers = 8
+
+// pending is the frames of one batch queued for one destination port.
+type pending struct {
+	e     *portEntry
+	bufs  [][]byte
+	eps   []vxlan.Endpoint
+	bytes int
+}
+
+// worker is the per-port reading loop's state. It is owned by one goroutine,
+// so nothing in it is shared.
+type worker struct {
+	s      *Switch
+	in     *portEntry
+	bufs   [][]byte
+	sizes  []int
+	eps    []vxlan.Endpoint
+	spare  [][]byte
+	nSpare int
+	cache  *flowtable.Cache
+	f      flowtable.Fields
+	v      flowtable.Verdict
+	pend   []pending
+	nPend  int
+}
+
+func (s *Switch) newWorker(e *portEntry) *worker {
+	n := e.batchSize()
+	w := &worker{
+		s:     s,
+		in:    e,
+		bufs:  make([][]byte, n),
+		sizes: make([]int, n),
+		eps:   make([]vxlan.Endpoint, n),
+		spare: make([][]byte, spareBuffers),
+	}
+	for i := range w.bufs {
+		w.bufs[i] = make([]byte, Headroom+s.frameSize())
+	}
+	for i := range w.spare {
+		w.spare[i] = make([]byte, Headroom+s.frameSize())
+	}
+	if s.cfg.CacheSize > 0 {
+		w.cache = flowtable.NewCache(s.cfg.CacheSize)
+	}
+	return w
+}
+
+func (s *Switch) frameSize() int {
+	if s.cfg.MaxFrame > 0 {
+		return s.cfg.MaxFrame
+	}
+	return DefaultMaxFrame
+}
+
+// worker reads e until its context is cancelled or the port fails.
+func (s *Switch) worker(ctx context.Context, e *portEntry) {
+	defer s.wg.Done()
+	defer close(e.done)
+	w := s.newWorker(e)
+	for {
+		var n int
+		var err error
+		if e.tunnel != nil {
+			n, err = e.tunnel.ReadTunnel(w.bufs, w.sizes, w.eps, Headroom)
+		} else {
+			n, err = e.port.Read(w.bufs, w.sizes, Headroom)
+		}
+		if n > 0 {
+			w.process(n)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Error("port read failed; worker stops", "port", e.no, "name", e.name(), "err", err)
+			}
+			return
+		}
+	}
+}
+
+// process runs one batch of n frames through the pipeline and writes the
+// results.
+func (w *worker) process(n int) {
+	s := w.s
+	in := w.in
+	snap := s.cfg.Table.Snapshot()
+	var rxBytes uint64
+	for i := 0; i < n; i++ {
+		size := w.sizes[i]
+		rxBytes += uint64(size)
+		frame := w.bufs[i][Headroom : Headroom+size]
+		w.f = flowtable.Fields{InPort: in.no}
+		if in.tunnel != nil {
+			w.f.TunID = uint64(w.eps[i].VNI)
+			w.f.TunSrc = w.eps[i].Addr
+		}
+		if !flowtable.Extract(frame, &w.f) {
+			w.drop(DropMalformed)
+			continue
+		}
+		s.lookups.n.Add(1)
+		if w.cache != nil {
+			if w.cache.Run(snap, &w.f, &w.v) {
+				s.cacheHits.n.Add(1)
+			}
+		} else {
+			snap.Run(&w.f, &w.v)
+		}
+		w.v.Account(size)
+		if w.v.NOut == 0 {
+			w.drop(fromPipeline(w.v.Drop))
+			s.tableDrops[w.v.Table].Add(1)
+			continue
+		}
+		w.route(i, size)
+	}
+	in.stats.rxPackets.n.Add(uint64(n))
+	in.stats.rxBytes.n.Add(rxBytes)
+	w.flush()
+}
+
+func (w *worker) drop(r DropReason) {
+	w.s.drops[r].n.Add(1)
+	w.in.stats.rxDrops.n.Add(1)
+}
+
+// route queues frame i for each output of the verdict in w.v.
+func (w *worker) route(i, size int) {
+	ports := *w.s.ports.Load()
+	// Outputs after the first get copies, made before the first output may
+	// rewrite the original.
+	for k := w.v.NOut - 1; k >= 0; k-- {
+		out := &w.v.Outputs[k]
+		dst, ok := ports[out.Port]
+		if !ok {
+			w.drop(DropNoPort)
+			continue
+		}
+		buf := w.bufs[i]
+		if k > 0 {
+			if w.nSpare == len(w.spare) {
+				w.drop(DropNoBuffer)
+				continue
+			}
+			c := w.spare[w.nSpare]
+			w.nSpare++
+			copy(c[Headroom:Headroom+size], buf[Headroom:Headroom+size])
+			buf = c
+		}
+		if out.SetEthDst {
+			copy(buf[Headroom:Headroom+6], out.EthDst[:])
+		}
+		var ep vxlan.Endpoint
+		if dst.tunnel != nil {
+			if out.TunDst == ([4]byte{}) {
+				w.drop(DropNoTunnelDst)
+				continue
+			}
+			ep = vxlan.Endpoint{Addr: out.TunDst, VNI: uint32(out.TunID) & 0xffffff}
+		}
+		p := w.pendingFor(dst)
+		p.bufs = append(p.bufs, buf[:Headroom+size])
+		p.eps = append(p.eps, ep)
+		p.bytes += size
+	}
+}
+
+func (w *worker) pendingFor(e *portEntry) *pending {
+	for j := 0; j < w.nPend; j++ {
+		if w.pend[j].e == e {
+			return &w.pend[j]
+		}
+	}
+	if w.nPend == len(w.pend) {
+		capacity := len(w.bufs) + len(w.spare)
+		w.pend = append(w.pend, pending{
+			bufs: make([][]byte, 0, capacity),
+			eps:  make([]vxlan.Endpoint, 0, capacity),
+		})
+	}
+	p := &w.pend[w.nPend]
+	w.nPend++
+	p.e = e
+	return p
+}
+
+// flush writes every queued destination and resets the queues.
+func (w *worker) flush() {
+	for j := 0; j < w.nPend; j++ {
+		p := &w.pend[j]
+		var n int
+		var err error
+		if p.e.tunnel != nil {
+			n, err = p.e.tunnel.WriteTunnel(p.bufs, p.eps, Headroom)
+		} else {
+			n, err = p.e.port.Write(p.bufs, Headroom)
+		}
+		if n > len(p.bufs) {
+			n = len(p.bufs)
+		}
+		p.e.stats.txPackets.n.Add(uint64(n))
+		if n == len(p.bufs) {
+			p.e.stats.txBytes.n.Add(uint64(p.bytes))
+		} else {
+			for _, b := range p.bufs[:n] {
+				p.e.stats.txBytes.n.Add(uint64(len(b) - Headroom))
+			}
+			lost := uint64(len(p.bufs) - n)
+			p.e.stats.txDrops.n.Add(lost)
+			w.s.drops[DropTxError].n.Add(lost)
+			if err != nil {
+				w.s.txErrorLog(p.e, err)
+			}
+		}
+		for k := range p.bufs {
+			p.bufs[k] = nil
+		}
+		p.bufs = p.bufs[:0]
+		p.eps = p.eps[:0]
+		p.bytes = 0
+		p.e = nil
+	}
+	w.nPend = 0
+	w.nSpare = 0
+}
