@@ -61,7 +61,7 @@ type Output struct {
 type Verdict struct {
 	Outputs [MaxOutputs]Output
 	NOut    int
-	Drop    DropReason // DropNone when NOut > 0
+	Drop    DropReason // DropNone when NOut > 0, unless outputs overflowed (DropTooManyOutputs)
 	Table   uint8      // table where a drop happened
 	Hits    [MaxHits]*Rule
 	NHits   int
