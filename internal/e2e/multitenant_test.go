@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,7 +80,7 @@ func TestMultitenant(t *testing.T) {
 
 	t.Run("vxlan-on-the-wire", func(t *testing.T) {
 		pcap := filepath.Join(t.TempDir(), "underlay.pcap")
-		dump, err := c.Lab.Start(ctx(t), n1.NS, pcap+".log", "tcpdump", "-i", "eth0", "-U", "-n", "-w", pcap, "udp", "port", "4789")
+		dump, err := c.Lab.Start(ctx(t), n1.NS, pcap+".log", "tcpdump", "-i", "eth0", "--immediate-mode", "-U", "-n", "-w", pcap, "udp", "port", "4789")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,6 +89,11 @@ func TestMultitenant(t *testing.T) {
 		ping(t, c.Lab, beta1.NS, beta2.IP, 56)
 		time.Sleep(300 * time.Millisecond)
 		dump.Stop()
+		if out, err := exec.Command("tcpdump", "-nr", pcap).CombinedOutput(); err != nil {
+			t.Errorf("tcpdump cannot read the capture: %v\n%s", err, out)
+		} else {
+			t.Logf("tcpdump -nr %s:\n%s", pcap, out)
+		}
 		vnis := vnisBySource(t, pcap)
 		if got := vnis[alpha1.IP.String()]; got != 10 {
 			t.Errorf("VXLAN from %s (alpha) carried VNI %d, want 10 (all: %v)", alpha1.IP, got, vnis)
@@ -194,7 +200,7 @@ func TestMultitenant(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("node 2:\n%s", r2.Text)
-		for _, want := range []string{"10.", "70.", "80.", fmt.Sprintf("output:%d", 4)} {
+		for _, want := range []string{"10.", "70.", "80.", "output to port 4"} {
 			if !strings.Contains(r2.Text, want) {
 				t.Errorf("node 2 trace lacks %q", want)
 			}
@@ -307,10 +313,14 @@ func vnisBySource(t *testing.T, path string) map[string]uint32 {
 		if !vx.ValidIDFlag {
 			t.Errorf("VXLAN packet without the I flag")
 		}
-		// The inner IPv4 layer is the last IPv4 layer of the packet.
+		// The inner IPv4 layer is the first one after the VXLAN header.
 		var inner *layers.IPv4
+		seenVXLAN := false
 		for _, l := range p.Layers() {
-			if ip, ok := l.(*layers.IPv4); ok {
+			if _, ok := l.(*layers.VXLAN); ok {
+				seenVXLAN = true
+			}
+			if ip, ok := l.(*layers.IPv4); ok && seenVXLAN && inner == nil {
 				inner = ip
 			}
 		}
