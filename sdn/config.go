@@ -1,6 +1,8 @@
 package sdn
 
 import (
+	"github.com/gvswitch/gvs/packet"
+
 	"errors"
 	"fmt"
 	"net/netip"
@@ -253,10 +255,7 @@ func (c NodeConfig) CheckRemote(n RemoteNode) error {
 
 // PodMAC returns the MAC address of the pod with IPv4 address ip:
 // 0a:58 followed by the four address bytes (SPEC §2.3).
-func PodMAC(ip netip.Addr) [6]byte {
-	a := as4(ip)
-	return [6]byte{0x0a, 0x58, a[0], a[1], a[2], a[3]}
-}
+func PodMAC(ip netip.Addr) [6]byte { return packet.PodMAC(as4(ip)) }
 
 // FormatMAC formats a MAC address as ovs-ofctl and ip(8) print it.
 func FormatMAC(m [6]byte) string {
