@@ -1,0 +1,88 @@
+package vswitch
+
+import (
+	"testing"
+
+	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/vxlan"
+)
+
+// discardPort accepts writes and never delivers a frame.
+type discardPort struct{ n int }
+
+func (p *discardPort) Name() string                           { return "discard" }
+func (p *discardPort) BatchSize() int                         { return 64 }
+func (p *discardPort) Close() error                           { return nil }
+func (p *discardPort) Read([][]byte, []int, int) (int, error) { select {} }
+func (p *discardPort) Write(bufs [][]byte, _ int) (int, error) {
+	p.n += len(bufs)
+	return len(bufs), nil
+}
+func (p *discardPort) ReadTunnel([][]byte, []int, []vxlan.Endpoint, int) (int, error) {
+	select {}
+}
+func (p *discardPort) WriteTunnel(bufs [][]byte, _ []vxlan.Endpoint, _ int) (int, error) {
+	p.n += len(bufs)
+	return len(bufs), nil
+}
+
+// benchWorker builds a switch whose port 3 sends to port 4 and to the
+// tunnel, and a worker for port 3 with a batch of 64 frames loaded.
+func benchWorker(tb testing.TB) (*worker, *discardPort) {
+	tbl := flowtable.New(flowtable.Config{})
+	rs, err := flowtable.ParseRules(`
+table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.4, actions=output:4
+table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.9, actions=set_field:192.0.2.2->tun_dst, output:1
+`)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := tbl.Add(rs...); err != nil {
+		tb.Fatal(err)
+	}
+	sw, err := New(Config{Table: tbl})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := &discardPort{}
+	// Register the destination ports without starting workers: the
+	// benchmark drives one worker by hand.
+	m := portMap{
+		3: {no: 3, port: out},
+		4: {no: 4, port: out},
+		1: {no: 1, tunnel: out},
+	}
+	sw.ports.Store(&m)
+	w := sw.newWorker(m[3])
+	for i := range w.bufs {
+		dst := byte(4)
+		if i%2 == 1 {
+			dst = 9
+		}
+		f := udpFrame(3, dst)
+		w.sizes[i] = copy(w.bufs[i][Headroom:], f)
+	}
+	return w, out
+}
+
+func TestProcessAllocs(t *testing.T) {
+	w, out := benchWorker(t)
+	w.process(len(w.bufs)) // warm the cache and the output queues
+	if n := testing.AllocsPerRun(100, func() { w.process(len(w.bufs)) }); n != 0 {
+		t.Errorf("processing a batch allocates %.1f times", n)
+	}
+	if out.n == 0 {
+		t.Fatal("nothing was written")
+	}
+}
+
+func BenchmarkProcessBatch(b *testing.B) {
+	w, _ := benchWorker(b)
+	n := len(w.bufs)
+	b.ReportAllocs()
+	b.SetBytes(int64(n * w.sizes[0]))
+	for b.Loop() {
+		w.process(n)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/frame")
+}
