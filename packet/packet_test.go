@@ -93,7 +93,7 @@ func TestInvalid(t *testing.T) {
 		{"total length past the end", IPv4(udp[14 : 14+31]).Valid()},
 		{"short udp", UDP(udp[34:41]).Valid()},
 		{"short arp", ARP(mustHex(t, arpRequest)[14:41]).Valid()},
-		{"arp for ipv6", ARP(append(append([]byte{0, 1, 0x86, 0xdd}, mustHex(t, arpRequest)[18:]...))).Valid()},
+		{"arp for ipv6", ARP(append([]byte{0, 1, 0x86, 0xdd}, mustHex(t, arpRequest)[18:]...)).Valid()},
 		{"tcp data offset below 5", TCP(append(append([]byte{}, mustHex(t, tcpSyn)[34:46]...), 0x40, 0x02, 0, 0, 0, 0, 0, 0)).Valid()},
 		{"tcp options past the end", TCP(mustHex(t, tcpSyn)[34 : 34+22]).Valid()},
 	}
