@@ -54,6 +54,8 @@ type Node struct {
 	Config string
 	Pods   []Pod
 	proc   *lab.Proc
+	// procs are the processes of a non-gvs dataplane (OVS), if any.
+	procs []*lab.Proc
 }
 
 // Pod is a pod attached to a node.
@@ -131,8 +133,8 @@ func Up(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 	}
 	for i := range c.Nodes {
 		n := &c.Nodes[i]
-		if spec.dataplane(i) == DataplaneKernel {
-			if err := c.upKernelNode(ctx, i); err != nil {
+		if dp := spec.dataplane(i); dp != DataplaneGVS {
+			if err := c.upOtherNode(ctx, i, dp); err != nil {
 				return nil, err
 			}
 			continue

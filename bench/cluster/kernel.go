@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -11,7 +12,23 @@ import (
 const (
 	DataplaneGVS    = "gvs"
 	DataplaneKernel = "kernel" // Linux bridge + kernel vxlan device
+	DataplaneOVS    = "ovs"    // Open vSwitch userspace (datapath_type=netdev)
 )
+
+// ErrUnknownDataplane is returned by Up for a dataplane name it does not
+// know.
+var ErrUnknownDataplane = errors.New("cluster: unknown dataplane")
+
+// upOtherNode builds node i with a dataplane other than gvs.
+func (c *Cluster) upOtherNode(ctx context.Context, i int, dp string) error {
+	switch dp {
+	case DataplaneKernel:
+		return c.upKernelNode(ctx, i)
+	case DataplaneOVS:
+		return c.upOVSNode(ctx, i)
+	}
+	return fmt.Errorf("%w: %q", ErrUnknownDataplane, dp)
+}
 
 // dataplane returns node i's dataplane.
 func (s *Spec) dataplane(i int) string {
@@ -58,17 +75,29 @@ func (c *Cluster) upKernelNode(ctx context.Context, i int) error {
 		}
 	}
 	for _, p := range n.Pods {
-		b := p.IP.As4()
-		mac := fmt.Sprintf("0a:58:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3])
-		for _, argv := range [][]string{
-			{"ip", "link", "set", "eth0", "address", mac, "mtu", "1450", "up"},
-			{"ip", "addr", "add", netip.PrefixFrom(p.IP, n.Subnet.Bits()).String(), "dev", "eth0"},
-			{"ip", "route", "add", c.Spec.ClusterNetwork.String(), "dev", "eth0"},
-			{"ip", "route", "add", "default", "via", gw.String()},
-		} {
-			if out, err := c.Lab.Exec(ctx, p.NS, argv...); err != nil {
-				return fmt.Errorf("kernel pod %s: %v: %w: %s", p.Name, argv, err, out)
-			}
+		if err := c.configurePod(ctx, n, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// configurePod sets up the eth0 a kernel or OVS node moved into pod p's
+// namespace: MAC 0a:58:<ip>, MTU 1450, the pod address, a route to the
+// cluster network and a default route via the node's gateway.
+func (c *Cluster) configurePod(ctx context.Context, n *Node, p Pod, extra ...[]string) error {
+	gw := n.Subnet.Addr().Next()
+	b := p.IP.As4()
+	mac := fmt.Sprintf("0a:58:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3])
+	cmds := append([][]string{
+		{"ip", "link", "set", "eth0", "address", mac, "mtu", "1450", "up"},
+		{"ip", "addr", "add", netip.PrefixFrom(p.IP, n.Subnet.Bits()).String(), "dev", "eth0"},
+		{"ip", "route", "add", c.Spec.ClusterNetwork.String(), "dev", "eth0"},
+		{"ip", "route", "add", "default", "via", gw.String()},
+	}, extra...)
+	for _, argv := range cmds {
+		if out, err := c.Lab.Exec(ctx, p.NS, argv...); err != nil {
+			return fmt.Errorf("pod %s: %v: %w: %s", p.Name, argv, err, out)
 		}
 	}
 	return nil
