@@ -6,13 +6,13 @@ BIN     := bin
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 PKGS    := ./...
 # Debian packages the tests and the demo use (installed by `make deps` when root).
-DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump ethtool
+DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump ethtool openvswitch-switch
 FUZZTIME ?= 3s
 STATICCHECK_VERSION ?= latest
 
 export PATH := $(PATH):$(GOBIN):/usr/local/go/bin
 
-.PHONY: help build deps tools test test-unit test-root test-race fuzz fuzz-long bench lint demo demo-down clean
+.PHONY: help build deps tools test test-unit test-root test-race fuzz fuzz-long bench bench-compare lint demo demo-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -59,6 +59,9 @@ fuzz-long: ## fuzz every target for a minute
 
 bench: ## Go benchmarks of the data path (allocs included)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./flowtable/ ./vxlan/ ./tap/ ./packet/ ./switch/
+
+bench-compare: deps build ## gvs vs kernel vs Open vSwitch on the same lab topology (as root; writes bench-compare.json/.svg)
+	$(BIN)/gvs-bench compare -runs 3 -o bench-compare.json -plot bench-compare.svg
 
 demo: deps build ## bring up a 2-node demo cluster in network namespaces (as root)
 	$(BIN)/gvs-bench demo up

@@ -26,6 +26,14 @@ commands:
   tcp-server -l ADDR      TCP sink: greets each client with the address it sees, answers with a SHA-256
   tcp-client -c ADDR [-bytes N | -t DURATION]
                           send to a tcp-server, check the digest, print throughput and the address seen
+  compare [-o FILE.json] [-plot FILE.svg] [-runs N] [-t DURATION] [-dataplanes gvs,kernel,ovs]
+                          measure gvs, the kernel and Open vSwitch on the same topology (as root)
+  udp-sink -l ADDR -t D   count UDP datagrams for D, print JSON
+  udp-send -c ADDR [-size B] [-flows N] [-rate PPS] -t D
+                          send UDP frames of B bytes over N flows, print JSON
+  udp-echo -l ADDR -t D   echo UDP datagrams for D
+  udp-probe -c ADDR [-n N] [-i INTERVAL]
+                          UDP round-trip prober against udp-echo, print percentiles as JSON
 `
 
 func main() {
@@ -45,6 +53,10 @@ func run(args []string) error {
 	switch args[0] {
 	case "demo":
 		return demo(ctx, args[1:])
+	case "compare":
+		return compareCmd(ctx, args[1:])
+	case "udp-sink", "udp-send", "udp-echo", "udp-probe":
+		return udpTool(ctx, args[0], args[1:])
 	case "tcp-server":
 		fs := flag.NewFlagSet("tcp-server", flag.ContinueOnError)
 		addr := fs.String("l", ":5201", "listen address")

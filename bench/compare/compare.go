@@ -1,0 +1,275 @@
+// Package compare runs the same two-node topology and workloads on several
+// dataplanes — gvs, the Linux bridge with kernel vxlan, and Open vSwitch's
+// userspace datapath — and reports the medians side by side, as a table,
+// JSON and an SVG chart. It is `gvs-bench compare`.
+package compare
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gvswitch/gvs/bench/cluster"
+	"github.com/gvswitch/gvs/bench/lab"
+)
+
+// Statuses of a dataplane's result.
+const (
+	StatusOK      = "ok"
+	StatusMissing = "missing" // not installed: nothing was measured
+	StatusFailed  = "failed"  // could not be brought up or measured
+)
+
+// Config configures Run.
+type Config struct {
+	// BinDir holds gvs-switchd, gvsctl and gvs-bench (whose udp-* tools
+	// run inside the pods).
+	BinDir string
+	// Dataplanes to compare, default gvs, kernel, ovs.
+	Dataplanes []string
+	// Runs of every workload per dataplane (the report keeps the median),
+	// default 3.
+	Runs int
+	// Duration of each workload, default 5 s.
+	Duration time.Duration
+	// Prefix of the lab namespaces (at most 9 characters; a dataplane letter
+	// and the pid are appended), default "gvc".
+	Prefix string
+	// Underlay network of the lab, default 192.168.247.0/24.
+	Underlay netip.Prefix
+	// Flows is the number of UDP flows of the pps workloads, default 64.
+	Flows int
+	// Progress, if not nil, receives a line per step.
+	Progress io.Writer
+}
+
+// Metrics are one dataplane's numbers: of one run, or the medians.
+type Metrics struct {
+	TCP1Gbps     float64 `json:"tcp1_gbps"`
+	TCP4Gbps     float64 `json:"tcp4_gbps"`
+	UDP64Kpps    float64 `json:"udp64_kpps"`
+	UDP64Loss    float64 `json:"udp64_loss"`
+	UDP1400Kpps  float64 `json:"udp1400_kpps"`
+	UDP1400Loss  float64 `json:"udp1400_loss"`
+	RTTIdleP50us float64 `json:"rtt_idle_p50_us"`
+	RTTIdleP99us float64 `json:"rtt_idle_p99_us"`
+	RTTLoadP50us float64 `json:"rtt_load_p50_us"`
+	RTTLoadP99us float64 `json:"rtt_load_p99_us"`
+	// CPUSecPerGbit is the machine's busy CPU time (all processes and
+	// softirq, from /proc/stat) per Gbit carried during the 1-stream TCP
+	// workload.
+	CPUSecPerGbit float64 `json:"cpu_s_per_gbit"`
+	// DataplaneCPUSecPerGbit counts only the dataplane's own processes
+	// (gvs-switchd, ovs-vswitchd); 0 for the kernel.
+	DataplaneCPUSecPerGbit float64 `json:"dataplane_cpu_s_per_gbit"`
+}
+
+// Result is one dataplane's outcome.
+type Result struct {
+	Dataplane string `json:"dataplane"`
+	Status    string `json:"status"`
+	Error     string `json:"error,omitempty"`
+	// Metrics are the medians over Runs.
+	Metrics
+	Runs []Metrics `json:"runs,omitempty"`
+}
+
+// Machine describes where the numbers were taken.
+type Machine struct {
+	CPUs   int    `json:"cpus"`
+	Model  string `json:"model"`
+	Kernel string `json:"kernel"`
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	Time       time.Time     `json:"time"`
+	Commit     string        `json:"commit,omitempty"`
+	Machine    Machine       `json:"machine"`
+	Runs       int           `json:"runs"`
+	Duration   time.Duration `json:"duration_ns"`
+	Flows      int           `json:"udp_flows"`
+	Dataplanes []Result      `json:"dataplanes"`
+}
+
+// Get returns the result of dataplane dp, or nil.
+func (r *Report) Get(dp string) *Result {
+	for i := range r.Dataplanes {
+		if r.Dataplanes[i].Dataplane == dp {
+			return &r.Dataplanes[i]
+		}
+	}
+	return nil
+}
+
+func (c *Config) defaults() error {
+	if len(c.Dataplanes) == 0 {
+		c.Dataplanes = []string{cluster.DataplaneGVS, cluster.DataplaneKernel, cluster.DataplaneOVS}
+	}
+	for _, dp := range c.Dataplanes {
+		switch dp {
+		case cluster.DataplaneGVS, cluster.DataplaneKernel, cluster.DataplaneOVS:
+		default:
+			return fmt.Errorf("%w: %q", cluster.ErrUnknownDataplane, dp)
+		}
+	}
+	if c.Runs <= 0 {
+		c.Runs = 3
+	}
+	if c.Duration <= 0 {
+		c.Duration = 5 * time.Second
+	}
+	if c.Prefix == "" {
+		c.Prefix = "gvc"
+	}
+	if len(c.Prefix) > 9 {
+		return fmt.Errorf("compare: prefix %q longer than 9 characters", c.Prefix)
+	}
+	if !c.Underlay.IsValid() {
+		c.Underlay = netip.MustParsePrefix("192.168.247.0/24")
+	}
+	if c.Flows <= 0 {
+		c.Flows = 64
+	}
+	if c.BinDir == "" {
+		return errors.New("compare: Config.BinDir is required")
+	}
+	for _, b := range []string{"gvs-switchd", "gvsctl", "gvs-bench"} {
+		if _, err := os.Stat(filepath.Join(c.BinDir, b)); err != nil {
+			return fmt.Errorf("compare: %w (run make build)", err)
+		}
+	}
+	return nil
+}
+
+// Run measures every configured dataplane in turn, each on a fresh lab
+// that it removes afterwards. A dataplane that is not installed or does
+// not come up is reported with StatusMissing or StatusFailed; the error
+// returned is only for a bad Config or a cancelled ctx.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	rep := &Report{Time: time.Now().UTC(), Machine: machine(), Runs: cfg.Runs, Duration: cfg.Duration, Flows: cfg.Flows}
+	p := &progress{w: cfg.Progress, start: time.Now()}
+	for _, dp := range cfg.Dataplanes {
+		res := runDataplane(ctx, cfg, dp, p)
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		if res.Status != StatusOK {
+			p.printf("%s: %s: %s", dp, res.Status, res.Error)
+		}
+		rep.Dataplanes = append(rep.Dataplanes, res)
+	}
+	return rep, nil
+}
+
+func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Result {
+	res := Result{Dataplane: dp, Status: StatusOK}
+	if dp == cluster.DataplaneOVS {
+		if err := cluster.OVSAvailable(); err != nil {
+			res.Status, res.Error = StatusMissing, err.Error()
+			return res
+		}
+	}
+	p.printf("%s: bringing up 2 nodes × 2 pods", dp)
+	prefix := fmt.Sprintf("%s%c%d", cfg.Prefix, dp[0], os.Getpid()%100000)
+	uctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	c, err := cluster.Up(uctx, cluster.Spec{
+		Lab:        lab.Spec{Prefix: prefix, Nodes: 2, PodsPerNode: 2, Underlay: cfg.Underlay},
+		Mode:       "subnet",
+		BinDir:     cfg.BinDir,
+		Dataplanes: []string{dp, dp},
+	})
+	cancel()
+	if err != nil {
+		res.Status, res.Error = StatusFailed, err.Error()
+		return res
+	}
+	defer func() {
+		if err := c.Down(); err != nil {
+			p.printf("%s: tearing down: %v", dp, err)
+		}
+	}()
+	e := &env{c: c, cfg: cfg, dp: dp, p: p}
+	if err := e.warmUp(ctx); err != nil {
+		res.Status, res.Error = StatusFailed, err.Error()
+		return res
+	}
+	for run := 1; run <= cfg.Runs; run++ {
+		m, err := e.run(ctx, run)
+		if err != nil {
+			res.Status, res.Error = StatusFailed, fmt.Sprintf("run %d: %v", run, err)
+			return res
+		}
+		res.Runs = append(res.Runs, m)
+	}
+	res.Metrics = median(res.Runs)
+	return res
+}
+
+// median returns the field-wise median of runs.
+func median(runs []Metrics) Metrics {
+	var out Metrics
+	ov := reflect.ValueOf(&out).Elem()
+	for f := range ov.NumField() {
+		vals := make([]float64, len(runs))
+		for i := range runs {
+			vals[i] = reflect.ValueOf(runs[i]).Field(f).Float()
+		}
+		ov.Field(f).SetFloat(medianOf(vals))
+	}
+	return out
+}
+
+func medianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// machine describes this machine.
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.Model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// progress writes timestamped progress lines.
+type progress struct {
+	w     io.Writer
+	start time.Time
+}
+
+func (p *progress) printf(format string, args ...any) {
+	if p.w == nil {
+		return
+	}
+	fmt.Fprintf(p.w, "[%4.0fs] %s\n", time.Since(p.start).Seconds(), fmt.Sprintf(format, args...))
+}

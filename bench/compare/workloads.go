@@ -1,0 +1,315 @@
+package compare
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gvswitch/gvs/bench/cluster"
+	"github.com/gvswitch/gvs/bench/gen"
+	"github.com/gvswitch/gvs/bench/lab"
+)
+
+// Ports the workloads use inside the pods.
+const (
+	tcpPort   = 5201
+	udpPort   = 9000
+	echoPort  = 9001
+	probeStep = time.Millisecond
+)
+
+// env is one dataplane's running cluster. Traffic goes from node 0's pods
+// to node 1's: pod 0 → pod 0 carries the load, pod 1 → pod 1 the probes.
+type env struct {
+	c   *cluster.Cluster
+	cfg Config
+	dp  string
+	p   *progress
+}
+
+func (e *env) pods(k int) (src, dst cluster.Pod) {
+	return e.c.Nodes[0].Pods[k], e.c.Nodes[1].Pods[k]
+}
+
+// warmUp pings across both pod pairs until replies come (learning, ARP).
+func (e *env) warmUp(ctx context.Context) error {
+	for k := range 2 {
+		src, dst := e.pods(k)
+		var err error
+		for range 10 {
+			if _, err = lab.Ping(ctx, e.c.Lab, src.NS, dst.IP, 0, 2); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("no connectivity %s → %s: %w", src.Name, dst.IP, err)
+		}
+	}
+	return nil
+}
+
+func (e *env) run(ctx context.Context, run int) (Metrics, error) {
+	var m Metrics
+	step := func(what string) { e.p.printf("%s run %d/%d: %s", e.dp, run, e.cfg.Runs, what) }
+	src, dst := e.pods(0)
+	var err error
+
+	step("TCP, 1 stream")
+	before := e.cpu()
+	if m.TCP1Gbps, err = e.tcp(ctx, src, dst, 1, e.cfg.Duration); err != nil {
+		return m, err
+	}
+	after := e.cpu()
+	if gbit := m.TCP1Gbps * e.cfg.Duration.Seconds(); gbit > 0 {
+		m.CPUSecPerGbit = (after.busy - before.busy) / gbit
+		m.DataplaneCPUSecPerGbit = (after.dataplane - before.dataplane) / gbit
+	}
+	step("TCP, 4 streams")
+	if m.TCP4Gbps, err = e.tcp(ctx, src, dst, 4, e.cfg.Duration); err != nil {
+		return m, err
+	}
+	step("UDP 64 B")
+	if m.UDP64Kpps, m.UDP64Loss, err = e.udp(ctx, src, dst, 64); err != nil {
+		return m, err
+	}
+	step("UDP 1400 B")
+	if m.UDP1400Kpps, m.UDP1400Loss, err = e.udp(ctx, src, dst, 1400); err != nil {
+		return m, err
+	}
+	psrc, pdst := e.pods(1)
+	step("RTT, idle")
+	idle, err := e.probe(ctx, psrc, pdst)
+	if err != nil {
+		return m, err
+	}
+	m.RTTIdleP50us, m.RTTIdleP99us = idle.P50us, idle.P99us
+	step("RTT, under TCP load")
+	var load gen.LatencyResult
+	var tcpErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { _, tcpErr = e.tcp(ctx, src, dst, 1, e.cfg.Duration+time.Second) })
+	time.Sleep(500 * time.Millisecond)
+	load, err = e.probe(ctx, psrc, pdst)
+	wg.Wait()
+	if err != nil {
+		return m, err
+	}
+	if tcpErr != nil {
+		return m, fmt.Errorf("load: %w", tcpErr)
+	}
+	m.RTTLoadP50us, m.RTTLoadP99us = load.P50us, load.P99us
+	return m, nil
+}
+
+// tcp measures TCP throughput from src to dst with iperf3 if installed,
+// else with gvs-bench's own tcp-client (one process per stream).
+func (e *env) tcp(ctx context.Context, src, dst cluster.Pod, streams int, d time.Duration) (float64, error) {
+	if _, err := exec.LookPath("iperf3"); err == nil {
+		return e.iperf3(ctx, src, dst, streams, d)
+	}
+	return e.ownTCP(ctx, src, dst, streams, d)
+}
+
+func (e *env) iperf3(ctx context.Context, src, dst cluster.Pod, streams int, d time.Duration) (float64, error) {
+	secs := max(int(d.Round(time.Second)/time.Second), 1)
+	sctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	srvDone := make(chan struct{})
+	go func() {
+		defer close(srvDone)
+		_, _ = e.c.Lab.Exec(sctx, dst.NS, "iperf3", "-s", "-1", "-p", strconv.Itoa(tcpPort))
+	}()
+	defer func() { cancel(); <-srvDone }()
+	var out []byte
+	var err error
+	for try := 0; try < 30; try++ {
+		time.Sleep(100 * time.Millisecond)
+		out, err = e.c.Lab.Exec(sctx, src.NS, "iperf3", "-c", dst.IP.String(), "-p", strconv.Itoa(tcpPort),
+			"-P", strconv.Itoa(streams), "-t", strconv.Itoa(secs), "-J")
+		if err == nil || !bytes.Contains(out, []byte("Connection refused")) {
+			break
+		}
+	}
+	var r struct {
+		End struct {
+			SumReceived struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
+		Error string `json:"error"`
+	}
+	if jerr := json.Unmarshal(out, &r); jerr != nil || r.Error != "" || err != nil {
+		return 0, fmt.Errorf("iperf3 %s → %s: %w: %s", src.Name, dst.IP, errors.Join(err, jerr), firstLine(out, r.Error))
+	}
+	return r.End.SumReceived.BitsPerSecond / 1e9, nil
+}
+
+var gbpsRE = regexp.MustCompile(`([0-9.]+) Gbit/s, intact=true`)
+
+func (e *env) ownTCP(ctx context.Context, src, dst cluster.Pod, streams int, d time.Duration) (float64, error) {
+	sctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	srvDone := make(chan struct{})
+	go func() {
+		defer close(srvDone)
+		_, _ = e.c.Lab.Exec(sctx, dst.NS, e.bin(), "tcp-server", "-l", fmt.Sprintf(":%d", tcpPort))
+	}()
+	defer func() { cancel(); <-srvDone }()
+	time.Sleep(300 * time.Millisecond)
+	total := make([]float64, streams)
+	errs := make([]error, streams)
+	var wg sync.WaitGroup
+	for s := range streams {
+		wg.Go(func() {
+			out, err := e.c.Lab.Exec(sctx, src.NS, e.bin(), "tcp-client", "-c", fmt.Sprintf("%s:%d", dst.IP, tcpPort), "-t", d.String())
+			m := gbpsRE.FindSubmatch(out)
+			if err != nil || m == nil {
+				errs[s] = fmt.Errorf("tcp-client %s → %s: %w: %s", src.Name, dst.IP, err, firstLine(out, ""))
+				return
+			}
+			total[s], _ = strconv.ParseFloat(string(m[1]), 64)
+		})
+	}
+	wg.Wait()
+	sum := 0.0
+	for _, v := range total {
+		sum += v
+	}
+	return sum, errors.Join(errs...)
+}
+
+// udp sends frames of the given size from src to dst as fast as the sender
+// can for the configured duration, over cfg.Flows flows, and returns the
+// delivered kpps and the loss fraction.
+func (e *env) udp(ctx context.Context, src, dst cluster.Pod, frame int) (kpps, loss float64, err error) {
+	d := e.cfg.Duration
+	var sink gen.SinkResult
+	var sinkErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		out, err := e.c.Lab.Exec(ctx, dst.NS, e.bin(), "udp-sink", "-l", fmt.Sprintf(":%d", udpPort), "-t", (d + time.Second).String())
+		sinkErr = decode(out, err, &sink)
+	})
+	time.Sleep(300 * time.Millisecond)
+	var sent gen.SendResult
+	out, err := e.c.Lab.Exec(ctx, src.NS, e.bin(), "udp-send", "-c", fmt.Sprintf("%s:%d", dst.IP, udpPort),
+		"-size", strconv.Itoa(frame), "-flows", strconv.Itoa(e.cfg.Flows), "-t", d.String())
+	sendErr := decode(out, err, &sent)
+	wg.Wait()
+	if err := errors.Join(sendErr, sinkErr); err != nil {
+		return 0, 0, fmt.Errorf("udp %d B %s → %s: %w", frame, src.Name, dst.IP, err)
+	}
+	if sent.Packets == 0 || sent.Duration <= 0 {
+		return 0, 0, fmt.Errorf("udp %d B: nothing sent", frame)
+	}
+	kpps = float64(sink.Packets) / sent.Duration.Seconds() / 1e3
+	loss = 1 - float64(min(sink.Packets, sent.Packets))/float64(sent.Packets)
+	return kpps, loss, nil
+}
+
+// probe measures UDP round trips from src to an echo server on dst, one
+// probe a millisecond for the configured duration.
+func (e *env) probe(ctx context.Context, src, dst cluster.Pod) (gen.LatencyResult, error) {
+	d := e.cfg.Duration
+	ectx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	wg.Go(func() {
+		_, _ = e.c.Lab.Exec(ectx, dst.NS, e.bin(), "udp-echo", "-l", fmt.Sprintf(":%d", echoPort), "-t", (d + 5*time.Second).String())
+	})
+	time.Sleep(300 * time.Millisecond)
+	var r gen.LatencyResult
+	out, err := e.c.Lab.Exec(ctx, src.NS, e.bin(), "udp-probe", "-c", fmt.Sprintf("%s:%d", dst.IP, echoPort),
+		"-n", strconv.Itoa(int(d/probeStep)), "-i", probeStep.String())
+	if err := decode(out, err, &r); err != nil {
+		return r, fmt.Errorf("probe %s → %s: %w", src.Name, dst.IP, err)
+	}
+	if r.Received == 0 {
+		return r, fmt.Errorf("probe %s → %s: no reply to %d probes", src.Name, dst.IP, r.Sent)
+	}
+	return r, nil
+}
+
+func (e *env) bin() string { return filepath.Join(e.cfg.BinDir, "gvs-bench") }
+
+// decode parses the last line of a tool's output as JSON into v.
+func decode(out []byte, err error, v any) error {
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, firstLine(out, ""))
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if jerr := json.Unmarshal([]byte(lines[len(lines)-1]), v); jerr != nil {
+		return fmt.Errorf("bad output %q: %w", firstLine(out, ""), jerr)
+	}
+	return nil
+}
+
+func firstLine(out []byte, alt string) string {
+	if alt != "" {
+		return alt
+	}
+	s, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return s
+}
+
+// cpuSample is CPU time in seconds: the machine's busy time and the
+// dataplane processes' time.
+type cpuSample struct {
+	busy, dataplane float64
+}
+
+// clockTick is USER_HZ, the unit of /proc/stat and /proc/PID/stat.
+const clockTick = 100.0
+
+func (e *env) cpu() cpuSample {
+	var s cpuSample
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		f := strings.Fields(line)
+		// cpu user nice system idle iowait irq softirq steal ...
+		for i := 1; i < len(f) && i <= 8; i++ {
+			if i == 4 || i == 5 {
+				continue // idle, iowait
+			}
+			v, _ := strconv.ParseFloat(f[i], 64)
+			s.busy += v / clockTick
+		}
+	}
+	for i := range e.c.Nodes {
+		for _, pid := range e.c.DataplanePIDs(i) {
+			s.dataplane += procCPU(pid)
+		}
+	}
+	return s
+}
+
+// procCPU returns the user+system CPU seconds of process pid (all its
+// threads), or 0.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3; utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / clockTick
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gvswitch/gvs/bench/compare"
+	"github.com/gvswitch/gvs/bench/gen"
+)
+
+// compareCmd is `gvs-bench compare`.
+func compareCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	out := fs.String("o", "", "write the JSON report to this file")
+	plot := fs.String("plot", "", "write an SVG bar chart to this file")
+	runs := fs.Int("runs", 3, "runs of each workload per dataplane (the median is reported)")
+	dur := fs.Duration("t", 5*time.Second, "duration of each workload")
+	dps := fs.String("dataplanes", "gvs,kernel,ovs", "dataplanes to compare, comma-separated")
+	flows := fs.Int("flows", 64, "UDP flows in the pps workloads")
+	prefix := fs.String("prefix", "gvc", "namespace prefix (at most 9 characters)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("compare needs root: it creates network namespaces")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cfg := compare.Config{
+		BinDir:     filepath.Dir(self),
+		Dataplanes: strings.Split(*dps, ","),
+		Runs:       *runs,
+		Duration:   *dur,
+		Prefix:     *prefix,
+		Flows:      *flows,
+		Progress:   os.Stderr,
+	}
+	rep, err := compare.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if c, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		rep.Commit = strings.TrimSpace(string(c))
+	}
+	if err := rep.WriteTable(os.Stdout); err != nil {
+		return err
+	}
+	if *out != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if *plot != "" {
+		var b bytes.Buffer
+		if err := rep.WriteSVG(&b); err != nil {
+			return err
+		}
+		if err := os.WriteFile(*plot, b.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// udpTool runs the udp-sink, udp-send, udp-echo and udp-probe commands,
+// which print one JSON line with their result.
+func udpTool(ctx context.Context, name string, args []string) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	listen := fs.String("l", ":9000", "listen address (udp-sink, udp-echo)")
+	addr := fs.String("c", "", "destination host:port (udp-send, udp-probe)")
+	dur := fs.Duration("t", 5*time.Second, "how long to run")
+	size := fs.Int("size", 64, "frame size on the wire, 64..9000 (udp-send)")
+	flows := fs.Int("flows", 1, "flows: distinct source ports (udp-send)")
+	rate := fs.Int("rate", 0, "packets per second, 0: as fast as possible (udp-send)")
+	count := fs.Int("n", 1000, "probes (udp-probe)")
+	interval := fs.Duration("i", time.Millisecond, "probe interval (udp-probe)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var res any
+	switch name {
+	case "udp-sink", "udp-echo":
+		la, err := net.ResolveUDPAddr("udp4", *listen)
+		if err != nil {
+			return err
+		}
+		conn, err := net.ListenUDP("udp4", la)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		tctx, cancel := context.WithTimeout(ctx, *dur)
+		defer cancel()
+		if name == "udp-echo" {
+			return gen.Echo(tctx, conn)
+		}
+		if res, err = gen.Sink(tctx, conn); err != nil {
+			return err
+		}
+	case "udp-send":
+		r, err := gen.Send(ctx, gen.FlowConfig{Addr: *addr, Frame: *size, Flows: *flows, Rate: *rate, Duration: *dur})
+		if err != nil {
+			return err
+		}
+		res = r
+	case "udp-probe":
+		r, err := gen.Probe(ctx, gen.ProbeConfig{Addr: *addr, Count: *count, Interval: *interval})
+		if err != nil {
+			return err
+		}
+		res = r
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(b))
+	return nil
+}
