@@ -9,10 +9,10 @@ import (
 
 // VNID limits (SPEC §3).
 const (
-	GlobalVNID   uint32 = 0       // reaches and is reached by every project
-	MinVNID      uint32 = 10      // first allocatable VNID; 1–9 are reserved
-	MaxVNID      uint32 = 1<<24 - 1
-	DefaultProject      = "default"
+	GlobalVNID     uint32 = 0  // reaches and is reached by every project
+	MinVNID        uint32 = 10 // first allocatable VNID; 1–9 are reserved
+	MaxVNID        uint32 = 1<<24 - 1
+	DefaultProject        = "default"
 )
 
 // Sentinel errors of project operations.
