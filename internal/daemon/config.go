@@ -37,7 +37,17 @@ type Config struct {
 	MetricsAddr string `json:"metricsAddr,omitempty"`
 	// NAT installs the nftables masquerade rule for egress (default true).
 	NAT *bool `json:"nat,omitempty"`
+	// EtcdEndpoints, when set, makes the node follow the control plane
+	// (agent.go): it registers with a lease, takes its subnet from
+	// gvs-master, learns remote nodes and project VNIDs live, and fills
+	// subnet, clusterNetworks, serviceNetwork, mode and vxlanPort from the
+	// registry when they are not given here. Peers and projects listed
+	// statically are then ignored.
+	EtcdEndpoints []string `json:"etcdEndpoints,omitempty"`
 }
+
+// FromRegistry reports whether the node follows the control plane.
+func (c *Config) FromRegistry() bool { return len(c.EtcdEndpoints) > 0 }
 
 // PeerConfig is a remote node.
 type PeerConfig struct {
@@ -77,6 +87,16 @@ func ParseConfig(b []byte) (*Config, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
 		return nil, err
+	}
+	if c.FromRegistry() {
+		// The rest comes from the registry; check what must be here.
+		if _, err := netip.ParseAddr(c.NodeIP); err != nil {
+			return nil, fmt.Errorf("nodeIP: %w", err)
+		}
+		if c.NodeName == "" {
+			return nil, errors.New("nodeName is required with etcdEndpoints")
+		}
+		return &c, nil
 	}
 	if _, err := c.Node(); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -54,9 +55,12 @@ type Pod struct {
 
 // New builds the daemon's switch and rule program; it creates no devices yet.
 func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
-	node, err := cfg.Node()
-	if err != nil {
-		return nil, err
+	var node sdn.NodeConfig
+	var err error
+	if !cfg.FromRegistry() { // otherwise Run completes it from the registry
+		if node, err = cfg.Node(); err != nil {
+			return nil, err
+		}
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -84,8 +88,19 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 // the node's network namespace.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.sw.Close()
+	var ag *agent
+	if d.cfg.FromRegistry() {
+		var err error
+		if ag, err = d.startAgent(ctx); err != nil {
+			return err
+		}
+		defer ag.close()
+	}
 	if err := d.setup(ctx); err != nil {
 		return err
+	}
+	if ag != nil {
+		ag.run(ctx)
 	}
 	sock := d.cfg.ControlSocket
 	if sock == "" {
@@ -195,6 +210,71 @@ func (d *Daemon) AddRemote(p PeerConfig) error {
 
 func cookieFilter(c uint64) flowtable.Filter {
 	return flowtable.Filter{Table: -1, Cookie: c, CookieMask: ^uint64(0)}
+}
+
+// RemoveRemote removes a remote node's rules and stops accepting its VXLAN.
+// Removing an unknown node is not an error.
+func (d *Daemon) RemoveRemote(ip netip.Addr) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.table.Apply([]flowtable.Filter{cookieFilter(sdn.NodeCookie(ip))}, nil); err != nil {
+		return fmt.Errorf("remove remote %s: %w", ip, err)
+	}
+	delete(d.remotes, ip)
+	d.peers.Remove(ip)
+	return nil
+}
+
+// SetProjectVNID records a project's VNID and re-tags the project's local
+// pods that have another one: each pod's rules (sdn.PodFilter) are replaced
+// by rules with the new VNID, and the VNID isolation rules follow the first
+// and last local pod of each VNID, all in one atomic table update.
+func (d *Daemon) SetProjectVNID(project string, vnid uint32) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cfg.Projects == nil {
+		d.cfg.Projects = map[string]uint32{}
+	}
+	d.cfg.Projects[project] = vnid
+	if d.node.Mode != sdn.ModeMultitenant {
+		return nil
+	}
+	var dels []flowtable.Filter
+	var rules []string
+	var moved []*Pod
+	counts := maps.Clone(d.vnids)
+	for _, p := range d.pods {
+		if p.Project != project || p.VNID == vnid {
+			continue
+		}
+		dels = append(dels, cookieFilter(sdn.PodCookie(p.IP)))
+		rules = append(rules, sdn.PodRules(d.node, sdn.Pod{Name: p.Name, Namespace: p.Project, IP: p.IP, Port: p.Port, VNID: vnid})...)
+		if counts[p.VNID]--; counts[p.VNID] == 0 && p.VNID != 0 {
+			dels = append(dels, cookieFilter(sdn.VNIDCookie(p.VNID)))
+		}
+		if counts[vnid] == 0 {
+			rules = append(rules, sdn.VNIDRules(d.node, vnid)...)
+		}
+		counts[vnid]++
+		moved = append(moved, p)
+	}
+	if len(moved) == 0 {
+		return nil
+	}
+	if err := d.applyText(dels, rules); err != nil {
+		return fmt.Errorf("re-tag project %s: %w", project, err)
+	}
+	for v, n := range counts {
+		if n <= 0 {
+			delete(counts, v)
+		}
+	}
+	d.vnids = counts
+	for _, p := range moved {
+		d.log.Info("pod re-tagged", "pod", p.Name, "project", project, "from", p.VNID, "to", vnid)
+		p.VNID = vnid
+	}
+	return nil
 }
 
 // vnidOf returns a project's VNID.

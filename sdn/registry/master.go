@@ -10,6 +10,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gvswitch/gvs/sdn"
 )
 
 // Master is gvs-master's loop: it publishes the configuration, creates the
@@ -37,7 +39,9 @@ func (m *Master) Run(ctx context.Context) error {
 	} else {
 		return err
 	}
-	if m.Config.Mode == "multitenant" || strings.HasSuffix(m.Config.Mode, "multitenant") {
+	if md, err := sdn.ParseMode(m.Config.Mode); err != nil {
+		return err
+	} else if md != sdn.ModeSubnet {
 		names := append([]string{"default"}, m.Config.GlobalProjects...)
 		if err := m.Reg.EnsureProjects(ctx, m.Config.GlobalProjects, names...); err != nil {
 			return err

@@ -1,0 +1,348 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gvswitch/gvs/sdn/registry"
+)
+
+// agent is the node's control-plane follower: it keeps the node registered
+// on a lease, and mirrors the registry's node subnets (remote-node rules)
+// and project VNIDs (pod re-tagging) into the daemon. When etcd is
+// unreachable the daemon keeps forwarding on the last state it saw; the
+// watch resumes from its last revision when etcd returns, or re-lists
+// everything if that revision was compacted meanwhile.
+type agent struct {
+	d    *Daemon
+	cli  *clientv3.Client
+	reg  *registry.Registry
+	log  *slog.Logger
+	node registry.Node
+	ttl  int64
+
+	mu     sync.Mutex
+	lease  clientv3.LeaseID
+	subnet netip.Prefix
+
+	// follow's state; only its goroutine touches these.
+	remotes  map[string]registry.Subnet // by node name, without this node
+	projects map[string]uint32
+	wg       sync.WaitGroup
+	cancel   context.CancelFunc
+}
+
+// startAgent connects to etcd, waits for gvs-master's configuration,
+// registers the node and waits for its subnet; it completes d.cfg and
+// d.node from the registry. It must run before setup.
+func (d *Daemon) startAgent(ctx context.Context) (*agent, error) {
+	cli, err := registry.Dial(d.cfg.EtcdEndpoints)
+	if err != nil {
+		return nil, err
+	}
+	a := &agent{d: d, cli: cli, reg: registry.New(cli), log: d.log.With("component", "agent"),
+		remotes: map[string]registry.Subnet{}, projects: map[string]uint32{}}
+	ok := false
+	defer func() {
+		if !ok {
+			cli.Close()
+		}
+	}()
+	ip, err := netip.ParseAddr(d.cfg.NodeIP)
+	if err != nil {
+		return nil, fmt.Errorf("nodeIP: %w", err)
+	}
+	a.node = registry.Node{Name: d.cfg.NodeName, IP: ip}
+	var rc registry.Config
+	for {
+		rc, err = a.reg.GetConfig(ctx)
+		if err == nil {
+			break
+		}
+		a.log.Warn("waiting for the cluster configuration", "etcd", d.cfg.EtcdEndpoints, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	if len(d.cfg.ClusterNetworks) == 0 {
+		for _, cn := range rc.ClusterNetworks {
+			d.cfg.ClusterNetworks = append(d.cfg.ClusterNetworks, cn.CIDR.String())
+		}
+	}
+	if d.cfg.ServiceNetwork == "" {
+		d.cfg.ServiceNetwork = rc.ServiceNetwork
+	}
+	if d.cfg.Mode == "" {
+		d.cfg.Mode = rc.Mode
+	}
+	if d.cfg.VXLANPort == 0 {
+		d.cfg.VXLANPort = rc.VXLANPort
+	}
+	a.ttl = rc.NodeLeaseTTL
+	if a.ttl <= 0 {
+		a.ttl = 10
+	}
+	var want netip.Prefix
+	if d.cfg.Subnet != "" {
+		if want, err = netip.ParsePrefix(d.cfg.Subnet); err != nil {
+			return nil, fmt.Errorf("subnet: %w", err)
+		}
+	}
+	sub, err := a.register(ctx, want)
+	if err != nil {
+		return nil, err
+	}
+	if want.IsValid() && sub != want {
+		return nil, fmt.Errorf("configured subnet %v is held by another node (registry gave %v)", want, sub)
+	}
+	d.cfg.Subnet = sub.String()
+	if d.node, err = d.cfg.Node(); err != nil {
+		return nil, fmt.Errorf("configuration from the registry: %w", err)
+	}
+	// Project VNIDs before the static pods are attached.
+	projects, err := a.reg.Projects(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d.cfg.Projects = maps.Clone(projects)
+	a.projects = projects
+	a.log.Info("registered", "node", a.node.Name, "ip", ip, "subnet", sub, "projects", len(projects))
+	ok = true
+	return a, nil
+}
+
+// register takes a lease and publishes the node, returning its subnet.
+func (a *agent) register(ctx context.Context, want netip.Prefix) (netip.Prefix, error) {
+	l, err := a.cli.Grant(ctx, a.ttl)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("lease: %w", err)
+	}
+	s, known, err := a.reg.Register(ctx, a.node, l.ID, want)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if !known {
+		if s, err = a.reg.WaitSubnet(ctx, a.node.Name); err != nil {
+			return netip.Prefix{}, err
+		}
+	}
+	a.mu.Lock()
+	a.lease, a.subnet = l.ID, s.Subnet
+	a.mu.Unlock()
+	return s.Subnet, nil
+}
+
+// run starts keeping the lease alive and following the registry, until
+// ctx is done or close is called.
+func (a *agent) run(ctx context.Context) {
+	ctx, a.cancel = context.WithCancel(ctx)
+	a.wg.Add(2)
+	go func() { defer a.wg.Done(); a.keepAlive(ctx) }()
+	go func() { defer a.wg.Done(); a.follow(ctx) }()
+}
+
+// close stops the agent; the node's lease is left to expire, so a quick
+// restart keeps the node's subnet.
+func (a *agent) close() {
+	if a.cancel != nil {
+		a.cancel()
+	}
+	a.wg.Wait()
+	a.cli.Close()
+}
+
+// keepAlive renews the lease; when it is lost (etcd unreachable for longer
+// than the TTL, or the lease expired) it registers again with a new lease,
+// asking for the subnet it already forwards with.
+func (a *agent) keepAlive(ctx context.Context) {
+	for ctx.Err() == nil {
+		a.mu.Lock()
+		lease, sub := a.lease, a.subnet
+		a.mu.Unlock()
+		ch, err := a.cli.KeepAlive(ctx, lease)
+		if err == nil {
+			for range ch {
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		a.log.Warn("node lease lost; registering again", "lease", int64(lease))
+		for ctx.Err() == nil {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			got, err := a.register(rctx, sub)
+			cancel()
+			if err == nil {
+				if got != sub {
+					a.log.Error("the registry gave this node another subnet; pods keep the old one until gvs-switchd restarts",
+						"have", sub, "registry", got)
+				} else {
+					a.log.Info("registered again", "subnet", got)
+				}
+				break
+			}
+			a.log.Debug("register", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// follow lists, then watches, the registry's subnets and projects.
+func (a *agent) follow(ctx context.Context) {
+	var rev int64
+	relist := true
+	down := false
+	for ctx.Err() == nil {
+		if relist {
+			r, err := a.resync(ctx)
+			if err != nil {
+				if !down {
+					a.log.Warn("registry unreachable; forwarding on the last known state", "err", err)
+					down = true
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			if down {
+				a.log.Info("registry reachable again; state re-listed", "revision", r)
+				down = false
+			}
+			rev, relist = r, false
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		wc := a.cli.Watch(wctx, registry.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		for wr := range wc {
+			if wr.CompactRevision != 0 {
+				a.log.Info("watch revision compacted; re-listing", "compacted", wr.CompactRevision)
+				relist = true
+				break
+			}
+			if err := wr.Err(); err != nil {
+				a.log.Warn("watch error; resuming", "err", err)
+				break
+			}
+			for _, ev := range wr.Events {
+				a.apply(ev.Type == clientv3.EventTypeDelete, string(ev.Kv.Key), ev.Kv.Value)
+			}
+			if wr.Header.Revision > rev {
+				rev = wr.Header.Revision
+			}
+		}
+		cancel()
+		if ctx.Err() == nil && !relist {
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// resync reads subnets and projects at one revision and applies the
+// difference with what the daemon has.
+func (a *agent) resync(ctx context.Context) (int64, error) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := a.cli.Txn(rctx).Then(
+		clientv3.OpGet(registry.SubnetsPrefix, clientv3.WithPrefix()),
+		clientv3.OpGet(registry.ProjectsPrefix, clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return 0, err
+	}
+	seen := map[string]bool{}
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		seen[string(kv.Key)] = true
+		a.apply(false, string(kv.Key), kv.Value)
+	}
+	for name := range a.remotes {
+		if !seen[registry.SubnetKey(name)] {
+			a.apply(true, registry.SubnetKey(name), nil)
+		}
+	}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		seen[string(kv.Key)] = true
+		a.apply(false, string(kv.Key), kv.Value)
+	}
+	for name := range a.projects {
+		if !seen[registry.ProjectKey(name)] {
+			a.apply(true, registry.ProjectKey(name), nil)
+		}
+	}
+	return resp.Header.Revision, nil
+}
+
+// apply mirrors one registry key into the daemon.
+func (a *agent) apply(deleted bool, key string, val []byte) {
+	switch {
+	case strings.HasPrefix(key, registry.SubnetsPrefix):
+		name := strings.TrimPrefix(key, registry.SubnetsPrefix)
+		if name == a.node.Name {
+			return
+		}
+		old, had := a.remotes[name]
+		if deleted {
+			if had {
+				delete(a.remotes, name)
+				if err := a.d.RemoveRemote(old.IP); err != nil {
+					a.log.Error("remove remote node", "node", name, "err", err)
+				}
+				a.log.Info("remote node removed", "node", name, "ip", old.IP, "subnet", old.Subnet)
+			}
+			return
+		}
+		var s registry.Subnet
+		if err := json.Unmarshal(val, &s); err != nil {
+			a.log.Warn("bad subnet record", "key", key, "err", err)
+			return
+		}
+		if had && old == s {
+			return
+		}
+		if had && old.IP != s.IP {
+			_ = a.d.RemoveRemote(old.IP)
+		}
+		err := a.d.AddRemote(PeerConfig{Name: name, IP: s.IP.String(), Subnet: s.Subnet.String()})
+		if err != nil {
+			a.log.Error("add remote node", "node", name, "err", err)
+			return
+		}
+		a.remotes[name] = s
+		a.log.Info("remote node added", "node", name, "ip", s.IP, "subnet", s.Subnet)
+	case strings.HasPrefix(key, registry.ProjectsPrefix):
+		name := strings.TrimPrefix(key, registry.ProjectsPrefix)
+		if deleted {
+			delete(a.projects, name)
+			return
+		}
+		var p registry.Project
+		if err := json.Unmarshal(val, &p); err != nil {
+			a.log.Warn("bad project record", "key", key, "err", err)
+			return
+		}
+		if old, ok := a.projects[name]; ok && old == p.VNID {
+			return
+		}
+		a.projects[name] = p.VNID
+		if err := a.d.SetProjectVNID(name, p.VNID); err != nil {
+			a.log.Error("re-tag project", "project", name, "err", err)
+		}
+	}
+}
