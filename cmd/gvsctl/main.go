@@ -34,6 +34,16 @@ commands:
                           table by table; when it leaves through the tunnel, says how to go on
   stats                   drops by reason and table, lookups, cache hits
   pods                    attached pods
+
+control plane (talks to etcd: --etcd URL[,URL...] or $GVS_ETCD):
+  projects list           projects and their VNIDs
+  projects create P...    new projects (fresh VNIDs; default and global projects get 0)
+  projects delete P...    delete projects (a VNID no project uses is released)
+  projects join A P...    give projects P... the VNID of A
+  projects isolate P...   give each project a fresh VNID of its own (not default)
+  projects make-global P...
+                          give projects VNID 0
+  nodes                   registered nodes with their underlay IPs and subnets
 `
 
 func main() {
@@ -48,6 +58,7 @@ func run(args []string, stdout io.Writer) error {
 	socket := fs.String("s", envOr("GVS_SOCKET", control.DefaultSocket), "gvs-switchd control socket ($GVS_SOCKET)")
 	output := fs.String("o", "text", "output format: text or json")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the daemon")
+	etcd := fs.String("etcd", os.Getenv("GVS_ETCD"), "etcd endpoints for projects and nodes ($GVS_ETCD)")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -64,6 +75,8 @@ func run(args []string, stdout io.Writer) error {
 	c := cli{ctx: ctx, socket: *socket, json: *output == "json", out: stdout}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch cmd {
+	case "projects", "nodes":
+		return registryCmd(ctx, *etcd, c.json, c.out, cmd, rest)
 	case "show":
 		var r control.ShowResult
 		return c.call(control.Request{Command: "show"}, &r, func() { printShow(c.out, r) })
