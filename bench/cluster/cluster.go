@@ -37,6 +37,11 @@ type Spec struct {
 	// Dataplanes gives each node's dataplane, DataplaneGVS (the default) or
 	// DataplaneKernel; nodes past the end of the list run gvs.
 	Dataplanes []string
+	// ControlPlane is "" (static peers and VNIDs in each node's config),
+	// ControlPlaneEmbedded or ControlPlaneExternal (controlplane.go).
+	ControlPlane string
+	// NodeLeaseTTL is the control plane's node lease in seconds (default 5).
+	NodeLeaseTTL int
 }
 
 // Cluster is a running cluster.
@@ -44,6 +49,10 @@ type Cluster struct {
 	Spec  Spec
 	Lab   *lab.Lab
 	Nodes []Node
+	// Control plane (Spec.ControlPlane), running in the first node's namespace.
+	Master        *lab.Proc
+	EtcdEndpoints []string
+	Etcd          []*EtcdMember
 }
 
 // Node is one node of the cluster and its daemon.
@@ -90,6 +99,9 @@ func (s *Spec) defaults() error {
 // nodeSubnet returns the i-th node subnet (sequential; the control plane
 // will allocate them instead).
 func (s *Spec) nodeSubnet(i int) netip.Prefix {
+	if s.ControlPlane != "" {
+		return s.allocatedSubnet(i)
+	}
 	bits := 32 - s.HostSubnetBits
 	base := s.ClusterNetwork.Addr().As4()
 	v := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
@@ -126,6 +138,11 @@ func Up(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
+	if spec.ControlPlane != "" {
+		if err := c.upControlPlane(ctx); err != nil {
+			return nil, err
+		}
+	}
 	for i := range c.Nodes {
 		if err := c.writeConfig(i); err != nil {
 			return nil, err
@@ -143,6 +160,11 @@ func Up(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 		n.proc, err = l.Start(ctx, n.NS, log, filepath.Join(spec.BinDir, "gvs-switchd"), "-config", n.Config)
 		if err != nil {
 			return nil, err
+		}
+		if spec.ControlPlane != "" { // one at a time: the order of registration gives the subnets
+			if err := c.waitReady(ctx, i); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for i := range c.Nodes {
@@ -187,6 +209,10 @@ func (c *Cluster) writeConfig(i int) error {
 	}
 	for _, p := range n.Pods {
 		cfg.Pods = append(cfg.Pods, daemon.PodConfig{Name: p.Name, Project: p.Project, Netns: p.NSPath, IP: p.IP.String()})
+	}
+	if c.Spec.ControlPlane != "" {
+		cfg.Subnet, cfg.Peers, cfg.Projects = "", nil, nil
+		cfg.EtcdEndpoints = c.EtcdEndpoints
 	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {

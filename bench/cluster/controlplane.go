@@ -1,0 +1,242 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/sdn/master"
+)
+
+// Control planes of Spec.ControlPlane. Both run in the first node's
+// namespace, reachable from every node on the underlay.
+const (
+	// ControlPlaneEmbedded runs gvs-master with its embedded etcd.
+	ControlPlaneEmbedded = "embedded"
+	// ControlPlaneExternal runs a 3-member cluster of Debian's etcd
+	// (EtcdBinary) and gvs-master against it.
+	ControlPlaneExternal = "external"
+)
+
+// EtcdBinary is the etcd server the external control plane runs.
+const EtcdBinary = "/usr/bin/etcd"
+
+// EtcdMember is one member of the external etcd cluster.
+type EtcdMember struct {
+	Name      string
+	ClientURL string
+	args      []string
+	proc      *lab.Proc
+	c         *Cluster
+}
+
+// allocatedSubnet is the i-th subnet gvs-master hands out (nodes register
+// one at a time, in order).
+func (s *Spec) allocatedSubnet(i int) netip.Prefix {
+	sa, err := master.NewSubnetAllocator([]master.ClusterNetwork{{CIDR: s.ClusterNetwork, HostSubnetLength: s.HostSubnetBits}})
+	if err != nil {
+		return netip.Prefix{}
+	}
+	var p netip.Prefix
+	for range i + 1 {
+		if p, err = sa.Allocate(); err != nil {
+			return netip.Prefix{}
+		}
+	}
+	return p
+}
+
+// upControlPlane starts etcd (external) and gvs-master in the first node's
+// namespace, waits until the registry answers and creates the projects of
+// Spec.VNIDs (in VNID order, joining projects that share a VNID), then
+// records the VNIDs the registry gave the pods.
+func (c *Cluster) upControlPlane(ctx context.Context) error {
+	for i := range c.Nodes {
+		if c.Spec.dataplane(i) != DataplaneGVS {
+			return errors.New("cluster: the control plane needs gvs on every node")
+		}
+	}
+	n0 := c.Nodes[0]
+	dir := c.Lab.StateDir()
+	ttl := c.Spec.NodeLeaseTTL
+	if ttl == 0 {
+		ttl = 5
+	}
+	args := []string{filepath.Join(c.Spec.BinDir, "gvs-master"),
+		"--mode", c.Spec.Mode,
+		"--cluster-network", fmt.Sprintf("%s:%d", c.Spec.ClusterNetwork, c.Spec.HostSubnetBits),
+		"--service-network", c.Spec.ServiceNetwork.String(),
+		"--node-lease-ttl", strconv.Itoa(ttl)}
+	switch c.Spec.ControlPlane {
+	case ControlPlaneEmbedded:
+		c.EtcdEndpoints = []string{fmt.Sprintf("http://%s:2379", n0.IP)}
+		args = append(args, "--data-dir", filepath.Join(dir, "master-etcd"),
+			"--listen-client", c.EtcdEndpoints[0], "--listen-peer", "http://127.0.0.1:2380")
+	case ControlPlaneExternal:
+		if err := c.startEtcd(ctx, 3); err != nil {
+			return err
+		}
+		args = append(args, "--etcd-endpoints", strings.Join(c.EtcdEndpoints, ","))
+	default:
+		return fmt.Errorf("cluster: unknown control plane %q", c.Spec.ControlPlane)
+	}
+	var err error
+	c.Master, err = c.Lab.Start(ctx, n0.NS, filepath.Join(dir, "master.log"), args...)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := c.Projects(ctx, "list")
+		if err == nil {
+			break
+		}
+		if c.Master.Exited() || time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "master.log"))
+			return fmt.Errorf("cluster: gvs-master did not come up: %v\n--- its log ---\n%s", err, log)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Projects, grouped by wanted VNID.
+	groups := map[uint32][]string{}
+	for p, v := range c.Spec.VNIDs {
+		if p != master.DefaultProject {
+			groups[v] = append(groups[v], p)
+		}
+	}
+	for _, v := range slices.Sorted(maps.Keys(groups)) {
+		ps := groups[v]
+		slices.Sort(ps)
+		if _, err := c.Projects(ctx, append([]string{"create"}, ps...)...); err != nil {
+			return err
+		}
+		var err error
+		switch {
+		case v == 0:
+			_, err = c.Projects(ctx, append([]string{"make-global"}, ps...)...)
+		case len(ps) > 1:
+			_, err = c.Projects(ctx, append([]string{"join"}, ps...)...)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return c.RefreshVNIDs(ctx)
+}
+
+// Projects runs `gvsctl projects ARGS...` against the registry, in the
+// first node's namespace.
+func (c *Cluster) Projects(ctx context.Context, args ...string) ([]byte, error) {
+	argv := append([]string{filepath.Join(c.Spec.BinDir, "gvsctl"), "-etcd", strings.Join(c.EtcdEndpoints, ","), "projects"}, args...)
+	out, err := c.Lab.Exec(ctx, c.Nodes[0].NS, argv...)
+	if err != nil {
+		return out, fmt.Errorf("gvsctl projects %v: %w\n%s", args, err, out)
+	}
+	return out, nil
+}
+
+// ProjectVNIDs reads the projects' VNIDs from the registry.
+func (c *Cluster) ProjectVNIDs(ctx context.Context) (map[string]uint32, error) {
+	out, err := c.Projects(ctx, "list")
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]uint32{}
+	for _, line := range strings.Split(string(out), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) == 2 {
+			v, err := strconv.ParseUint(f[1], 10, 32)
+			if err == nil {
+				m[f[0]] = uint32(v)
+			}
+		}
+	}
+	return m, nil
+}
+
+// startEtcd starts an n-member etcd cluster in the first node's namespace:
+// clients on its underlay address, peers on its loopback.
+func (c *Cluster) startEtcd(ctx context.Context, n int) error {
+	if _, err := os.Stat(EtcdBinary); err != nil {
+		return fmt.Errorf("cluster: %w (apt-get install etcd-server)", err)
+	}
+	ip := c.Nodes[0].IP
+	var initial []string
+	for i := range n {
+		initial = append(initial, fmt.Sprintf("m%d=http://127.0.0.1:%d", i+1, 22380+i))
+	}
+	for i := range n {
+		m := &EtcdMember{Name: fmt.Sprintf("m%d", i+1), ClientURL: fmt.Sprintf("http://%s:%d", ip, 22379+10*(i+1)), c: c}
+		peer := fmt.Sprintf("http://127.0.0.1:%d", 22380+i)
+		m.args = []string{EtcdBinary, "--name", m.Name,
+			"--data-dir", filepath.Join(c.Lab.StateDir(), "etcd-"+m.Name),
+			"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
+			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+			"--initial-cluster-token", c.Lab.Prefix, "--log-level", "warn",
+			"--heartbeat-interval", "100", "--election-timeout", "1000"}
+		c.Etcd = append(c.Etcd, m)
+		c.EtcdEndpoints = append(c.EtcdEndpoints, m.ClientURL)
+		if err := m.Start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Start (re)starts the member on its data directory.
+func (m *EtcdMember) Start(ctx context.Context) error {
+	if m.proc != nil && !m.proc.Exited() {
+		return nil
+	}
+	p, err := m.c.Lab.Start(ctx, m.c.Nodes[0].NS, filepath.Join(m.c.Lab.StateDir(), "etcd-"+m.Name+".log"), m.args...)
+	if err != nil {
+		return fmt.Errorf("cluster: etcd %s: %w", m.Name, err)
+	}
+	m.proc = p
+	return nil
+}
+
+// Stop stops the member (SIGTERM, then SIGKILL).
+func (m *EtcdMember) Stop() error {
+	if m.proc == nil {
+		return nil
+	}
+	return m.proc.Stop()
+}
+
+// RefreshVNIDs re-reads the projects' VNIDs from the registry into the
+// pods (after gvsctl projects join/isolate/make-global), so Allowed and
+// Reachability expect the new isolation.
+func (c *Cluster) RefreshVNIDs(ctx context.Context) error {
+	got, err := c.ProjectVNIDs(ctx)
+	if err != nil {
+		return err
+	}
+	for i := range c.Nodes {
+		for j := range c.Nodes[i].Pods {
+			p := &c.Nodes[i].Pods[j]
+			if c.Spec.Mode == "multitenant" {
+				p.VNID = got[p.Project]
+			}
+		}
+	}
+	return nil
+}
+
+// StopNode stops node i's gvs-switchd (its lease then expires).
+func (c *Cluster) StopNode(i int) error {
+	if p := c.Nodes[i].proc; p != nil {
+		return p.Stop()
+	}
+	return nil
+}
