@@ -59,6 +59,9 @@ func demoUp(ctx context.Context, prefix string) error {
 		Mode:   "multitenant",
 		VNIDs:  map[string]uint32{"default": 0, "alpha": 10, "beta": 11},
 		BinDir: bin,
+		// gvs-master (embedded etcd) in n1's namespace allocates subnets
+		// and VNIDs; the nodes register and follow it.
+		ControlPlane: cluster.ControlPlaneEmbedded,
 	})
 	if err != nil {
 		return err
@@ -109,6 +112,8 @@ func demoUp(ctx context.Context, prefix string) error {
 	}
 	srv.Stop()
 
+	bad = append(bad, demoLiveIsolation(ctx, c, step)...)
+
 	gvsctl := filepath.Join(bin, "gvsctl")
 	fmt.Printf(`
 The cluster keeps running. Look around:
@@ -116,8 +121,10 @@ The cluster keeps running. Look around:
   ip netns exec %[1]s %[2]s -s %[3]s dump-flows table=80
   ip netns exec %[1]s %[2]s -s %[3]s trace in_port=4,ip,nw_src=%[4]s,nw_dst=%[5]s
   ip netns exec %[6]s ping %[5]s
+  ip netns exec %[1]s %[2]s -etcd %[7]s projects list    (and join, isolate, make-global)
+  ip netns exec %[1]s %[2]s -etcd %[7]s nodes
 Tear it down with:  make demo-down
-`, c.Nodes[0].NS, gvsctl, c.Nodes[0].Socket, a.IP, b.IP, a.NS)
+`, c.Nodes[0].NS, gvsctl, c.Nodes[0].Socket, a.IP, b.IP, a.NS, strings.Join(c.EtcdEndpoints, ","))
 	if len(bad) > 0 {
 		fmt.Println("\nDEMO FAILED:")
 		for _, s := range bad {
