@@ -23,7 +23,7 @@ import (
 // watch resumes from its last revision when etcd returns, or re-lists
 // everything if that revision was compacted meanwhile.
 type agent struct {
-	d    *Daemon
+	d    sink
 	cli  *clientv3.Client
 	reg  *registry.Registry
 	log  *slog.Logger
@@ -41,6 +41,18 @@ type agent struct {
 	cancel   context.CancelFunc
 }
 
+// sink is what the agent drives: the Daemon, or a counter in the scale test.
+type sink interface {
+	AddRemote(PeerConfig) error
+	RemoveRemote(netip.Addr) error
+	SetProjectVNID(project string, vnid uint32) error
+}
+
+func newAgent(cli *clientv3.Client, node registry.Node, ttl int64, d sink, log *slog.Logger) *agent {
+	return &agent{d: d, cli: cli, reg: registry.New(cli), log: log, node: node, ttl: ttl,
+		remotes: map[string]registry.Subnet{}, projects: map[string]uint32{}}
+}
+
 // startAgent connects to etcd, waits for gvs-master's configuration,
 // registers the node and waits for its subnet; it completes d.cfg and
 // d.node from the registry. It must run before setup.
@@ -49,19 +61,18 @@ func (d *Daemon) startAgent(ctx context.Context) (*agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &agent{d: d, cli: cli, reg: registry.New(cli), log: d.log.With("component", "agent"),
-		remotes: map[string]registry.Subnet{}, projects: map[string]uint32{}}
+	ip, err := netip.ParseAddr(d.cfg.NodeIP)
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("nodeIP: %w", err)
+	}
+	a := newAgent(cli, registry.Node{Name: d.cfg.NodeName, IP: ip}, 0, d, d.log.With("component", "agent"))
 	ok := false
 	defer func() {
 		if !ok {
 			cli.Close()
 		}
 	}()
-	ip, err := netip.ParseAddr(d.cfg.NodeIP)
-	if err != nil {
-		return nil, fmt.Errorf("nodeIP: %w", err)
-	}
-	a.node = registry.Node{Name: d.cfg.NodeName, IP: ip}
 	var rc registry.Config
 	for {
 		rc, err = a.reg.GetConfig(ctx)
