@@ -10,3 +10,9 @@ var (
 	_ Port       = (*tap.Device)(nil)
 	_ TunnelPort = (*vxlan.Port)(nil)
 )
+
+// The real ports implement the offload interfaces too.
+var (
+	_ OffloadPort       = (*tap.Device)(nil)
+	_ OffloadTunnelPort = (*vxlan.Port)(nil)
+)

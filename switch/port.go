@@ -1,6 +1,9 @@
 package vswitch
 
-import "github.com/gvswitch/gvs/vxlan"
+import (
+	"github.com/gvswitch/gvs/packet"
+	"github.com/gvswitch/gvs/vxlan"
+)
 
 // Headroom is the number of bytes the switch leaves in front of every frame in
 // the buffers it hands to ports. A port may use them to write its own header
@@ -40,4 +43,26 @@ type TunnelPort interface {
 	WriteTunnel(bufs [][]byte, eps []vxlan.Endpoint, offset int) (n int, err error)
 	BatchSize() int
 	Close() error
+}
+
+// OffloadPort is an optional interface of a Port whose frames may be GSO
+// super-frames (a TAP with TSO enabled). The switch calls ReadGSO and
+// WriteGSO instead of Read and Write; gso[i] describes frame i (the zero
+// value is a complete frame). A super-frame read from an OffloadPort is
+// only queued to ports that implement OffloadPort or OffloadTunnelPort;
+// for other ports it is dropped as DropGSO. Frames the switch passes to
+// WriteGSO with zero metadata are complete frames, as with Write.
+type OffloadPort interface {
+	Port
+	ReadGSO(bufs [][]byte, sizes []int, gso []packet.GSO, offset int) (n int, err error)
+	WriteGSO(bufs [][]byte, gso []packet.GSO, offset int) (n int, err error)
+}
+
+// OffloadTunnelPort is the optional GSO-aware form of a TunnelPort: reads
+// may return coalesced super-frames, writes accept super-frames and
+// segment them.
+type OffloadTunnelPort interface {
+	TunnelPort
+	ReadTunnelGSO(bufs [][]byte, sizes []int, gso []packet.GSO, eps []vxlan.Endpoint, offset int) (n int, err error)
+	WriteTunnelGSO(bufs [][]byte, gso []packet.GSO, eps []vxlan.Endpoint, offset int) (n int, err error)
 }

@@ -21,13 +21,14 @@ const (
 	DropNoTunnelDst                      // output to the tunnel port without tun_dst
 	DropNoBuffer                         // no spare buffer to copy a frame sent to several ports
 	DropTxError                          // the output port's write failed
+	DropGSO                              // a GSO super-frame for a port that cannot take one
 	NumDropReasons
 )
 
 // DropReasonNames are the label values for DropReason, in order.
 var DropReasonNames = [NumDropReasons]string{
 	"table_miss", "action_drop", "loop", "too_many_outputs", "malformed",
-	"no_port", "no_tunnel_dst", "no_buffer", "tx_error",
+	"no_port", "no_tunnel_dst", "no_buffer", "tx_error", "gso",
 }
 
 // String returns the reason's label value.

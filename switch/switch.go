@@ -14,6 +14,14 @@ package vswitch
 //     table.
 //  5. At the end of the batch every queued destination is written in one
 //     call, so a batch costs one write per destination, not per frame.
+//
+// Offloads: a port that implements OffloadPort (or OffloadTunnelPort) is
+// read and written with a packet.GSO per frame. A TAP with TSO then hands
+// over 64 KiB TCP super-frames and the tunnel port hands over coalesced
+// ones; the switch runs the pipeline once per super-frame (its headers are
+// those of every segment) and passes the metadata to the output, which
+// either takes the super-frame whole (a TAP) or segments it (vxlan0). A
+// super-frame for a port without the interface is dropped (DropGSO).
 
 import (
 	"context"
@@ -36,7 +44,8 @@ var (
 
 // DefaultMaxFrame is the default size of the frame part of every worker
 // buffer: a 9000-byte jumbo frame and its Ethernet header fit. Offloads that
-// deliver 64 KiB super-frames need Config.MaxFrame = 65535.
+// deliver 64 KiB super-frames need Config.MaxFrame = packet.MaxSuperFrame+1
+// (the spare byte lets a TAP read detect truncation).
 const DefaultMaxFrame = 9216
 
 // Config configures a Switch. The zero value is not usable: Table is required.
@@ -49,6 +58,10 @@ type Config struct {
 	// MaxFrame is the largest frame a port may deliver; 0 means
 	// DefaultMaxFrame. Each worker keeps BatchSize+8 buffers of this size.
 	MaxFrame int
+	// NoOffload makes the switch ignore the OffloadPort and
+	// OffloadTunnelPort interfaces of its ports: every frame then goes
+	// through Read/Write (ReadTunnel/WriteTunnel) without GSO metadata.
+	NoOffload bool
 	// Logger receives management events, never per-packet logs. Nil discards.
 	Logger *slog.Logger
 }
@@ -87,9 +100,13 @@ type portEntry struct {
 	no     uint32
 	port   Port
 	tunnel TunnelPort
-	stats  portCounters
-	cancel context.CancelFunc
-	done   chan struct{}
+	// offload and offTunnel are port or tunnel as their GSO-aware
+	// interfaces, when they implement them.
+	offload   OffloadPort
+	offTunnel OffloadTunnelPort
+	stats     portCounters
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 func (e *portEntry) name() string {
@@ -149,6 +166,10 @@ func (s *Switch) AddTunnel(no uint32, p TunnelPort) error {
 }
 
 func (s *Switch) add(e *portEntry) error {
+	if !s.cfg.NoOffload {
+		e.offload, _ = e.port.(OffloadPort)
+		e.offTunnel, _ = e.tunnel.(OffloadTunnelPort)
+	}
 	if e.no == flowtable.PortNone || e.no >= flowtable.PortMax {
 		return fmt.Errorf("%w: %d", ErrInvalidPort, e.no)
 	}

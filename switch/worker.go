@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/vxlan"
 )
 
@@ -16,6 +17,7 @@ type pending struct {
 	e     *portEntry
 	bufs  [][]byte
 	eps   []vxlan.Endpoint
+	gso   []packet.GSO
 	bytes int
 }
 
@@ -27,6 +29,7 @@ type worker struct {
 	bufs   [][]byte
 	sizes  []int
 	eps    []vxlan.Endpoint
+	gso    []packet.GSO // per-frame offload metadata (zero unless the port offloads)
 	spare  [][]byte
 	nSpare int
 	cache  *flowtable.Cache
@@ -44,6 +47,7 @@ func (s *Switch) newWorker(e *portEntry) *worker {
 		bufs:  make([][]byte, n),
 		sizes: make([]int, n),
 		eps:   make([]vxlan.Endpoint, n),
+		gso:   make([]packet.GSO, n),
 		spare: make([][]byte, spareBuffers),
 	}
 	for i := range w.bufs {
@@ -73,9 +77,14 @@ func (s *Switch) worker(ctx context.Context, e *portEntry) {
 	for {
 		var n int
 		var err error
-		if e.tunnel != nil {
+		switch {
+		case e.offTunnel != nil:
+			n, err = e.offTunnel.ReadTunnelGSO(w.bufs, w.sizes, w.gso, w.eps, Headroom)
+		case e.offload != nil:
+			n, err = e.offload.ReadGSO(w.bufs, w.sizes, w.gso, Headroom)
+		case e.tunnel != nil:
 			n, err = e.tunnel.ReadTunnel(w.bufs, w.sizes, w.eps, Headroom)
-		} else {
+		default:
 			n, err = e.port.Read(w.bufs, w.sizes, Headroom)
 		}
 		if n > 0 {
@@ -162,6 +171,11 @@ func (w *worker) route(i, size int) {
 		if out.SetEthDst {
 			copy(buf[Headroom:Headroom+6], out.EthDst[:])
 		}
+		g := w.gso[i]
+		if g.IsGSO() && dst.offload == nil && dst.offTunnel == nil {
+			w.drop(DropGSO)
+			continue
+		}
 		var ep vxlan.Endpoint
 		if dst.tunnel != nil {
 			if out.TunDst == ([4]byte{}) {
@@ -173,6 +187,7 @@ func (w *worker) route(i, size int) {
 		p := w.pendingFor(dst)
 		p.bufs = append(p.bufs, buf[:Headroom+size])
 		p.eps = append(p.eps, ep)
+		p.gso = append(p.gso, g)
 		p.bytes += size
 	}
 }
@@ -188,6 +203,7 @@ func (w *worker) pendingFor(e *portEntry) *pending {
 		w.pend = append(w.pend, pending{
 			bufs: make([][]byte, 0, capacity),
 			eps:  make([]vxlan.Endpoint, 0, capacity),
+			gso:  make([]packet.GSO, 0, capacity),
 		})
 	}
 	p := &w.pend[w.nPend]
@@ -202,9 +218,14 @@ func (w *worker) flush() {
 		p := &w.pend[j]
 		var n int
 		var err error
-		if p.e.tunnel != nil {
+		switch {
+		case p.e.offTunnel != nil:
+			n, err = p.e.offTunnel.WriteTunnelGSO(p.bufs, p.gso, p.eps, Headroom)
+		case p.e.offload != nil:
+			n, err = p.e.offload.WriteGSO(p.bufs, p.gso, Headroom)
+		case p.e.tunnel != nil:
 			n, err = p.e.tunnel.WriteTunnel(p.bufs, p.eps, Headroom)
-		} else {
+		default:
 			n, err = p.e.port.Write(p.bufs, Headroom)
 		}
 		if n > len(p.bufs) {
@@ -229,6 +250,7 @@ func (w *worker) flush() {
 		}
 		p.bufs = p.bufs[:0]
 		p.eps = p.eps[:0]
+		p.gso = p.gso[:0]
 		p.bytes = 0
 		p.e = nil
 	}

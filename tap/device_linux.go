@@ -10,9 +10,10 @@ package tap
 //     writes virtio_net_hdr+frame at bufs[i][offset-VnetHdrLen:], so the frame
 //     lands at bufs[i][offset] without a copy. Further reads take what is
 //     ready without waiting. Each header is parsed; a partial checksum is
-//     completed in software; GSO super-frames are dropped and counted.
-//  3. Write: a zeroed header goes into the headroom in front of each frame,
-//     one write(2) per frame.
+//     completed in software. GSO super-frames (TSO enabled) are returned
+//     whole by ReadGSO with their metadata, and dropped and counted by Read.
+//  3. Write: a header goes into the headroom in front of each frame (zeroed,
+//     or from the frame's packet.GSO with WriteGSO), one write(2) per frame.
 //  4. Close closes the *os.File, which wakes a Read blocked in the poller.
 
 import (
@@ -25,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gvswitch/gvs/packet"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,9 +36,15 @@ const DefaultBatchSize = 64
 // tunPath is the TUN/TAP clone device.
 const tunPath = "/dev/net/tun"
 
-// supportedOffloads are the TUN_F_* bits gvs can handle today: checksum
-// offload only, because the read path cannot yet split GSO super-frames.
-const supportedOffloads = unix.TUN_F_CSUM
+// supportedOffloads are the TUN_F_* bits gvs can handle: checksum offload
+// and TCP segmentation offload (the switch passes super-frames on with
+// ReadGSO/WriteGSO and the tunnel port segments them). USO (TUN_F_USO4/6)
+// is not accepted: nothing segments UDP super-frames yet.
+const supportedOffloads = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6 | unix.TUN_F_TSO_ECN
+
+// OffloadsTSO is the offload set for a pod TAP whose frames are read with
+// ReadGSO: checksum offload and TSO for IPv4 and IPv6.
+const OffloadsTSO = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6
 
 // Errors a Device returns that callers act on.
 var (
@@ -65,8 +73,9 @@ type Config struct {
 	// Device of its own: Create makes the first, Open attaches more.
 	MultiQueue bool
 	// Offloads are TUN_F_* bits passed to TUNSETOFFLOAD. 0 (none) makes the
-	// kernel hand over complete frames. Only unix.TUN_F_CSUM is accepted
-	// until GSO splitting is implemented.
+	// kernel hand over complete frames. unix.TUN_F_CSUM and the TSO bits
+	// (see OffloadsTSO) are accepted; with TSO, read with ReadGSO, since
+	// Read drops super-frames (DropGSO).
 	Offloads uint
 	// BatchSize is what BatchSize reports; 0 means DefaultBatchSize.
 	BatchSize int
@@ -101,8 +110,8 @@ const (
 	DropTruncated
 	// DropBadVnetHdr: ParseVnetHdr rejected the header.
 	DropBadVnetHdr
-	// DropGSO: a GSO super-frame arrived.
-	// TODO(perf): split it instead (see SPEC §2.1) once TSO is enabled.
+	// DropGSO: a GSO super-frame arrived through Read (ReadGSO passes it
+	// on), or one of a type ReadGSO does not pass (UDP).
 	DropGSO
 	// NumDropReasons is the number of drop reasons.
 	NumDropReasons
@@ -399,10 +408,26 @@ func (d *Device) readRaw(fd uintptr) bool {
 // (DropTruncated): each buffer must hold offset + 14 + MTU plus at least one
 // spare byte (offset + 65536 once GSO is enabled). Read does not allocate.
 func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	return d.read(bufs, sizes, nil, offset)
+}
+
+// ReadGSO is Read for a device with TSO enabled: a TCP super-frame is
+// returned whole, up to 64 KiB, with its metadata in gso[i] (type, header
+// length, segment size and its partial checksum, which is left partial).
+// Complete frames get zero metadata, their partial checksum completed as
+// with Read. Buffers must hold offset + packet.MaxSuperFrame + 1 bytes.
+func (d *Device) ReadGSO(bufs [][]byte, sizes []int, gso []packet.GSO, offset int) (int, error) {
+	return d.read(bufs, sizes, gso, offset)
+}
+
+func (d *Device) read(bufs [][]byte, sizes []int, gso []packet.GSO, offset int) (int, error) {
 	if offset < VnetHdrLen {
 		return 0, ErrHeadroom
 	}
 	limit := min(len(bufs), len(sizes))
+	if gso != nil {
+		limit = min(limit, len(gso))
+	}
 	n := 0
 	var bytes uint64
 	for n < limit {
@@ -430,7 +455,7 @@ func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			}
 			return 0, err
 		}
-		if r, ok := d.check(raw, m); !ok {
+		if r, ok := d.check(raw, m, gso, n); !ok {
 			d.stats.rxDrops[r].Add(1)
 			continue
 		}
@@ -450,8 +475,9 @@ func (d *Device) addRx(n int, bytes uint64) {
 }
 
 // check validates the m bytes read into raw (header and frame) and
-// completes a partial checksum.
-func (d *Device) check(raw []byte, m int) (DropReason, bool) {
+// completes a partial checksum. With gso non-nil a TCP super-frame is
+// accepted and described in gso[i]; otherwise gso[i] is zeroed.
+func (d *Device) check(raw []byte, m int, gso []packet.GSO, i int) (DropReason, bool) {
 	// The kernel cuts a frame to the buffer and returns the cut length
 	// (tun_chr_read_iter), so a full buffer may hold a truncated frame.
 	if m >= len(raw) {
@@ -464,8 +490,23 @@ func (d *Device) check(raw []byte, m int) (DropReason, bool) {
 	if err != nil {
 		return DropBadVnetHdr, false
 	}
+	if gso != nil {
+		gso[i] = packet.GSO{}
+	}
 	if h.IsGSO() {
-		return DropGSO, false
+		t := h.GSOType() &^ GSOECN
+		if gso == nil || (t != GSOTCPv4 && t != GSOTCPv6) {
+			return DropGSO, false
+		}
+		gso[i] = packet.GSO{
+			Type:       t,
+			NeedsCsum:  h.NeedsCsum(),
+			HdrLen:     h.HdrLen(),
+			Size:       h.GSOSize(),
+			CsumStart:  h.CsumStart(),
+			CsumOffset: h.CsumOffset(),
+		}
+		return 0, true
 	}
 	if h.NeedsCsum() {
 		// ParseVnetHdr checked the offsets.
@@ -481,19 +522,41 @@ func (d *Device) check(raw []byte, m int) (DropReason, bool) {
 // frames written. Write may be called from several goroutines; it does not
 // allocate except to report an error.
 func (d *Device) Write(bufs [][]byte, offset int) (int, error) {
+	return d.write(bufs, nil, offset)
+}
+
+// WriteGSO is Write with offload metadata: frame i is written with a
+// virtio_net_hdr made from gso[i], so a TCP super-frame with a partial
+// checksum goes to the kernel whole (the kernel segments it, or the pod's
+// stack takes it as one large segment). The kernel accepts such frames
+// whatever offloads the device was opened with.
+func (d *Device) WriteGSO(bufs [][]byte, gso []packet.GSO, offset int) (int, error) {
+	return d.write(bufs, gso, offset)
+}
+
+func (d *Device) write(bufs [][]byte, gso []packet.GSO, offset int) (int, error) {
 	if offset < VnetHdrLen {
 		return 0, ErrHeadroom
 	}
 	var bytes uint64
 	n := 0
 	var err error
-	for _, b := range bufs {
+	for i, b := range bufs {
 		if len(b) < offset {
 			err = ErrHeadroom
 			break
 		}
 		pkt := b[offset-VnetHdrLen:]
-		VnetHdr(pkt).Reset()
+		h := VnetHdr(pkt)
+		h.Reset()
+		if i < len(gso) {
+			if g := gso[i]; g.IsGSO() || g.NeedsCsum {
+				h.SetGSO(g.Type, g.HdrLen, g.Size)
+				if g.NeedsCsum {
+					h.SetPartialCsum(g.CsumStart, g.CsumOffset)
+				}
+			}
+		}
 		if _, err = d.file.Write(pkt); err != nil {
 			d.stats.txErrors.Add(1)
 			if d.closed.Load() || errors.Is(err, os.ErrClosed) {

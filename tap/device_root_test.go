@@ -457,7 +457,7 @@ func TestTAPPersistOpenMultiQueue(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	for _, c := range []tap.Config{
 		{Name: "0123456789abcdef"},
-		{Offloads: unix.TUN_F_CSUM | unix.TUN_F_TSO4},
+		{Offloads: unix.TUN_F_CSUM | unix.TUN_F_USO4},
 		{BatchSize: -1},
 	} {
 		if err := c.Validate(); err == nil {
@@ -467,8 +467,11 @@ func TestConfigValidate(t *testing.T) {
 	if err := (tap.Config{Offloads: unix.TUN_F_CSUM}).Validate(); err != nil {
 		t.Error(err)
 	}
-	if err := (tap.Config{Offloads: unix.TUN_F_TSO4}).Validate(); !errors.Is(err, tap.ErrUnsupportedOffload) {
+	if err := (tap.Config{Offloads: tap.OffloadsTSO}).Validate(); err != nil {
 		t.Errorf("TSO: %v", err)
+	}
+	if err := (tap.Config{Offloads: unix.TUN_F_USO4}).Validate(); !errors.Is(err, tap.ErrUnsupportedOffload) {
+		t.Errorf("USO: %v", err)
 	}
 }
 

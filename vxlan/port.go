@@ -5,17 +5,16 @@ package vxlan
 // The tunnel port, vxlan0 (SPEC §2.1).
 //
 // Receive path (ReadTunnel, one goroutine at a time):
-//  1. recvmmsg (ipv4.PacketConn.ReadBatch) on the socket bound to
-//     Local:4789 reads up to len(bufs) datagrams, each into
-//     bufs[i][offset-HeaderLen:], so the VXLAN header lands in the headroom
-//     and the inner frame starts at bufs[i][offset].
+//  1. A raw recvmmsg on the socket bound to Local:4789 reads up to
+//     Batch datagrams into the port's own buffers, the source addresses
+//     into preallocated sockaddrs (offload_linux.go).
 //  2. Each datagram is checked: not truncated, source in Peers, header
 //     valid (Decap), inner frame at least an Ethernet header. A failure is
 //     counted under its DropReason and the datagram is skipped.
-//  3. Accepted frames are compacted to the front of bufs (a copy only when an
-//     earlier datagram of the same batch was dropped), with sizes[k] and
-//     eps[k] = {outer source address, VNI}. If every datagram was dropped,
-//     it reads again, so ReadTunnel returns at least one frame or an error.
+//  3. Accepted inner frames are copied to bufs[k][offset:], with sizes[k]
+//     and eps[k] = {outer source address, VNI}. If every datagram was
+//     dropped, it reads again, so ReadTunnel returns at least one frame or
+//     an error.
 //
 // Transmit path (WriteTunnel, any number of goroutines):
 //  1. Each frame bufs[i][offset:] gets the VXLAN header written in place in
@@ -37,10 +36,8 @@ package vxlan
 // SourcePort(frame) itself, and there are only SendSockets distinct values.
 // SourcePortFor reports the port a frame will use.
 //
-// TODO(perf): UDP GSO (UDP_SEGMENT) on the send sockets and UDP GRO
-// (UDP_GRO) on the receive socket, probed at run time with a fallback to
-// the plain batches here (SPEC §2.1). Not implemented yet: every frame is
-// one datagram in both directions.
+// UDP GSO (UDP_SEGMENT) and UDP GRO (UDP_GRO), probed at Listen with a
+// fallback to the plain batches here, are in offload_linux.go.
 
 import (
 	"errors"
@@ -50,9 +47,10 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/net/ipv4"
-	"golang.org/x/sys/unix"
 )
 
 // Defaults for Config fields left zero.
@@ -89,6 +87,12 @@ type Config struct {
 	// ReadBuffer is SO_RCVBUF for the receive socket (the kernel caps it at
 	// net.core.rmem_max); 0 means DefaultReadBuffer.
 	ReadBuffer int
+	// Offload enables UDP GRO on the receive socket and UDP GSO
+	// (UDP_SEGMENT) on the send sockets, each where the kernel has it
+	// (probed at Listen; see Offloads). Without it every datagram is read
+	// and sent on its own (WriteTunnelGSO still segments super-frames,
+	// sending them with sendmmsg).
+	Offload bool
 	// Logger receives setup and teardown messages, never per-packet ones;
 	// nil discards them.
 	Logger *slog.Logger
@@ -131,8 +135,11 @@ type Port struct {
 	rxp *ipv4.PacketConn
 	tx  []txSocket
 
-	rxMsgs   []ipv4.Message // owned by the reader
-	txPool   sync.Pool      // of *txScratch
+	rxs      *rxState  // owned by the reader
+	txPool   sync.Pool // of *txScratch
+	gsoPool  sync.Pool // of *gsoScratch
+	gso      atomic.Bool
+	groOn    bool
 	stats    counters
 	closeMu  sync.Once
 	closeErr error
@@ -141,6 +148,7 @@ type Port struct {
 type txSocket struct {
 	conn *net.UDPConn
 	pc   *ipv4.PacketConn
+	rc   syscall.RawConn
 	port uint16
 }
 
@@ -199,18 +207,32 @@ func Listen(cfg Config) (*Port, error) {
 		}
 		// Nobody reads the send sockets; keep what strays into them small.
 		_ = c.SetReadBuffer(1)
+		rc, err := c.SyscallConn()
+		if err != nil {
+			c.Close()
+			p.Close()
+			return nil, fmt.Errorf("vxlan: send socket: %w", err)
+		}
 		p.tx = append(p.tx, txSocket{
 			conn: c,
 			pc:   ipv4.NewPacketConn(c),
+			rc:   rc,
 			port: uint16(c.LocalAddr().(*net.UDPAddr).Port),
 		})
 	}
-	p.rxMsgs = make([]ipv4.Message, cfg.Batch)
-	for i := range p.rxMsgs {
-		p.rxMsgs[i].Buffers = make([][]byte, 1)
+	if cfg.Offload {
+		var gso bool
+		p.groOn, gso = p.probeOffloads()
+		p.gso.Store(gso)
+	}
+	if err := p.initRx(p.groOn); err != nil {
+		p.Close()
+		return nil, err
 	}
 	p.txPool.New = func() any { return newTxScratch(cfg.Batch) }
-	log.Info("vxlan: tunnel port open", "local", laddr.String(), "send_sockets", len(p.tx), "batch", cfg.Batch)
+	p.gsoPool.New = func() any { return newGSOScratch() }
+	log.Info("vxlan: tunnel port open", "local", laddr.String(), "send_sockets", len(p.tx), "batch", cfg.Batch,
+		"udp_gro", p.groOn, "udp_gso", p.gso.Load())
 	return p, nil
 }
 
@@ -264,106 +286,17 @@ func (p *Port) Stats() Stats { return p.stats.snapshot() }
 
 // ReadTunnel reads up to min(len(bufs), BatchSize()) frames. For each
 // frame k it returns, the inner Ethernet frame is bufs[k][offset:offset+sizes[k]]
-// and eps[k] holds the outer source address and the VNI. The datagram is
-// read into bufs[k][offset-HeaderLen:], so the header occupies the headroom
-// and nothing is copied (except to close the gap left by a dropped
-// datagram). Dropped datagrams are counted in Stats and not returned. It
-// blocks until it has at least one frame; after Close it returns an error
-// for which errors.Is(err, net.ErrClosed) holds.
+// and eps[k] holds the outer source address and the VNI. Dropped
+// datagrams are counted in Stats and not returned. It blocks until it has
+// at least one frame; after Close it returns an error for which
+// errors.Is(err, net.ErrClosed) holds.
 //
-// Allocation: golang.org/x/net's ReadBatch allocates the source address
-// (a *net.UDPAddr and its IP) for every datagram; everything else here is
-// allocation-free.
+// Datagrams are read with a raw recvmmsg into the port's own buffers and
+// the inner frames copied out (see offload_linux.go); nothing is
+// allocated. With Config.Offload, UDP GRO batches are split back into
+// datagrams; ReadTunnel never merges frames (ReadTunnelGSO does).
 func (p *Port) ReadTunnel(bufs [][]byte, sizes []int, eps []Endpoint, offset int) (int, error) {
-	if offset < HeaderLen {
-		return 0, ErrHeadroom
-	}
-	n := min(len(bufs), len(sizes), len(eps), len(p.rxMsgs))
-	if n == 0 {
-		return 0, nil
-	}
-	msgs := p.rxMsgs[:n]
-	for i := range msgs {
-		msgs[i].Buffers[0] = bufs[i][offset-HeaderLen:]
-	}
-	for {
-		got, err := p.rxp.ReadBatch(msgs, 0)
-		if err != nil {
-			for i := range msgs {
-				msgs[i].Buffers[0] = nil
-			}
-			return 0, fmt.Errorf("vxlan: read: %w", err)
-		}
-		k := p.accept(bufs, sizes, eps, offset, msgs[:got])
-		for i := range msgs[:got] {
-			msgs[i].Addr = nil // do not keep the last batch's addresses alive
-		}
-		if k > 0 {
-			for i := range msgs {
-				msgs[i].Buffers[0] = nil // keep no reference to the caller's buffers
-			}
-			return k, nil
-		}
-	}
-}
-
-// accept checks the datagrams in msgs, compacts the accepted ones to the
-// front of bufs, fills sizes and eps, updates the counters and returns how
-// many it accepted.
-func (p *Port) accept(bufs [][]byte, sizes []int, eps []Endpoint, offset int, msgs []ipv4.Message) int {
-	var drops [NumDropReasons]uint64
-	var nbytes uint64
-	k := 0
-	for i := range msgs {
-		m := &msgs[i]
-		var src [4]byte
-		if ua, ok := m.Addr.(*net.UDPAddr); ok {
-			if ip4 := ua.IP.To4(); ip4 != nil {
-				src = [4]byte(ip4)
-			}
-		}
-		if m.Flags&unix.MSG_TRUNC != 0 {
-			drops[DropTruncated]++
-			continue
-		}
-		if !p.peers.Contains(src) {
-			drops[DropUnknownPeer]++
-			continue
-		}
-		inner, vni, err := Decap(bufs[i][offset-HeaderLen : offset-HeaderLen+m.N])
-		switch {
-		case err == ErrShort:
-			drops[DropMalformed]++
-			continue
-		case err != nil:
-			drops[DropBadFlags]++
-			continue
-		case len(inner) < MinInnerLen:
-			drops[DropShortInner]++
-			continue
-		}
-		if k != i {
-			if len(bufs[k])-offset < len(inner) {
-				drops[DropTruncated]++
-				continue
-			}
-			copy(bufs[k][offset:], inner)
-		}
-		sizes[k] = len(inner)
-		eps[k] = Endpoint{Addr: src, VNI: vni}
-		nbytes += uint64(len(inner))
-		k++
-	}
-	if k > 0 {
-		p.stats.rxPackets.Add(uint64(k))
-		p.stats.rxBytes.Add(nbytes)
-	}
-	for r, d := range drops {
-		if d != 0 {
-			p.stats.drops[r].Add(d)
-		}
-	}
-	return k
+	return p.read(bufs, sizes, nil, eps, offset)
 }
 
 // WriteTunnel sends each frame bufs[i][offset:] to eps[i].Addr on the

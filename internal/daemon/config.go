@@ -37,6 +37,10 @@ type Config struct {
 	MetricsAddr string `json:"metricsAddr,omitempty"`
 	// NAT installs the nftables masquerade rule for egress (default true).
 	NAT *bool `json:"nat,omitempty"`
+	// Offload turns on the data-path offloads (default true): TSO on pod
+	// TAPs, UDP GRO/GSO on vxlan0 (each probed), super-frames through the
+	// switch. false keeps every frame MTU-sized end to end.
+	Offload *bool `json:"offload,omitempty"`
 	// EtcdEndpoints, when set, makes the node follow the control plane
 	// (agent.go): it registers with a lease, takes its subnet from
 	// gvs-master, learns remote nodes and project VNIDs live, and fills

@@ -76,7 +76,8 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 		vnids:    map[uint32]int{},
 		remotes:  map[netip.Addr]sdn.RemoteNode{},
 	}
-	d.sw, err = vswitch.New(vswitch.Config{Table: d.table, Logger: log})
+	d.sw, err = vswitch.New(vswitch.Config{Table: d.table, Logger: log,
+		MaxFrame: d.maxFrame(), NoOffload: !d.offload()})
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +135,8 @@ func (d *Daemon) setup(ctx context.Context) error {
 		return fmt.Errorf("setup rules: %w", err)
 	}
 	// vxlan0, port 1.
-	vx, err := vxlan.Listen(vxlan.Config{Local: d.node.NodeIP, Port: d.cfg.VXLANPort, Peers: d.peers, Logger: d.log})
+	vx, err := vxlan.Listen(vxlan.Config{Local: d.node.NodeIP, Port: d.cfg.VXLANPort, Peers: d.peers,
+		Offload: d.offload(), Logger: d.log})
 	if err != nil {
 		return fmt.Errorf("vxlan0: %w", err)
 	}
@@ -315,7 +317,7 @@ func (d *Daemon) AddPod(ctx context.Context, pc PodConfig) (_ *Pod, err error) {
 	p := &Pod{Name: pc.Name, Project: pc.Project, Netns: nsPath, IP: ip, MAC: hw.String(), Port: port, VNID: sp.VNID}
 
 	tapName := fmt.Sprintf("gvs%d", port)
-	dev, err := tap.Create(tap.Config{Name: tapName, Logger: d.log})
+	dev, err := tap.Create(tap.Config{Name: tapName, Offloads: d.podOffloads(), Logger: d.log})
 	if err != nil {
 		return nil, err
 	}

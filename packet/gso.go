@@ -1,0 +1,265 @@
+package packet
+
+import (
+	"encoding/binary"
+	"errors"
+	"math/bits"
+)
+
+// GSO types of GSO.Type. The values are those of the virtio_net_hdr
+// gso_type field (VIRTIO_NET_HDR_GSO_*), so a TAP's header converts
+// without a table.
+const (
+	GSONone  = 0 // a complete frame
+	GSOTCPv4 = 1 // TCP over IPv4 super-frame
+	GSOTCPv6 = 4 // TCP over IPv6 super-frame
+)
+
+// TCP flag bits used by segmentation and coalescing.
+const (
+	TCPFlagFIN = 0x01
+	TCPFlagSYN = 0x02
+	TCPFlagRST = 0x04
+	TCPFlagPSH = 0x08
+	TCPFlagACK = 0x10
+	TCPFlagURG = 0x20
+	TCPFlagECE = 0x40
+	TCPFlagCWR = 0x80
+)
+
+// MaxSuperFrame is the largest super-frame gvs builds or accepts: an
+// Ethernet header plus the largest IPv4 datagram.
+const MaxSuperFrame = EthernetLen + 65535
+
+// GSO is the offload metadata of one frame, the decoded virtio_net_hdr of
+// a TAP: which super-frame it is and whether its L4 checksum is partial.
+// The zero value is a complete frame with a complete checksum. Offsets
+// count from the start of the Ethernet header.
+type GSO struct {
+	// Type is GSONone, GSOTCPv4 or GSOTCPv6.
+	Type uint8
+	// NeedsCsum says the L4 checksum field at CsumStart+CsumOffset holds
+	// only the pseudo-header sum (VIRTIO_NET_HDR_F_NEEDS_CSUM).
+	NeedsCsum bool
+	// HdrLen is the length of the Ethernet, IP and TCP headers.
+	HdrLen uint16
+	// Size is the payload bytes per segment (the MSS).
+	Size uint16
+	// CsumStart and CsumOffset locate the partial checksum.
+	CsumStart, CsumOffset uint16
+}
+
+// IsGSO reports whether g describes a super-frame.
+func (g GSO) IsGSO() bool { return g.Type != GSONone }
+
+// Errors of SegmentTCP.
+var (
+	// ErrGSOFrame: the super-frame is not an Ethernet/IPv4-or-IPv6/TCP frame
+	// gvs can segment (VLAN tags, IPv6 extension headers, IPv4 fragments,
+	// inconsistent lengths) or its GSO metadata is unusable.
+	ErrGSOFrame = errors.New("packet: unsupported or malformed GSO super-frame")
+	// ErrGSOSpace: the destination buffer or sizes slice is too small.
+	ErrGSOSpace = errors.New("packet: no room for the segments")
+)
+
+// Checksum returns the 16-bit one's-complement sum (RFC 1071) of b added to
+// initial, folded but not complemented. It does not allocate.
+func Checksum(b []byte, initial uint16) uint16 {
+	sum := uint64(initial)
+	var carry uint64
+	for len(b) >= 32 {
+		sum, carry = bits.Add64(sum, binary.BigEndian.Uint64(b), carry)
+		sum, carry = bits.Add64(sum, binary.BigEndian.Uint64(b[8:]), carry)
+		sum, carry = bits.Add64(sum, binary.BigEndian.Uint64(b[16:]), carry)
+		sum, carry = bits.Add64(sum, binary.BigEndian.Uint64(b[24:]), carry)
+		b = b[32:]
+	}
+	for len(b) >= 8 {
+		sum, carry = bits.Add64(sum, binary.BigEndian.Uint64(b), carry)
+		b = b[8:]
+	}
+	sum, carry = bits.Add64(sum, 0, carry)
+	sum += carry
+	if len(b) >= 4 {
+		sum, carry = bits.Add64(sum, uint64(binary.BigEndian.Uint32(b)), 0)
+		sum += carry
+		b = b[4:]
+	}
+	if len(b) >= 2 {
+		sum, carry = bits.Add64(sum, uint64(binary.BigEndian.Uint16(b)), 0)
+		sum += carry
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		sum, carry = bits.Add64(sum, uint64(b[0])<<8, 0)
+		sum += carry
+	}
+	sum = (sum >> 32) + (sum & 0xffffffff)
+	sum = (sum >> 32) + (sum & 0xffffffff)
+	sum = (sum >> 16) + (sum & 0xffff)
+	sum = (sum >> 16) + (sum & 0xffff)
+	return uint16(sum)
+}
+
+// PseudoHeaderSum returns the folded sum of the TCP/UDP pseudo-header for
+// addresses src and dst (4 or 16 bytes each), protocol proto and L4
+// length l4len.
+func PseudoHeaderSum(src, dst []byte, proto uint8, l4len int) uint16 {
+	s := Checksum(src, 0)
+	s = Checksum(dst, s)
+	var tail [4]byte
+	binary.BigEndian.PutUint16(tail[0:2], uint16(proto))
+	binary.BigEndian.PutUint16(tail[2:4], uint16(l4len))
+	return Checksum(tail[:], s)
+}
+
+// ipv4HeaderChecksum recomputes the checksum of the IPv4 header ip[:ihl].
+func ipv4HeaderChecksum(ip []byte, ihl int) {
+	ip[10], ip[11] = 0, 0
+	binary.BigEndian.PutUint16(ip[10:12], ^Checksum(ip[:ihl], 0))
+}
+
+// tcpHeaders locates the headers of an Ethernet/IP/TCP frame: the IP
+// version (4 or 6), the IP header length and the TCP header length. It
+// reports false for anything else: VLAN tags, IPv6 extension headers,
+// IPv4 fragments or options longer than the frame.
+func tcpHeaders(frame []byte) (ver, ipLen, tcpLen int, ok bool) {
+	if len(frame) < EthernetLen+20 {
+		return 0, 0, 0, false
+	}
+	ip := frame[EthernetLen:]
+	switch binary.BigEndian.Uint16(frame[12:14]) {
+	case EtherTypeIPv4:
+		if ip[0]>>4 != 4 {
+			return 0, 0, 0, false
+		}
+		ipLen = int(ip[0]&0x0f) * 4
+		if ipLen < 20 || ip[9] != ProtoTCP || binary.BigEndian.Uint16(ip[6:8])&0x3fff != 0 {
+			return 0, 0, 0, false
+		}
+		ver = 4
+	case EtherTypeIPv6:
+		if len(ip) < 40 || ip[0]>>4 != 6 || ip[6] != ProtoTCP {
+			return 0, 0, 0, false
+		}
+		ipLen, ver = 40, 6
+	default:
+		return 0, 0, 0, false
+	}
+	if len(ip) < ipLen+20 {
+		return 0, 0, 0, false
+	}
+	tcpLen = int(ip[ipLen+12]>>4) * 4
+	if tcpLen < 20 || len(ip) < ipLen+tcpLen {
+		return 0, 0, 0, false
+	}
+	return ver, ipLen, tcpLen, true
+}
+
+// SegmentTCP splits the TCP super-frame frame (Ethernet + IPv4 or IPv6 +
+// TCP + payload, its TCP checksum complete or partial) into segments of at
+// most g.Size payload bytes, as a NIC's TSO would: each segment gets the
+// headers with its own IPv4 total length, ID (incremented per segment) and
+// header checksum (or IPv6 payload length), its TCP sequence number, FIN and
+// PSH only on the last segment, CWR only on the first, and a complete TCP
+// checksum.
+//
+// The segments are laid out back to back in dst, each preceded by pre
+// bytes that the caller fills (a VXLAN header, a virtio_net_hdr): segment k
+// starts at pre + sum over j<k of (pre + sizes[j]). It returns the number of
+// segments and sets sizes[k] to their lengths. It does not allocate. A frame
+// whose payload fits one segment comes back as one segment with its
+// checksum completed.
+func SegmentTCP(dst, frame []byte, g GSO, pre int, sizes []int) (int, error) {
+	ver, ipLen, tcpLen, ok := tcpHeaders(frame)
+	if !ok || g.Size == 0 || pre < 0 {
+		return 0, ErrGSOFrame
+	}
+	hdr := EthernetLen + ipLen + tcpLen
+	ip := frame[EthernetLen:]
+	var end int
+	if ver == 4 {
+		tot := int(binary.BigEndian.Uint16(ip[2:4]))
+		if tot < ipLen+tcpLen || EthernetLen+tot > len(frame) {
+			return 0, ErrGSOFrame
+		}
+		end = EthernetLen + tot
+	} else {
+		pl := int(binary.BigEndian.Uint16(ip[4:6]))
+		// A jumbogram (payload length 0) is not supported.
+		if pl < tcpLen || EthernetLen+40+pl > len(frame) {
+			return 0, ErrGSOFrame
+		}
+		end = EthernetLen + 40 + pl
+	}
+	payload := frame[hdr:end]
+	mss := int(g.Size)
+	n := (len(payload) + mss - 1) / mss
+	if n == 0 {
+		n = 1
+	}
+	if n > len(sizes) || len(dst) < n*(pre+hdr)+len(payload) {
+		return 0, ErrGSOSpace
+	}
+	tcp0 := frame[EthernetLen+ipLen:]
+	seq := binary.BigEndian.Uint32(tcp0[4:8])
+	flags := tcp0[13]
+	var id uint16
+	if ver == 4 {
+		id = binary.BigEndian.Uint16(ip[4:6])
+	}
+	off := 0
+	for k := range n {
+		chunk := payload[min(k*mss, len(payload)):min((k+1)*mss, len(payload))]
+		off += pre
+		seg := dst[off : off+hdr+len(chunk)]
+		copy(seg, frame[:hdr])
+		copy(seg[hdr:], chunk)
+		sip := seg[EthernetLen:]
+		tcp := sip[ipLen:]
+		l4len := tcpLen + len(chunk)
+		if ver == 4 {
+			binary.BigEndian.PutUint16(sip[2:4], uint16(ipLen+l4len))
+			binary.BigEndian.PutUint16(sip[4:6], id+uint16(k))
+			ipv4HeaderChecksum(sip, ipLen)
+		} else {
+			binary.BigEndian.PutUint16(sip[4:6], uint16(l4len))
+		}
+		binary.BigEndian.PutUint32(tcp[4:8], seq+uint32(k*mss))
+		f := flags
+		if k != n-1 {
+			f &^= TCPFlagFIN | TCPFlagPSH
+		}
+		if k != 0 {
+			f &^= TCPFlagCWR
+		}
+		tcp[13] = f
+		tcp[16], tcp[17] = 0, 0
+		var ph uint16
+		if ver == 4 {
+			ph = PseudoHeaderSum(sip[12:16], sip[16:20], ProtoTCP, l4len)
+		} else {
+			ph = PseudoHeaderSum(sip[8:24], sip[24:40], ProtoTCP, l4len)
+		}
+		binary.BigEndian.PutUint16(tcp[16:18], ^Checksum(tcp[:l4len], ph))
+		sizes[k] = len(seg)
+		off += len(seg)
+	}
+	return n, nil
+}
+
+// TCPChecksumValid reports whether frame (Ethernet + IPv4 + TCP) carries a
+// correct TCP checksum.
+func TCPChecksumValid(frame []byte) bool {
+	ver, ipLen, _, ok := tcpHeaders(frame)
+	if !ok || ver != 4 {
+		return false
+	}
+	ip := frame[EthernetLen:]
+	tot := int(binary.BigEndian.Uint16(ip[2:4]))
+	if tot < ipLen || EthernetLen+tot > len(frame) {
+		return false
+	}
+	l4 := ip[ipLen:tot]
+	return Checksum(l4, PseudoHeaderSum(ip[12:16], ip[16:20], ProtoTCP, len(l4))) == 0xffff
+}

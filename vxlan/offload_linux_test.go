@@ -1,0 +1,141 @@
+//go:build linux
+
+package vxlan
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/gvswitch/gvs/packet"
+)
+
+// tcpSuperFrame builds an Ethernet/IPv4/TCP frame with payload bytes of
+// payload, its TCP checksum partial (the pseudo-header sum), as a TAP
+// with TSO delivers it.
+func tcpSuperFrame(payload int) []byte {
+	tcp := make([]byte, 20+payload)
+	binary.BigEndian.PutUint16(tcp[0:2], 40000)
+	binary.BigEndian.PutUint16(tcp[2:4], 5201)
+	binary.BigEndian.PutUint32(tcp[4:8], 1000)
+	binary.BigEndian.PutUint32(tcp[8:12], 1)
+	tcp[12] = 5 << 4
+	tcp[13] = packet.TCPFlagACK | packet.TCPFlagPSH
+	binary.BigEndian.PutUint16(tcp[14:16], 1000)
+	for i := range payload {
+		tcp[20+i] = byte(i*13 + i>>8)
+	}
+	f := ipv4Frame([6]byte{2, 0, 0, 0, 0, 2}, [6]byte{2, 0, 0, 0, 0, 1}, [4]byte{10, 128, 0, 3}, [4]byte{10, 128, 2, 3}, packet.ProtoTCP, tcp)
+	ip := f[packet.EthernetLen:]
+	ip[6] = 0x40
+	binary.BigEndian.PutUint16(ip[10:12], 0)
+	binary.BigEndian.PutUint16(ip[10:12], ^packet.Checksum(ip[:20], 0))
+	binary.BigEndian.PutUint16(ip[20+16:], packet.PseudoHeaderSum(ip[12:16], ip[16:20], packet.ProtoTCP, len(tcp)))
+	return f
+}
+
+// TestOffloadRoundTrip sends TCP super-frames through WriteTunnelGSO (UDP
+// GSO where available) and reads them with ReadTunnelGSO (UDP GRO and
+// coalescing): every payload byte must arrive, in order, with correct
+// checksums once the partial one is completed.
+func TestOffloadRoundTrip(t *testing.T) {
+	requireRoot(t)
+	for _, offload := range []bool{true, false} {
+		tn := newTestNet(t, false)
+		pa, _ := NewPeers(addrB)
+		pb, _ := NewPeers(addrA)
+		a := listenIn(t, tn.a, Config{Local: addrA, Peers: pa, Offload: offload})
+		b := listenIn(t, tn.b, Config{Local: addrB, Peers: pb, Offload: offload})
+		gro, gso := a.Offloads()
+		t.Logf("offload=%v: udp_gro %v udp_gso %v", offload, gro, gso)
+		const mss = 1398
+		orig := tcpSuperFrame(40 * mss)
+		buf := withFrame(orig)
+		ep := Endpoint{Addr: addrB.As4(), VNI: 7}
+		g := packet.GSO{Type: packet.GSOTCPv4, NeedsCsum: true, HdrLen: 54, Size: mss, CsumStart: 34, CsumOffset: 16}
+		// The neighbor resolution drops all but a few datagrams of a first burst.
+		if _, err := a.WriteTunnelGSO([][]byte{withFrame(tcpSuperFrame(10))}, []packet.GSO{{}}, []Endpoint{ep}, headroom); err != nil {
+			t.Fatal(err)
+		}
+		bb := newBatch(8)
+		for i := range bb.bufs {
+			bb.bufs[i] = make([]byte, headroom+packet.MaxSuperFrame)
+		}
+		gsos := make([]packet.GSO, 8)
+		if err := b.rx.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.ReadTunnelGSO(bb.bufs, bb.sizes, gsos, bb.eps, headroom); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := a.WriteTunnelGSO([][]byte{buf}, []packet.GSO{g}, []Endpoint{ep}, headroom); n != 1 || err != nil {
+			t.Fatalf("WriteTunnelGSO: %d, %v", n, err)
+		}
+		var payload []byte
+		want := orig[54:]
+		for len(payload) < len(want) {
+			n, err := b.ReadTunnelGSO(bb.bufs, bb.sizes, gsos, bb.eps, headroom)
+			if err != nil {
+				t.Fatalf("after %d bytes: %v", len(payload), err)
+			}
+			for i := range n {
+				f := bb.frame(i)
+				if gsos[i].IsGSO() {
+					c := ^packet.Checksum(f[gsos[i].CsumStart:], 0)
+					binary.BigEndian.PutUint16(f[gsos[i].CsumStart+gsos[i].CsumOffset:], c)
+				}
+				if !packet.TCPChecksumValid(f) {
+					t.Fatalf("frame %d (%+v): bad TCP checksum", i, gsos[i])
+				}
+				if bb.eps[i] != (Endpoint{Addr: addrA.As4(), VNI: 7}) {
+					t.Fatalf("endpoint %+v", bb.eps[i])
+				}
+				payload = append(payload, f[54:]...)
+			}
+			t.Logf("read %d frames, first %d bytes %+v", n, bb.sizes[0], gsos[0])
+		}
+		if !bytes.Equal(payload, want) {
+			t.Fatal("payload differs")
+		}
+		if st := b.Stats(); st.Dropped() != 0 {
+			t.Errorf("drops %+v", st)
+		}
+	}
+}
+
+// TestDropsCountedWhileBlocked: datagrams from an unknown peer are counted
+// one by one (also when UDP GRO merged them) while ReadTunnel keeps
+// waiting for an acceptable one.
+func TestDropsCountedWhileBlocked(t *testing.T) {
+	requireRoot(t)
+	tn := newTestNet(t, false)
+	peers, _ := NewPeers(addrB)
+	p := listenIn(t, tn.a, Config{Local: addrA, Peers: peers, Offload: true})
+	unknown := udpIn(t, tn.b, "192.0.2.3:0")
+	done := make(chan error, 1)
+	go func() {
+		b := newBatch(8)
+		_, err := p.ReadTunnel(b.bufs, b.sizes, b.eps, headroom)
+		done <- err
+	}()
+	payload := make([]byte, HeaderLen+100)
+	PutHeader(payload, 1)
+	for range 5 {
+		if _, err := unknown.WriteToUDPAddrPort(payload, netip.AddrPortFrom(addrA, UDPPort)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Stats().Drops[DropUnknownPeer] < 5 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := p.Stats().Drops[DropUnknownPeer]; got != 5 {
+		t.Errorf("unknown-peer drops %d, want 5", got)
+	}
+	p.Close()
+	if err := <-done; err == nil {
+		t.Error("ReadTunnel returned no error after Close")
+	}
+}
