@@ -48,6 +48,15 @@ type Config struct {
 	// registry when they are not given here. Peers and projects listed
 	// statically are then ignored.
 	EtcdEndpoints []string `json:"etcdEndpoints,omitempty"`
+	// CNISocket is where gvs-switchd answers gvs-cni (docs/cni.md);
+	// "" means /run/gvs/cni.sock, "off" disables CNI.
+	CNISocket string `json:"cniSocket,omitempty"`
+	// StateDir keeps the CNI address leases (StateDir/ipam); "" means
+	// /var/lib/gvs/NODENAME.
+	StateDir string `json:"stateDir,omitempty"`
+	// TapPool is how many pod TAPs are kept pre-created for CNI ADD
+	// (0: create each on demand).
+	TapPool int `json:"tapPool,omitempty"`
 }
 
 // FromRegistry reports whether the node follows the control plane.
@@ -68,6 +77,12 @@ type PodConfig struct {
 	Netns string `json:"netns"`
 	// IP is the pod's address in the node subnet.
 	IP string `json:"ip"`
+	// IfName is the interface in the pod (default eth0).
+	IfName string `json:"ifName,omitempty"`
+	// ContainerID, set for pods attached by CNI, keys the pod with IfName.
+	ContainerID string `json:"containerID,omitempty"`
+	// Port is the switch port (0: the next free one).
+	Port uint32 `json:"port,omitempty"`
 }
 
 // LoadConfig reads and validates a configuration file.

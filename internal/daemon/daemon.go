@@ -51,6 +51,9 @@ type Pod struct {
 	MAC     string     `json:"mac"`
 	Port    uint32     `json:"port"`
 	VNID    uint32     `json:"vnid"`
+	// ContainerID and IfName identify a pod attached by CNI.
+	ContainerID string `json:"containerID,omitempty"`
+	IfName      string `json:"ifName,omitempty"`
 }
 
 // New builds the daemon's switch and rule program; it creates no devices yet.
@@ -103,6 +106,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if ag != nil {
 		ag.run(ctx)
 	}
+	errc := make(chan error, 3)
+	if err := d.startCNI(ctx, errc); err != nil {
+		return err
+	}
 	sock := d.cfg.ControlSocket
 	if sock == "" {
 		sock = control.DefaultSocket
@@ -111,7 +118,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, 2)
 	go func() { errc <- control.Serve(ctx, l, d.handle, d.log) }()
 	if d.cfg.MetricsAddr != "off" {
 		addr := d.cfg.MetricsAddr
@@ -291,9 +297,29 @@ func (d *Daemon) vnidOf(project string) uint32 {
 	return v
 }
 
-// AddPod creates the pod's TAP, moves it into the pod's namespace as eth0,
-// configures it and installs the pod's rules. On failure it undoes what it did.
-func (d *Daemon) AddPod(ctx context.Context, pc PodConfig) (_ *Pod, err error) {
+// AddPod creates the pod's TAP, moves it into the pod's namespace as eth0
+// (or pc.IfName), configures it and installs the pod's rules. On failure it
+// undoes what it did.
+func (d *Daemon) AddPod(ctx context.Context, pc PodConfig) (*Pod, error) {
+	return d.addPod(ctx, pc, nil)
+}
+
+// podKey is a pod's key in d.pods: its CNI attachment, else its name.
+func (pc PodConfig) podKey() string {
+	if pc.ContainerID != "" {
+		return pc.ContainerID + "/" + pc.IfName
+	}
+	return pc.Name
+}
+
+// addPod is AddPod with an optional pre-created TAP (from the CNI TAP
+// pool), which it owns from then on.
+func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *Pod, err error) {
+	defer func() {
+		if err != nil && dev != nil {
+			dev.Close()
+		}
+	}()
 	ip, err := netip.ParseAddr(pc.IP)
 	if err != nil {
 		return nil, fmt.Errorf("ip: %w", err)
@@ -304,27 +330,39 @@ func (d *Daemon) AddPod(ctx context.Context, pc PodConfig) (_ *Pod, err error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, dup := d.pods[pc.Name]; dup {
-		return nil, fmt.Errorf("pod %s is already attached", pc.Name)
+	if _, dup := d.pods[pc.podKey()]; dup {
+		return nil, fmt.Errorf("pod %s is already attached", pc.podKey())
 	}
-	port := d.nextPort
+	port := pc.Port
+	if port == 0 {
+		for d.portUsed(d.nextPort) {
+			d.nextPort++
+		}
+		port = d.nextPort
+	}
+	ifName := pc.IfName
+	if ifName == "" {
+		ifName = "eth0"
+	}
 	sp := sdn.Pod{Name: pc.Name, Namespace: pc.Project, IP: ip, Port: port, VNID: d.vnidOf(pc.Project)}
 	if err := d.node.CheckPod(sp); err != nil {
 		return nil, err
 	}
 	mac := packet.PodMAC(ip.As4())
 	hw := net.HardwareAddr(mac[:])
-	p := &Pod{Name: pc.Name, Project: pc.Project, Netns: nsPath, IP: ip, MAC: hw.String(), Port: port, VNID: sp.VNID}
+	p := &Pod{Name: pc.Name, Project: pc.Project, Netns: nsPath, IP: ip, MAC: hw.String(), Port: port, VNID: sp.VNID,
+		ContainerID: pc.ContainerID, IfName: pc.IfName}
 
-	tapName := fmt.Sprintf("gvs%d", port)
-	dev, err := tap.Create(tap.Config{Name: tapName, Offloads: d.podOffloads(), Logger: d.log})
-	if err != nil {
-		return nil, err
+	if dev == nil {
+		if dev, err = tap.Create(tap.Config{Name: fmt.Sprintf("gvs%d", port), Offloads: d.podOffloads(), Logger: d.log}); err != nil {
+			return nil, err
+		}
 	}
+	tapName := dev.Name()
 	if err := d.sw.AddPort(port, dev); err != nil {
-		dev.Close()
 		return nil, err
 	}
+	dev = nil // the switch owns it now
 	defer func() {
 		if err != nil {
 			_ = d.sw.RemovePort(port) // closes the TAP, which deletes the link
@@ -342,7 +380,7 @@ func (d *Daemon) AddPod(ctx context.Context, pc PodConfig) (_ *Pod, err error) {
 		routes = append(routes, netconf.Route{Dst: cn})
 	}
 	err = netconf.ConfigureLink(nsPath, netconf.LinkConfig{
-		Name: tapName, NewName: "eth0", MAC: hw, MTU: d.node.MTU,
+		Name: tapName, NewName: ifName, MAC: hw, MTU: d.node.MTU,
 		Addrs:  []netip.Prefix{netip.PrefixFrom(ip, d.node.Subnet.Bits())},
 		Routes: routes, Up: true,
 	})
@@ -357,8 +395,10 @@ func (d *Daemon) AddPod(ctx context.Context, pc PodConfig) (_ *Pod, err error) {
 		return nil, err
 	}
 	d.vnids[p.VNID]++
-	d.pods[pc.Name] = p
-	d.nextPort++
+	d.pods[pc.podKey()] = p
+	if port == d.nextPort {
+		d.nextPort++
+	}
 	d.log.Info("pod attached", "pod", p.Name, "project", p.Project, "ip", p.IP, "port", p.Port, "vnid", p.VNID)
 	return p, nil
 }

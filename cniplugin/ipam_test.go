@@ -1,0 +1,87 @@
+package cniplugin
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestIPAMAllocatePersistRelease(t *testing.T) {
+	dir := t.TempDir()
+	sub := netip.MustParsePrefix("10.128.2.0/29") // .2 .. .6 usable
+	m, err := OpenIPAM(dir, sub, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []Lease
+	for i := range 5 {
+		l, err := m.Allocate(Lease{ContainerID: fmt.Sprint("c", i), IfName: "eth0", Netns: "/x"})
+		if err != nil {
+			t.Fatalf("allocate %d: %v", i, err)
+		}
+		got = append(got, l)
+	}
+	if got[0].IP != netip.MustParseAddr("10.128.2.2") || got[4].IP != netip.MustParseAddr("10.128.2.6") {
+		t.Errorf("addresses %v .. %v, want .2 .. .6", got[0].IP, got[4].IP)
+	}
+	if got[0].Port != 1000 || got[4].Port != 1004 {
+		t.Errorf("ports %d .. %d, want 1000 .. 1004", got[0].Port, got[4].Port)
+	}
+	_, err = m.Allocate(Lease{ContainerID: "c5", IfName: "eth0"})
+	if !errors.Is(err, ErrSubnetExhausted) {
+		t.Fatalf("6th allocation: %v, want ErrSubnetExhausted", err)
+	}
+	if _, err := m.Allocate(Lease{ContainerID: "c1", IfName: "eth0"}); err == nil {
+		t.Error("a second lease for c1/eth0 was allowed")
+	}
+	if err := m.Release("c1", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release("c1", "eth0"); err != nil {
+		t.Errorf("second release: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "10.128.2.3.json")); !os.IsNotExist(err) {
+		t.Errorf("lease file of a released address: %v", err)
+	}
+
+	// A restart keeps every lease, with its port.
+	m2, err := OpenIPAM(dir, sub, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(m2.Leases()); n != 4 {
+		t.Fatalf("after reopen: %d leases, want 4", n)
+	}
+	l, ok := m2.Get("c4", "eth0")
+	if !ok || l != got[4] {
+		t.Errorf("c4 after reopen = %+v, want %+v", l, got[4])
+	}
+	l, err = m2.Allocate(Lease{ContainerID: "new", IfName: "eth0"})
+	if err != nil || l.IP != netip.MustParseAddr("10.128.2.3") || l.Port != 1001 {
+		t.Errorf("allocate after reopen = %v %d %v, want the freed .3 and port 1001", l.IP, l.Port, err)
+	}
+}
+
+func TestIPAMIgnoresBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	sub := netip.MustParsePrefix("10.128.2.0/24")
+	os.WriteFile(filepath.Join(dir, "10.128.2.9.json"), []byte("{not json"), 0o644)
+	os.WriteFile(filepath.Join(dir, "10.0.0.5.json"), []byte(`{"containerID":"a","ifName":"eth0","ip":"10.0.0.5","port":1000}`), 0o644)
+	os.WriteFile(filepath.Join(dir, ".tmp-123"), []byte("x"), 0o644)
+	m, err := OpenIPAM(dir, sub, 1000)
+	if m == nil || err == nil {
+		t.Fatalf("OpenIPAM = %v, %v; want the IPAM and an error naming the bad files", m, err)
+	}
+	if len(m.Leases()) != 0 {
+		t.Errorf("leases %v, want none", m.Leases())
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".tmp-123")); !os.IsNotExist(err) {
+		t.Error("an interrupted write was not cleaned up")
+	}
+	if _, err := OpenIPAM(dir, netip.MustParsePrefix("10.128.2.0/31"), 1000); err == nil {
+		t.Error("a /31 subnet was accepted")
+	}
+}
