@@ -213,9 +213,11 @@ func (a *agent) keepAlive(ctx context.Context) {
 }
 
 // follow lists, then watches, the registry's subnets and projects.
-func (a *agent) follow(ctx context.Context) {
-	var rev int64
-	relist := true
+func (a *agent) follow(ctx context.Context) { a.followFrom(ctx, 0) }
+
+// followFrom follows from revision rev+1, or lists first when rev is 0.
+func (a *agent) followFrom(ctx context.Context, rev int64) {
+	relist := rev == 0
 	down := false
 	for ctx.Err() == nil {
 		if relist {

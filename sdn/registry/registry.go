@@ -17,6 +17,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/gvswitch/gvs/sdn/master"
 )
@@ -93,7 +94,9 @@ func Dial(endpoints []string) (*clientv3.Client, error) {
 		DialTimeout:          5 * time.Second,
 		DialKeepAliveTime:    2 * time.Second,
 		DialKeepAliveTimeout: 2 * time.Second,
-		AutoSyncInterval:     0,
+		// The client's own retry chatter is not logged; callers log what
+		// they act on.
+		Logger: zap.NewNop(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd %v: %w", endpoints, err)

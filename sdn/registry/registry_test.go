@@ -17,7 +17,7 @@ import (
 
 func startEtcd(t *testing.T, dir string) (*embedded.Server, *registry.Registry) {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Config{Dir: dir})
+	srv, err := embedded.Start(embedded.Config{Dir: dir, LogLevel: "fatal"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestRestartAndLeaseExpiry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	srv, err := embedded.Start(embedded.Config{Dir: dir})
+	srv, err := embedded.Start(embedded.Config{Dir: dir, LogLevel: "fatal"})
 	if err != nil {
 		t.Fatal(err)
 	}

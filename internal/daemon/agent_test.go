@@ -1,0 +1,201 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/gvswitch/gvs/sdn/master"
+	"github.com/gvswitch/gvs/sdn/registry"
+	"github.com/gvswitch/gvs/sdn/registry/embedded"
+)
+
+var agentTestConfig = registry.Config{
+	ClusterNetworks: []master.ClusterNetwork{{CIDR: netip.MustParsePrefix("10.128.0.0/14"), HostSubnetLength: 9}},
+	ServiceNetwork:  "172.30.0.0/16",
+	Mode:            "multitenant",
+	NodeLeaseTTL:    30,
+}
+
+func localURL(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "http://" + l.Addr().String()
+}
+
+type etcdFixture struct {
+	t                 *testing.T
+	dir, client, peer string
+	srv               *embedded.Server
+}
+
+func (f *etcdFixture) start() {
+	f.t.Helper()
+	srv, err := embedded.Start(embedded.Config{Dir: f.dir, ClientURL: f.client, PeerURL: f.peer, LogLevel: "fatal"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.srv = srv
+}
+
+func newEtcd(t *testing.T) *etcdFixture {
+	f := &etcdFixture{t: t, dir: t.TempDir(), client: localURL(t), peer: localURL(t)}
+	f.start()
+	t.Cleanup(func() { f.srv.Close() })
+	return f
+}
+
+func testAgent(t *testing.T, ctx context.Context, url, name string, ip netip.Addr) (*agent, *countSink) {
+	t.Helper()
+	c, err := registry.Dial([]string{url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &countSink{remotes: map[netip.Addr]bool{}, projects: map[string]uint32{}}
+	a := newAgent(c, registry.Node{Name: name, IP: ip}, 30, s, slog.New(slog.DiscardHandler))
+	if _, err := a.register(ctx, netip.Prefix{}); err != nil {
+		t.Fatal(err)
+	}
+	return a, s
+}
+
+func waitSink(t *testing.T, s *countSink, what string, cond func(*countSink) bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s.mu.Lock()
+		ok := cond(s)
+		s.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s (remotes %v, projects %v)", what, s.remotes, s.projects)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A node that was away while nodes came and went and the revisions it had
+// seen were compacted re-lists and ends up with the registry's state.
+func TestAgentRelistAfterCompaction(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f := newEtcd(t)
+	c, err := registry.Dial([]string{f.client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reg := registry.New(c)
+	m := &registry.Master{Reg: reg, Config: agentTestConfig}
+	go func() { _ = m.Run(ctx) }()
+
+	b, _ := testAgent(t, ctx, f.client, "b", netip.MustParseAddr("192.168.0.2"))
+	b.run(ctx)
+	defer b.close()
+	a, sa := testAgent(t, ctx, f.client, "a", netip.MustParseAddr("192.168.0.1"))
+	defer a.cli.Close()
+	rev, err := a.resync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitSink(t, sa, "b", func(s *countSink) bool { return s.remotes[netip.MustParseAddr("192.168.0.2")] })
+
+	// While a is not watching: b leaves, x joins, a project changes VNID.
+	b.close()
+	if _, err := c.Revoke(ctx, b.lease); err != nil {
+		t.Fatal(err)
+	}
+	x, _ := testAgent(t, ctx, f.client, "x", netip.MustParseAddr("192.168.0.9"))
+	defer x.cli.Close()
+	if _, err := reg.UpdateProjects(ctx, nil, func(v *master.VNIDs) error {
+		if _, err := v.Create("p"); err != nil {
+			return err
+		}
+		_, err := v.Create("q")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Get(ctx, "/gvs/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Compact(ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	fctx, fcancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); a.followFrom(fctx, rev) }()
+	defer func() { fcancel(); <-done }()
+	waitSink(t, sa, "re-list", func(s *countSink) bool {
+		return !s.remotes[netip.MustParseAddr("192.168.0.2")] && s.remotes[netip.MustParseAddr("192.168.0.9")] &&
+			s.projects["p"] == 10 && s.projects["q"] == 11
+	})
+	// And it watches again afterwards.
+	if _, err := reg.UpdateProjects(ctx, nil, func(v *master.VNIDs) error { return v.Join("p", "q") }); err != nil {
+		t.Fatal(err)
+	}
+	waitSink(t, sa, "join after re-list", func(s *countSink) bool { return s.projects["q"] == 10 })
+}
+
+// etcd restarts (same data, same address): the agent keeps its state while
+// it is down, resumes its watch and sees later changes; the node keeps its
+// subnet.
+func TestAgentSurvivesEtcdRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	f := newEtcd(t)
+	mctx, mcancel := context.WithCancel(ctx)
+	defer mcancel()
+	mc, err := registry.Dial([]string{f.client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	m := &registry.Master{Reg: registry.New(mc), Config: agentTestConfig}
+	go func() { _ = m.Run(mctx) }()
+	a, sa := testAgent(t, ctx, f.client, "a", netip.MustParseAddr("192.168.0.1"))
+	a.run(ctx)
+	defer a.close()
+	sub := a.subnet
+	for i := range 3 {
+		o, _ := testAgent(t, ctx, f.client, fmt.Sprintf("o%d", i), netip.AddrFrom4([4]byte{192, 168, 0, byte(10 + i)}))
+		o.run(ctx)
+		defer o.close()
+	}
+	waitSink(t, sa, "3 remotes", func(s *countSink) bool { return len(s.remotes) == 3 })
+
+	f.srv.Close()
+	time.Sleep(3 * time.Second)
+	sa.mu.Lock()
+	if len(sa.remotes) != 3 {
+		t.Errorf("remotes dropped while etcd was down: %v", sa.remotes)
+	}
+	sa.mu.Unlock()
+	f.start()
+	c, err := registry.Dial([]string{f.client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := registry.New(c).UpdateProjects(ctx, nil, func(v *master.VNIDs) error {
+		_, err := v.Create("late")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitSink(t, sa, "change after the restart", func(s *countSink) bool { _, ok := s.projects["late"]; return ok && len(s.remotes) == 3 })
+	s, err := registry.New(c).WaitSubnet(ctx, "a")
+	if err != nil || s.Subnet != sub {
+		t.Errorf("subnet after restart %v (%v), want %v", s.Subnet, err, sub)
+	}
+}
