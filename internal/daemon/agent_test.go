@@ -199,3 +199,22 @@ func TestAgentSurvivesEtcdRestart(t *testing.T) {
 		t.Errorf("subnet after restart %v (%v), want %v", s.Subnet, err, sub)
 	}
 }
+
+func TestParseConfigFromRegistry(t *testing.T) {
+	c, err := ParseConfig([]byte(`{"nodeName":"n1","nodeIP":"192.168.0.1","etcdEndpoints":["http://192.168.0.1:2379"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.FromRegistry() {
+		t.Error("FromRegistry false")
+	}
+	for _, bad := range []string{
+		`{"nodeIP":"192.168.0.1","etcdEndpoints":["http://x:2379"]}`,
+		`{"nodeName":"n1","nodeIP":"nope","etcdEndpoints":["http://x:2379"]}`,
+		`{"nodeName":"n1","nodeIP":"192.168.0.1"}`, // static: subnet etc. required
+	} {
+		if _, err := ParseConfig([]byte(bad)); err == nil {
+			t.Errorf("accepted %s", bad)
+		}
+	}
+}
