@@ -42,6 +42,11 @@ type Spec struct {
 	ControlPlane string
 	// NodeLeaseTTL is the control plane's node lease in seconds (default 5).
 	NodeLeaseTTL int
+	// CNI makes the daemons serve CNI (cni.go) and attaches the pods with
+	// real CNI ADD calls through libcni and gvs-cni instead of listing them
+	// in the daemons' configurations. TapPool is the daemons' tapPool.
+	CNI     bool
+	TapPool int
 }
 
 // Cluster is a running cluster.
@@ -175,6 +180,11 @@ func Up(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
+	if spec.CNI {
+		if err := c.attachPodsCNI(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -207,7 +217,13 @@ func (c *Cluster) writeConfig(i int) error {
 			cfg.Peers = append(cfg.Peers, daemon.PeerConfig{Name: o.Name, IP: o.IP.String(), Subnet: o.Subnet.String()})
 		}
 	}
+	if c.Spec.CNI {
+		cfg.CNISocket, cfg.StateDir, cfg.TapPool = c.CNISocket(i), c.CNIStateDir(i), c.Spec.TapPool
+	}
 	for _, p := range n.Pods {
+		if c.Spec.CNI {
+			break
+		}
 		cfg.Pods = append(cfg.Pods, daemon.PodConfig{Name: p.Name, Project: p.Project, Netns: p.NSPath, IP: p.IP.String()})
 	}
 	if c.Spec.ControlPlane != "" {
