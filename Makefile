@@ -6,9 +6,10 @@ BIN     := bin
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 PKGS    := ./...
 # Debian packages the tests and the demo use (installed by `make deps` when root).
-DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump ethtool openvswitch-switch etcd-server
+DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump ethtool openvswitch-switch etcd-server containernetworking-plugins iptables
 FUZZTIME ?= 3s
 STATICCHECK_VERSION ?= latest
+CNITOOL_VERSION ?= v1.3.1
 
 export PATH := $(PATH):$(GOBIN):/usr/local/go/bin
 
@@ -20,6 +21,7 @@ help: ## list the targets
 build: ## build every binary into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
+	@mkdir -p $(BIN)/cni && ln -sf ../gvs-cni $(BIN)/cni/gvs # a CNI_PATH dir: the plugin's file name is its type
 
 deps: ## install the Debian packages the tests and the demo need (as root)
 	@if [ "$$(id -u)" = 0 ]; then \
@@ -30,8 +32,9 @@ deps: ## install the Debian packages the tests and the demo need (as root)
 	  fi; \
 	else echo "not root: skipping Debian packages ($(DEB_PKGS))"; fi
 
-tools: ## install Go tools (staticcheck)
+tools: ## install Go tools (staticcheck, cnitool)
 	@command -v staticcheck >/dev/null 2>&1 || GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@command -v cnitool >/dev/null 2>&1 || GOFLAGS= $(GO) install github.com/containernetworking/cni/cnitool@$(CNITOOL_VERSION)
 
 lint: tools ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

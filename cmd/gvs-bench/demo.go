@@ -13,6 +13,7 @@ import (
 
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/internal/daemon"
 )
 
 // demoUnderlay is the demo's underlay network. It exists only inside the
@@ -52,7 +53,7 @@ func demoUp(ctx context.Context, prefix string) error {
 	bin := filepath.Dir(exe)
 	_ = lab.DestroyPrefix(prefix) // a previous demo that was not taken down
 	step := func(s string) { fmt.Printf("==> %s\n", s) }
-	step("creating 2 nodes with 3 pods each (projects default, alpha, beta) in network namespaces " + prefix + "-*")
+	step("creating 2 nodes with 3 pods each (projects default, alpha, beta) in network namespaces " + prefix + "-*,\n    pods attached by CNI ADD (libcni → gvs-cni → gvs-switchd)")
 	c, err := cluster.Up(ctx, cluster.Spec{
 		Lab: lab.Spec{Prefix: prefix, Nodes: 2, PodsPerNode: 3, Projects: []string{"default", "alpha", "beta"},
 			Underlay: demoUnderlay, External: true},
@@ -62,6 +63,9 @@ func demoUp(ctx context.Context, prefix string) error {
 		// gvs-master (embedded etcd) in n1's namespace allocates subnets
 		// and VNIDs; the nodes register and follow it.
 		ControlPlane: cluster.ControlPlaneEmbedded,
+		// Pods are attached by real CNI ADD calls (libcni → gvs-cni →
+		// gvs-switchd), from a pool of pre-created TAPs.
+		CNI: true, TapPool: 4,
 	})
 	if err != nil {
 		return err
@@ -119,12 +123,13 @@ func demoUp(ctx context.Context, prefix string) error {
 The cluster keeps running. Look around:
   ip netns exec %[1]s %[2]s -s %[3]s dump-ports
   ip netns exec %[1]s %[2]s -s %[3]s dump-flows table=80
-  ip netns exec %[1]s %[2]s -s %[3]s trace in_port=4,ip,nw_src=%[4]s,nw_dst=%[5]s
+  ip netns exec %[1]s %[2]s -s %[3]s trace in_port=%[8]d,ip,nw_src=%[4]s,nw_dst=%[5]s
   ip netns exec %[6]s ping %[5]s
   ip netns exec %[1]s %[2]s -etcd %[7]s projects list    (and join, isolate, make-global)
   ip netns exec %[1]s %[2]s -etcd %[7]s nodes
 Tear it down with:  make demo-down
-`, c.Nodes[0].NS, gvsctl, c.Nodes[0].Socket, a.IP, b.IP, a.NS, strings.Join(c.EtcdEndpoints, ","))
+`, c.Nodes[0].NS, gvsctl, c.Nodes[0].Socket, a.IP, b.IP, a.NS, strings.Join(c.EtcdEndpoints, ","),
+		daemon.CNIFirstPort+1) // a is the second pod CNI attached on n1
 	if len(bad) > 0 {
 		fmt.Println("\nDEMO FAILED:")
 		for _, s := range bad {

@@ -298,3 +298,55 @@ func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// cnitool returns the cnitool binary (make tools installs it), building
+// it from the module cache when it is not on PATH.
+func cnitool(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("cnitool"); err == nil {
+		return p
+	}
+	out := filepath.Join(t.TempDir(), "cnitool")
+	if b, err := exec.Command("go", "build", "-o", out, "github.com/containernetworking/cni/cnitool").CombinedOutput(); err != nil {
+		t.Skipf("cnitool not installed and not buildable (make tools): %v\n%s", err, b)
+	}
+	return out
+}
+
+// TestCNITool drives gvs-cni with cnitool, run in the node's namespace
+// the way an operator would: add, check, del, del.
+func TestCNITool(t *testing.T) {
+	tool := cnitool(t)
+	c := cniCluster(t, "cnt", 0)
+	list, err := c.CNIConfList(0, "1.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	netdir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(netdir, "gvs-pods.conflist"), list.Bytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ns := podNS(t, c, "tool")
+	run := func(verb string) (string, error) {
+		cmd := exec.CommandContext(ctx(t), "ip", "netns", "exec", c.Nodes[0].NS, tool, verb, "gvs-pods", ns)
+		cmd.Env = append(os.Environ(), "NETCONFPATH="+netdir, "CNI_PATH="+c.CNIBinDir(),
+			"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=alpha;K8S_POD_NAME=tool")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("add")
+	if err != nil || !strings.Contains(out, `"0a:58:`) {
+		t.Fatalf("cnitool add: %v\n%s", err, out)
+	}
+	if out, err := run("check"); err != nil {
+		t.Errorf("cnitool check: %v\n%s", err, out)
+	}
+	for range 2 {
+		if out, err := run("del"); err != nil {
+			t.Errorf("cnitool del: %v\n%s", err, out)
+		}
+	}
+	if n := leaseFiles(t, c); n != 2 {
+		t.Errorf("after cnitool del: %d leases, want the cluster's 2", n)
+	}
+}
