@@ -293,6 +293,11 @@ type gsoScratch struct {
 	fn   func(fd uintptr) bool
 	msgs []ipv4.Message
 	addr net.UDPAddr
+	// sendIovecs' message.
+	hdr   unix.Msghdr
+	name  unix.RawSockaddrInet4
+	iovs  []unix.Iovec
+	iovFn func(fd uintptr) bool
 }
 
 func newGSOScratch() *gsoScratch {
@@ -312,6 +317,8 @@ func newGSOScratch() *gsoScratch {
 	h.Type = unix.UDP_SEGMENT
 	h.SetLen(unix.CmsgLen(2))
 	s.fn = s.send
+	s.iovFn = s.sendmsgIov
+	s.iovs = make([]unix.Iovec, gsoMaxSegs)
 	return s
 }
 
@@ -353,7 +360,7 @@ func (p *Port) WriteTunnelGSO(bufs [][]byte, gso []packet.GSO, eps []Endpoint, o
 			j++
 		}
 		if j > i {
-			m, err := p.WriteTunnel(bufs[i:j], eps[i:j], offset)
+			m, err := p.writeRun(bufs[i:j], eps[i:j], offset)
 			sent += m
 			if err != nil && firstErr == nil {
 				firstErr = err
@@ -372,6 +379,127 @@ func (p *Port) WriteTunnelGSO(bufs [][]byte, gso []packet.GSO, eps []Endpoint, o
 		i++
 	}
 	return sent, firstErr
+}
+
+// writeRun sends complete frames. With UDP GSO, consecutive frames of one
+// size for one destination and send socket (a burst of one flow, or of
+// flows hashed to one socket) go out in one sendmsg whose iovecs point at
+// the frames in place, the kernel cutting it into datagrams; the others
+// go out through WriteTunnel, in order.
+func (p *Port) writeRun(bufs [][]byte, eps []Endpoint, offset int) (int, error) {
+	if !p.gso.Load() || len(bufs) < 2 {
+		return p.WriteTunnel(bufs, eps, offset)
+	}
+	s := p.gsoPool.Get().(*gsoScratch)
+	defer p.gsoPool.Put(s)
+	sent, plain := 0, 0 // frames sent; start of the frames not yet sent
+	var firstErr error
+	for i := 0; i < len(bufs); {
+		frame := bufs[i][offset:]
+		dgram := HeaderLen + len(frame)
+		sock := p.socketFor(frame)
+		j, total := i+1, dgram
+		for j < len(bufs) && j-i < gsoMaxSegs && eps[j] == eps[i] {
+			f := bufs[j][offset:]
+			d := HeaderLen + len(f)
+			if d > dgram || total+d > gsoMaxPayload || p.socketFor(f) != sock {
+				break
+			}
+			total += d
+			j++
+			if d < dgram {
+				break
+			}
+		}
+		if j-i < 2 {
+			i++
+			continue
+		}
+		sent += p.writePlain(bufs[plain:i], eps[plain:i], offset, &firstErr)
+		var nbytes uint64
+		for k := i; k < j; k++ {
+			b := Encap(bufs[k], offset, len(bufs[k])-offset, eps[k].VNI)
+			s.iovs[k-i].Base = &b[0]
+			s.iovs[k-i].SetLen(len(b))
+			nbytes += uint64(len(b) - HeaderLen)
+		}
+		err := p.sendIovecs(&p.tx[sock], s, j-i, dgram, eps[i])
+		for k := range j - i {
+			s.iovs[k].Base = nil
+		}
+		if errors.Is(err, unix.EIO) || errors.Is(err, unix.EINVAL) {
+			// The route's device cannot do UDP GSO: fall back for good.
+			p.gso.Store(false)
+			p.log.Warn("vxlan: UDP GSO send failed; falling back to sendmmsg", "err", err)
+			sent += p.writePlain(bufs[i:j], eps[i:j], offset, &firstErr)
+		} else if err != nil {
+			p.stats.txErrors.Add(uint64(j - i))
+			if firstErr == nil {
+				firstErr = err
+			}
+		} else {
+			sent += j - i
+			p.stats.txPackets.Add(uint64(j - i))
+			p.stats.txBytes.Add(nbytes)
+		}
+		i, plain = j, j
+	}
+	sent += p.writePlain(bufs[plain:], eps[plain:], offset, &firstErr)
+	return sent, firstErr
+}
+
+// writePlain sends frames through WriteTunnel, keeping the first error.
+func (p *Port) writePlain(bufs [][]byte, eps []Endpoint, offset int, firstErr *error) int {
+	if len(bufs) == 0 {
+		return 0
+	}
+	m, err := p.WriteTunnel(bufs, eps, offset)
+	if err != nil && *firstErr == nil {
+		*firstErr = err
+	}
+	return m
+}
+
+// sendIovecs sends s.iovs[:n] as one UDP GSO sendmsg of datagrams of
+// dgram bytes to ep.
+func (p *Port) sendIovecs(sock *txSocket, s *gsoScratch, n, dgram int, ep Endpoint) error {
+	s.name.Family = unix.AF_INET
+	s.name.Addr = ep.Addr
+	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&s.name.Port))[:], uint16(p.dstPort))
+	binary.NativeEndian.PutUint16(s.oob[unix.SizeofCmsghdr:], uint16(dgram))
+	h := &s.hdr
+	h.Name = (*byte)(unsafe.Pointer(&s.name))
+	h.Namelen = unix.SizeofSockaddrInet4
+	h.Iov = &s.iovs[0]
+	h.SetIovlen(n)
+	h.Control = &s.oob[0]
+	h.SetControllen(len(s.oob))
+	err := sock.rc.Write(s.iovFn)
+	if err == nil {
+		err = s.err
+	}
+	if err != nil {
+		return fmt.Errorf("vxlan: write: %w", err)
+	}
+	return nil
+}
+
+// sendmsgIov is the RawConn callback of sendIovecs.
+func (s *gsoScratch) sendmsgIov(fd uintptr) bool {
+	for {
+		_, _, e := unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&s.hdr)), 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e == unix.EAGAIN {
+			return false
+		}
+		s.err = nil
+		if e != 0 {
+			s.err = e
+		}
+		return true
+	}
 }
 
 func completeCsum(frame []byte, g packet.GSO) {
