@@ -261,6 +261,7 @@ func (s *Server) add(ctx context.Context, conf *NetConf, req *Request) (json.Raw
 		}
 		return nil, types.NewError(types.ErrIOFailure, "cannot persist the address lease", err.Error())
 	}
+	start := time.Now()
 	att, err := s.be.Attach(ctx, l)
 	if err != nil {
 		_ = s.be.Detach(ctx, l)
@@ -296,7 +297,7 @@ func (s *Server) add(ctx context.Context, conf *NetConf, req *Request) (json.Raw
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("cni ADD", "container", req.ContainerID, "ifname", req.IfName, "ip", l.IP, "port", l.Port, "project", l.Project)
+	s.log.Info("cni ADD", "container", req.ContainerID, "ifname", req.IfName, "ip", l.IP, "port", l.Port, "project", l.Project, "attach", time.Since(start).Round(time.Microsecond))
 	return b, nil
 }
 

@@ -64,8 +64,8 @@ func demoUp(ctx context.Context, prefix string) error {
 		// and VNIDs; the nodes register and follow it.
 		ControlPlane: cluster.ControlPlaneEmbedded,
 		// Pods are attached by real CNI ADD calls (libcni → gvs-cni →
-		// gvs-switchd), from a pool of pre-created TAPs.
-		CNI: true, TapPool: 4,
+		// gvs-switchd); each TAP is created in its pod's namespace.
+		CNI: true,
 	})
 	if err != nil {
 		return err

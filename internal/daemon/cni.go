@@ -100,9 +100,13 @@ func (b *cniBackend) Attach(ctx context.Context, l cniplugin.Lease) (cniplugin.A
 	if err != nil {
 		return cniplugin.Attachment{}, err
 	}
-	dev, err := b.pool.Get()
-	if err != nil {
-		return cniplugin.Attachment{}, err
+	// Without a pool, addPod creates the TAP inside the pod's namespace,
+	// which is faster than taking a pooled one and moving it (docs/cni.md).
+	var dev *tap.Device
+	if b.d.cfg.TapPool > 0 {
+		if dev, err = b.pool.Get(); err != nil {
+			return cniplugin.Attachment{}, err
+		}
 	}
 	name := l.PodName
 	if name == "" {

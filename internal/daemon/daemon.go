@@ -353,8 +353,12 @@ func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *
 	p := &Pod{Name: pc.Name, Project: pc.Project, Netns: nsPath, IP: ip, MAC: hw.String(), Port: port, VNID: sp.VNID,
 		ContainerID: pc.ContainerID, IfName: pc.IfName}
 
-	if dev == nil {
-		if dev, err = tap.Create(tap.Config{Name: fmt.Sprintf("gvs%d", port), Offloads: d.podOffloads(), Logger: d.log}); err != nil {
+	inPod := dev == nil
+	if inPod {
+		// Create the TAP inside the pod's namespace: moving a link between
+		// namespaces waits for RCU grace periods (10-25 ms, docs/cni.md).
+		cfg := tap.Config{Name: fmt.Sprintf("gvs%d", port), Offloads: d.podOffloads(), Logger: d.log}
+		if err := netconf.Do(nsPath, func() (err error) { dev, err = tap.Create(cfg); return err }); err != nil {
 			return nil, err
 		}
 	}
@@ -368,8 +372,10 @@ func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *
 			_ = d.sw.RemovePort(port) // closes the TAP, which deletes the link
 		}
 	}()
-	if err := netconf.MoveToNS(tapName, nsPath); err != nil {
-		return nil, err
+	if !inPod {
+		if err := netconf.MoveToNS(tapName, nsPath); err != nil {
+			return nil, err
+		}
 	}
 	gw := d.node.Gateway()
 	routes := []netconf.Route{{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0), Gw: gw}}
