@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/flowtable"
@@ -47,7 +46,7 @@ func (d *Daemon) startCNI(ctx context.Context, errc chan<- error) error {
 	}
 	pool := cniplugin.NewTapPool(d.cfg.TapPool, tap.Config{Offloads: d.podOffloads(), Logger: d.log}, d.log)
 	be := &cniBackend{d: d, pool: pool}
-	srv := cniplugin.NewServer(cniplugin.ServerConfig{IPAM: ipam, Backend: be, Logger: d.log, Observe: d.observeCNI})
+	srv := cniplugin.NewServer(cniplugin.ServerConfig{IPAM: ipam, Backend: be, Logger: d.log})
 	srv.Restore(ctx)
 	l, err := cniplugin.Listen(sock)
 	if err != nil {
@@ -61,9 +60,6 @@ func (d *Daemon) startCNI(ctx context.Context, errc chan<- error) error {
 	d.log.Info("cni: serving", "socket", sock, "leases", len(ipam.Leases()), "state", dir, "tapPool", d.cfg.TapPool)
 	return nil
 }
-
-// observeCNI is the hook for the CNI latency metric.
-func (d *Daemon) observeCNI(string, time.Duration, error) {}
 
 // cniBackend attaches CNI pods to the daemon.
 type cniBackend struct {
