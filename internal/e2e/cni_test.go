@@ -107,6 +107,23 @@ func TestCNIAddCheckDelRestart(t *testing.T) {
 	if out, err := nsExec(t, ns, "ping", "-c", "2", "-i", "0.2", "-W", "2", p1.IP.String()); err != nil {
 		t.Errorf("the new pod does not reach %s:\n%s", p1.IP, out)
 	}
+	// ADD into a namespace that already has eth0 (a veth): code 101,
+	// and nothing is left behind.
+	busy := podNS(t, c, "busy")
+	if out, err := nsExec(t, busy, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	beforeBusy, leasesBusy := show(t, c), leaseFiles(t, c)
+	err = c.InNode(0, func() error {
+		_, err := cni.AddNetworkList(ctx(t), list, cluster.RuntimeConf("ctr-busy", busy, "eth0", "alpha", "busy"))
+		return err
+	})
+	if cniCode(err) != 101 {
+		t.Errorf("ADD onto an existing eth0: %v, want code 101", err)
+	}
+	if s := show(t, c); s != beforeBusy || leaseFiles(t, c) != leasesBusy {
+		t.Errorf("a failed ADD left something: %+v, %d leases (before %+v, %d)", s, leaseFiles(t, c), beforeBusy, leasesBusy)
+	}
 	// Second ADD of the same attachment: interface already exists.
 	err = c.InNode(0, func() error { _, err := cni.AddNetworkList(ctx(t), list, rt); return err })
 	if cniCode(err) != 101 {
@@ -216,6 +233,13 @@ func TestCNIConcurrent(t *testing.T) {
 	s := show(t, c)
 	if s.Pods != base.Pods+n || s.Ports != base.Ports+n || leaseFiles(t, c) != baseLeases+n {
 		t.Errorf("after %d ADDs: %+v (before %+v), %d leases", n, s, base, leaseFiles(t, c))
+	}
+	// Some pods' namespaces are gone before their DEL, as when a runtime
+	// cleans up late.
+	for i := 0; i < n; i += 5 {
+		if err := netconf.DeleteNamedNS(filepath.Base(nss[i])); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i := range n {
 		wg.Go(func() {
