@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -143,10 +144,34 @@ func TestCNIAddCheckDelRestart(t *testing.T) {
 
 	// Restart: the leases survive, the pods are re-attached with the same
 	// address and port.
+	// A pod whose namespace disappears while the daemon is down keeps its
+	// lease (until DEL), but is not re-attached.
+	gone := podNS(t, c, "gone")
+	goneRT := cluster.RuntimeConf("ctr-gone", gone, "eth0", "default", "gone")
+	if err := c.InNode(0, func() error { _, err := cni.AddNetworkList(ctx(t), list, goneRT); return err }); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
 	before := ctl(t, c, 0, "pods")
+	leasesBefore := leaseFiles(t, c)
 	if err := c.RestartDaemon(ctx(t), 0); err != nil {
 		t.Fatal(err)
 	}
+	if err := netconf.DeleteNamedNS(filepath.Base(gone)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RestartDaemon(ctx(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := leaseFiles(t, c); n != leasesBefore {
+		t.Errorf("after restarts: %d leases, want %d", n, leasesBefore)
+	}
+	if err := c.InNode(0, func() error { return cni.DelNetworkList(ctx(t), list, goneRT) }); err != nil {
+		t.Errorf("DEL of the pod whose namespace vanished: %v", err)
+	}
+	if n := leaseFiles(t, c); n != leasesBefore-1 {
+		t.Errorf("after its DEL: %d leases, want %d", n, leasesBefore-1)
+	}
+	before = strings.Join(slices.DeleteFunc(strings.Split(before, "\n"), func(l string) bool { return strings.Contains(l, "gone") }), "\n")
 	if after := ctl(t, c, 0, "pods"); after != before {
 		t.Errorf("pods after a daemon restart:\n%s\nbefore:\n%s", after, before)
 	}
