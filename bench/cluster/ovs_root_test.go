@@ -28,7 +28,7 @@ func TestOVSCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := Up(ctx, Spec{
-		Lab:        lab.Spec{Prefix: fmt.Sprintf("gvsclovs%d", os.Getpid()%100000), PodsPerNode: 1, Underlay: netip.MustParsePrefix("192.168.243.0/24")},
+		Lab:        lab.Spec{Prefix: fmt.Sprintf("gvcovs%d", os.Getpid()%100000), PodsPerNode: 1, Underlay: netip.MustParsePrefix("192.168.243.0/24")},
 		Mode:       "subnet",
 		BinDir:     bin,
 		Dataplanes: []string{DataplaneOVS, DataplaneOVS},
