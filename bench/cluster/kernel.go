@@ -38,6 +38,16 @@ func (s *Spec) dataplane(i int) string {
 	return DataplaneGVS
 }
 
+// mixed reports whether the cluster's nodes run more than one dataplane.
+func (c *Cluster) mixed() bool {
+	for i := 1; i < len(c.Nodes); i++ {
+		if c.Spec.dataplane(i) != c.Spec.dataplane(0) {
+			return true
+		}
+	}
+	return false
+}
+
 // upKernelNode builds node i the way the kernel would carry it: a bridge
 // br0 holding the gateway address, a vxlan device (VNI 0, UDP 4789) that
 // floods to every peer, and a veth pair per pod. It runs only `ip` commands
@@ -45,19 +55,26 @@ func (s *Spec) dataplane(i int) string {
 func (c *Cluster) upKernelNode(ctx context.Context, i int) error {
 	n := &c.Nodes[i]
 	gw := n.Subnet.Addr().Next()
-	cmds := [][]string{
+	var cmds [][]string
+	if c.mixed() {
 		// A NIC completes checksums before a frame reaches the wire; a veth
-		// does not, and would hand the other node VXLAN whose inner TCP/UDP
-		// checksum is still partial. Turning tx checksum offload off on the
-		// underlay makes the kernel finish it, as a real NIC would.
-		{"ethtool", "-K", "eth0", "tx", "off"},
+		// does not, and hands the other node VXLAN whose inner TCP/UDP
+		// checksum is still partial. A kernel peer takes that state from the
+		// skb, but a userspace peer reads only bytes, so in a mixed cluster
+		// the kernel must finish the checksum here, as a real NIC would.
+		// Kernel-only clusters keep the offload: turning it off also turns
+		// off TSO and costs the kernel baseline two thirds of its TCP
+		// throughput.
+		cmds = append(cmds, []string{"ethtool", "-K", "eth0", "tx", "off"})
+	}
+	cmds = append(cmds, [][]string{
 		{"ip", "link", "add", "br0", "type", "bridge"},
 		{"ip", "link", "set", "br0", "mtu", "1450", "up"},
 		{"ip", "addr", "add", netip.PrefixFrom(gw, n.Subnet.Bits()).String(), "dev", "br0"},
 		{"ip", "link", "add", "vxlan0", "type", "vxlan", "id", "0", "dstport", "4789", "local", n.IP.String(), "dev", "eth0"},
 		{"ip", "link", "set", "vxlan0", "master", "br0", "up"},
 		{"ip", "route", "add", c.Spec.ClusterNetwork.String(), "dev", "br0"},
-	}
+	}...)
 	for j, o := range c.Nodes {
 		if j != i {
 			cmds = append(cmds, []string{"bridge", "fdb", "append", "00:00:00:00:00:00", "dev", "vxlan0", "dst", o.IP.String()})
