@@ -91,6 +91,7 @@ type Switch struct {
 	tableDrops [256]atomic.Uint64
 	lookups    counter
 	cacheHits  counter
+	capTotals  captureTotals // capture.go
 }
 
 type portMap map[uint32]*portEntry
@@ -105,6 +106,7 @@ type portEntry struct {
 	offload   OffloadPort
 	offTunnel OffloadTunnelPort
 	stats     portCounters
+	capture   atomic.Pointer[Capture] // nil unless a capture runs (capture.go)
 	cancel    context.CancelFunc
 	done      chan struct{}
 }
@@ -223,6 +225,7 @@ func (s *Switch) stop(e *portEntry) error {
 	e.cancel()
 	err := e.close() // unblocks the worker's Read
 	<-e.done
+	e.endCapture()
 	return err
 }
 

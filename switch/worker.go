@@ -105,6 +105,9 @@ func (w *worker) process(n int) {
 	s := w.s
 	in := w.in
 	snap := s.cfg.Table.Snapshot()
+	if c := in.capture.Load(); c != nil {
+		c.rx(w, n)
+	}
 	var rxBytes uint64
 	for i := 0; i < n; i++ {
 		size := w.sizes[i]
@@ -216,6 +219,9 @@ func (w *worker) pendingFor(e *portEntry) *pending {
 func (w *worker) flush() {
 	for j := 0; j < w.nPend; j++ {
 		p := &w.pend[j]
+		if c := p.e.capture.Load(); c != nil {
+			c.tx(p)
+		}
 		var n int
 		var err error
 		switch {

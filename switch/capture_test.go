@@ -1,0 +1,267 @@
+package vswitch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/gvswitch/gvs/flowtable"
+)
+
+// captureWorker builds a switch whose port 3 sends 10.0.0.4 to port 4 and
+// 10.0.0.9 into the tunnel (port 1, VNI 42, node 192.0.2.2), and a worker
+// for port 3 with a batch of 64 frames loaded, alternating between them.
+func captureWorker(t *testing.T) *worker {
+	t.Helper()
+	tbl := flowtable.New(flowtable.Config{})
+	rs, err := flowtable.ParseRules(`
+table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.4, actions=output:4
+table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.9, actions=load:42->NXM_NX_TUN_ID[0..31], set_field:192.0.2.2->tun_dst, output:1
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.Add(rs...); err != nil {
+		t.Fatal(err)
+	}
+	sw, err := New(Config{Table: tbl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &discardPort{}
+	m := portMap{3: {no: 3, port: out}, 4: {no: 4, port: out}, 1: {no: 1, tunnel: out}}
+	sw.ports.Store(&m)
+	w := sw.newWorker(m[3])
+	for i := range w.bufs {
+		dst := byte(4)
+		if i%2 == 1 {
+			dst = 9
+		}
+		w.sizes[i] = copy(w.bufs[i][Headroom:], udpFrame(3, dst))
+	}
+	return w
+}
+
+func drain(t *testing.T, c *Capture) []CapturedFrame {
+	t.Helper()
+	var out []CapturedFrame
+	for c.Pending() > 0 {
+		f, err := c.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, CapturedFrame{Time: f.Time, Dir: f.Dir, OrigLen: f.OrigLen, Data: bytes.Clone(f.Data)})
+		c.Release(f)
+	}
+	return out
+}
+
+func TestCaptureRxTx(t *testing.T) {
+	w := captureWorker(t)
+	rx, err := w.s.StartCapture(3, CaptureConfig{Dir: CaptureRx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := w.s.StartCapture(1, CaptureConfig{Local: [4]byte{192, 0, 2, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.s.StartCapture(3, CaptureConfig{}); !errors.Is(err, ErrCaptureBusy) {
+		t.Errorf("second capture on port 3: %v, want ErrCaptureBusy", err)
+	}
+	if _, err := w.s.StartCapture(7, CaptureConfig{}); !errors.Is(err, ErrNoSuchPort) {
+		t.Errorf("capture on port 7: %v, want ErrNoSuchPort", err)
+	}
+	n := len(w.bufs)
+	w.process(n)
+
+	got := drain(t, rx)
+	if len(got) != n {
+		t.Fatalf("rx capture has %d frames, want %d", len(got), n)
+	}
+	for i, f := range got {
+		want := w.bufs[i][Headroom : Headroom+w.sizes[i]]
+		if f.Dir != CaptureRx || f.OrigLen != len(want) || !bytes.Equal(f.Data, want) {
+			t.Fatalf("rx frame %d: dir %v len %d\n got %x\nwant %x", i, f.Dir, f.OrigLen, f.Data, want)
+		}
+	}
+
+	got = drain(t, tx)
+	if len(got) != n/2 {
+		t.Fatalf("tunnel capture has %d frames, want %d", len(got), n/2)
+	}
+	for _, f := range got {
+		p := gopacket.NewPacket(f.Data, layers.LayerTypeEthernet, gopacket.Default)
+		ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		vx, _ := p.Layer(layers.LayerTypeVXLAN).(*layers.VXLAN)
+		if ip == nil || vx == nil {
+			t.Fatalf("tunnel frame does not decode:\n%s", p.Dump())
+		}
+		if ip.SrcIP.String() != "192.0.2.1" || ip.DstIP.String() != "192.0.2.2" || vx.VNI != 42 || f.Dir != CaptureTx {
+			t.Errorf("tunnel frame: %s → %s vni %d dir %v", ip.SrcIP, ip.DstIP, vx.VNI, f.Dir)
+		}
+		if int(ip.Length) != len(f.Data)-14 || f.OrigLen != len(f.Data) {
+			t.Errorf("outer IP length %d, frame %d, orig %d", ip.Length, len(f.Data), f.OrigLen)
+		}
+		csum := ip.Checksum
+		if err := ip.SerializeTo(gopacket.NewSerializeBuffer(), gopacket.SerializeOptions{ComputeChecksums: true}); err != nil || ip.Checksum != csum {
+			t.Errorf("outer IP checksum %#x, want %#x (%v)", csum, ip.Checksum, err)
+		}
+		var inner *layers.UDP
+		for _, l := range p.Layers() {
+			if u, ok := l.(*layers.UDP); ok {
+				inner = u // the last UDP layer is the inner one
+			}
+		}
+		if inner == nil || inner.DstPort != 53 {
+			t.Errorf("inner frame: %v", p.Layers())
+		}
+	}
+	if st := tx.Stats(); st.Captured != uint64(n/2) || st.Dropped != 0 {
+		t.Errorf("tunnel capture stats %+v", st)
+	}
+	rx.Stop()
+	tx.Stop()
+	rx.Stop() // idempotent
+	if _, err := rx.Next(context.Background()); !errors.Is(err, ErrCaptureStopped) {
+		t.Errorf("Next after Stop: %v", err)
+	}
+	if tot := w.s.CaptureTotals(); tot.Captured != uint64(n+n/2) || tot.Active != 0 {
+		t.Errorf("totals %+v", tot)
+	}
+	// A stopped capture no longer sees frames, and the port takes a new one.
+	w.process(n)
+	if rx.Pending() != 0 {
+		t.Error("a stopped capture still receives frames")
+	}
+	if c, err := w.s.StartCapture(3, CaptureConfig{}); err != nil {
+		t.Error(err)
+	} else {
+		c.Stop()
+	}
+}
+
+func TestCaptureDropsWhenFull(t *testing.T) {
+	w := captureWorker(t)
+	c, err := w.s.StartCapture(3, CaptureConfig{Dir: CaptureRx, Queue: 4, Snaplen: MinSnaplen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.process(len(w.bufs))
+	st := c.Stats()
+	if st.Captured != 4 || st.Dropped != uint64(len(w.bufs)-4) {
+		t.Errorf("stats %+v, want 4 captured and %d dropped", st, len(w.bufs)-4)
+	}
+	if tot := w.s.CaptureTotals(); tot.Dropped != st.Dropped || tot.Active != 1 {
+		t.Errorf("totals %+v", tot)
+	}
+	c.Stop()
+}
+
+func TestCaptureSnaplen(t *testing.T) {
+	w := captureWorker(t)
+	if _, err := w.s.StartCapture(3, CaptureConfig{Snaplen: 10}); err == nil {
+		t.Error("a snap length of 10 was accepted")
+	}
+	c, err := w.s.StartCapture(1, CaptureConfig{Snaplen: MinSnaplen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	w.process(len(w.bufs))
+	for _, f := range drain(t, c) {
+		if len(f.Data) != MinSnaplen || f.OrigLen != tunnelHeaders+len(udpFrame(3, 9)) {
+			t.Fatalf("truncated frame: %d bytes of %d", len(f.Data), f.OrigLen)
+		}
+	}
+}
+
+// TestCaptureAllocs: a running capture whose reader keeps up allocates
+// nothing once its buffers exist; with no capture the worker's cost is in
+// TestProcessAllocs.
+func TestCaptureAllocs(t *testing.T) {
+	w := captureWorker(t)
+	rx, err := w.s.StartCapture(3, CaptureConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := w.s.StartCapture(1, CaptureConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	batch := func() {
+		w.process(len(w.bufs))
+		for _, c := range []*Capture{rx, tx} {
+			for c.Pending() > 0 {
+				f, _ := c.Next(ctx)
+				c.Release(f)
+			}
+		}
+	}
+	batch()
+	if n := testing.AllocsPerRun(50, batch); n != 0 {
+		t.Errorf("a batch with two captures running allocates %.1f times", n)
+	}
+	rx.Stop()
+	tx.Stop()
+}
+
+// blockingPort is a Port whose Read blocks until Close.
+type blockingPort struct{ closed chan struct{} }
+
+func (p *blockingPort) Name() string                         { return "blocking" }
+func (p *blockingPort) BatchSize() int                       { return 8 }
+func (p *blockingPort) Write(b [][]byte, _ int) (int, error) { return len(b), nil }
+func (p *blockingPort) Read([][]byte, []int, int) (int, error) {
+	<-p.closed
+	return 0, errors.New("closed")
+}
+func (p *blockingPort) Close() error {
+	select {
+	case <-p.closed:
+	default:
+		close(p.closed)
+	}
+	return nil
+}
+
+func TestCaptureEndsWithPort(t *testing.T) {
+	tbl := flowtable.New(flowtable.Config{})
+	sw, err := New(Config{Table: tbl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sw.Close()
+	if err := sw.AddPort(5, &blockingPort{closed: make(chan struct{})}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := sw.StartCapture(5, CaptureConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.RemovePort(5); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.Next(ctx); !errors.Is(err, ErrCaptureStopped) {
+		t.Errorf("Next after RemovePort: %v, want ErrCaptureStopped", err)
+	}
+}
+
+func TestParseCaptureDir(t *testing.T) {
+	for in, want := range map[string]CaptureDir{"in": CaptureRx, "rx": CaptureRx, "out": CaptureTx, "tx": CaptureTx, "both": CaptureBoth, "": CaptureBoth} {
+		if d, err := ParseCaptureDir(in); err != nil || d != want || (in != "" && in != "rx" && in != "tx" && d.String() != in) {
+			t.Errorf("ParseCaptureDir(%q) = %v, %v", in, d, err)
+		}
+	}
+	if _, err := ParseCaptureDir("sideways"); err == nil {
+		t.Error("sideways accepted")
+	}
+}
