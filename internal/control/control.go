@@ -28,6 +28,9 @@ type Request struct {
 	Args string `json:"args,omitempty"`
 	// Strict asks del-flows for strict matching.
 	Strict bool `json:"strict,omitempty"`
+	// Capture holds the parameters of "capture" (a streaming command,
+	// stream.go).
+	Capture *CaptureRequest `json:"capture,omitempty"`
 }
 
 // Response is the daemon's answer. Error is empty on success; Result holds
@@ -71,6 +74,16 @@ func serveConn(ctx context.Context, c net.Conn, h Handler, log *slog.Logger) {
 		return
 	}
 	res, err := h(ctx, req)
+	if s, ok := res.(Stream); ok && err == nil {
+		_ = c.SetDeadline(time.Time{}) // streams last as long as they need
+		if err := writeResult(c, s.Header()); err != nil && log != nil {
+			log.Debug("control: writing stream header", "err", err)
+		}
+		if err := s.ServeStream(ctx, c); err != nil && log != nil {
+			log.Debug("control: stream ended", "command", req.Command, "err", err)
+		}
+		return
+	}
 	var resp Response
 	if err != nil {
 		resp.Error = err.Error()
@@ -85,6 +98,15 @@ func serveConn(ctx context.Context, c net.Conn, h Handler, log *slog.Logger) {
 	if err := writeResponse(c, resp); err != nil && log != nil {
 		log.Debug("control: writing response", "err", err)
 	}
+}
+
+// writeResult writes a successful response holding res.
+func writeResult(c net.Conn, res any) error {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return writeResponse(c, Response{Error: "encoding result: " + err.Error()})
+	}
+	return writeResponse(c, Response{Result: b})
 }
 
 func writeResponse(c net.Conn, r Response) error {

@@ -79,3 +79,41 @@ type NextHop struct {
 	NodeIP string `json:"nodeIP"`
 	Packet string `json:"packet"`
 }
+
+// CaptureRequest are the parameters of "capture": capture frames on a port
+// and stream them as pcap (see Stream).
+type CaptureRequest struct {
+	// Port is a port number, a port name (vxlan0, tun0, a TAP) or a pod name.
+	Port string `json:"port"`
+	// Dir is in, out or both (the default), seen from the switch: in is
+	// what the port delivered to the switch.
+	Dir string `json:"dir,omitempty"`
+	// Count stops the capture after that many frames (0: no limit).
+	Count int `json:"count,omitempty"`
+	// Seconds stops the capture after that long (0: no limit).
+	Seconds float64 `json:"seconds,omitempty"`
+	// Snaplen is the most bytes kept per frame (0: 262144).
+	Snaplen int `json:"snaplen,omitempty"`
+}
+
+// CaptureStart is the response line of "capture", sent before the stream.
+type CaptureStart struct {
+	Port    uint32 `json:"port"`
+	Name    string `json:"name"`
+	Dir     string `json:"dir"`
+	Snaplen int    `json:"snaplen"`
+}
+
+// CaptureSummary is the payload of the end chunk of "capture".
+type CaptureSummary struct {
+	// Captured frames were copied from the datapath; Dropped were lost
+	// because the capture's queue was full (the datapath never waits).
+	Captured uint64 `json:"captured"`
+	Dropped  uint64 `json:"dropped"`
+	// Written frames were sent to the client (Captured minus those still
+	// queued when the capture stopped, e.g. after Count).
+	Written uint64 `json:"written"`
+	// Reason says why the capture ended: count, duration, client, port
+	// removed, daemon stopping, or an error.
+	Reason string `json:"reason"`
+}
