@@ -34,6 +34,10 @@ commands:
                           table by table; when it leaves through the tunnel, says how to go on
   stats                   drops by reason and table, lookups, cache hits
   pods                    attached pods
+  capture PORT -w FILE [-c COUNT] [-G DURATION] [-d in|out|both] [--snaplen N]
+                          capture the frames of a port (number, name or pod) into a pcap
+                          file for tcpdump/Wireshark; -w - writes to standard output
+                          (gvsctl capture vxlan0 -w - | tcpdump -nr -); gvsctl capture -h
 
 control plane (talks to etcd: --etcd URL[,URL...] or $GVS_ETCD):
   projects list           projects and their VNIDs
@@ -77,6 +81,8 @@ func run(args []string, stdout io.Writer) error {
 	switch cmd {
 	case "projects", "nodes":
 		return registryCmd(ctx, *etcd, c.json, c.out, cmd, rest)
+	case "capture":
+		return captureCmd(ctx, *socket, c.json, c.out, os.Stderr, rest)
 	case "show":
 		var r control.ShowResult
 		return c.call(control.Request{Command: "show"}, &r, func() { printShow(c.out, r) })

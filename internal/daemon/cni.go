@@ -46,7 +46,7 @@ func (d *Daemon) startCNI(ctx context.Context, errc chan<- error) error {
 	}
 	pool := cniplugin.NewTapPool(d.cfg.TapPool, tap.Config{Offloads: d.podOffloads(), Logger: d.log}, d.log)
 	be := &cniBackend{d: d, pool: pool}
-	srv := cniplugin.NewServer(cniplugin.ServerConfig{IPAM: ipam, Backend: be, Logger: d.log})
+	srv := cniplugin.NewServer(cniplugin.ServerConfig{IPAM: ipam, Backend: be, Logger: d.log, Observe: d.observeCNI})
 	srv.Restore(ctx)
 	l, err := cniplugin.Listen(sock)
 	if err != nil {

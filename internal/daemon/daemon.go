@@ -35,6 +35,8 @@ type Daemon struct {
 	peers *vxlan.Peers
 	vx    *vxlan.Port
 
+	cniMetrics cniMetrics // metrics.go
+
 	mu       sync.Mutex
 	pods     map[string]*Pod // by name
 	nextPort uint32

@@ -42,6 +42,8 @@ func (d *Daemon) handle(_ context.Context, req control.Request) (any, error) {
 		return d.stats(), nil
 	case "pods":
 		return d.Pods(), nil
+	case "capture":
+		return d.startCapture(req.Capture)
 	}
 	return nil, fmt.Errorf("%w %q", control.ErrUnknownCommand, req.Command)
 }

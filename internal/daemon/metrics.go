@@ -8,12 +8,14 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	vswitch "github.com/gvswitch/gvs/switch"
+	"github.com/gvswitch/gvs/vxlan"
 )
 
 // collector exports the switch's counters at scrape time; nothing on the
@@ -24,6 +26,7 @@ type collector struct {
 	rxPackets, rxBytes, txPackets, txBytes, rxDrops, txDrops *prometheus.Desc
 	drops, tableDrops, rules, lookups, cacheHits, misses     *prometheus.Desc
 	peers, pods, buildInfo                                   *prometheus.Desc
+	tunnelDrops, captured, captureDrops, captures            *prometheus.Desc
 }
 
 func newCollector(d *Daemon) *collector {
@@ -45,12 +48,20 @@ func newCollector(d *Daemon) *collector {
 		peers:      prometheus.NewDesc("gvs_tunnel_peers", "Remote nodes whose VXLAN is accepted.", nil, nil),
 		pods:       prometheus.NewDesc("gvs_pods", "Pods attached to this node.", nil, nil),
 		buildInfo:  prometheus.NewDesc("gvs_build_info", "Build information; the value is always 1.", []string{"version", "goversion"}, nil),
+		tunnelDrops: prometheus.NewDesc("gvs_tunnel_drops_total",
+			"VXLAN datagrams vxlan0 dropped before the pipeline, by reason.", []string{"reason"}, nil),
+		captured: prometheus.NewDesc("gvs_capture_frames_total",
+			"Frames copied by packet captures (gvsctl capture).", nil, nil),
+		captureDrops: prometheus.NewDesc("gvs_capture_dropped_frames_total",
+			"Frames packet captures lost because their reader fell behind.", nil, nil),
+		captures: prometheus.NewDesc("gvs_captures_active", "Packet captures running.", nil, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.rxPackets, c.rxBytes, c.txPackets, c.txBytes, c.rxDrops, c.txDrops,
-		c.drops, c.tableDrops, c.rules, c.lookups, c.cacheHits, c.misses, c.peers, c.pods, c.buildInfo} {
+		c.drops, c.tableDrops, c.rules, c.lookups, c.cacheHits, c.misses, c.peers, c.pods, c.buildInfo,
+		c.tunnelDrops, c.captured, c.captureDrops, c.captures} {
 		ch <- d
 	}
 }
@@ -84,6 +95,56 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.peers, prometheus.GaugeValue, float64(len(c.d.peers.List())))
 	ch <- prometheus.MustNewConstMetric(c.pods, prometheus.GaugeValue, float64(len(c.d.Pods())))
 	ch <- prometheus.MustNewConstMetric(c.buildInfo, prometheus.GaugeValue, 1, Version(), runtime.Version())
+	if c.d.vx != nil {
+		vs := c.d.vx.Stats()
+		for r := vxlan.DropReason(0); r < vxlan.NumDropReasons; r++ {
+			counter(c.tunnelDrops, vs.Drops[r], r.String())
+		}
+	}
+	ct := c.d.sw.CaptureTotals()
+	counter(c.captured, ct.Captured)
+	counter(c.captureDrops, ct.Dropped)
+	ch <- prometheus.MustNewConstMetric(c.captures, prometheus.GaugeValue, float64(ct.Active))
+}
+
+// cniMetrics holds the CNI request histogram; the zero value is ready.
+type cniMetrics struct {
+	once    sync.Once
+	latency *prometheus.HistogramVec
+}
+
+func (m *cniMetrics) histogram() *prometheus.HistogramVec {
+	m.once.Do(func() {
+		m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gvs_cni_request_duration_seconds",
+			Help: "Time gvs-switchd took to answer CNI requests, by verb and result (success or error).",
+			// The SPEC's target is ADD p99 ≤ 20 ms.
+			Buckets: []float64{.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"verb", "result"})
+	})
+	return m.latency
+}
+
+// observeCNI records one CNI request (cniplugin.ServerConfig.Observe).
+func (d *Daemon) observeCNI(verb string, took time.Duration, err error) {
+	switch verb { // a closed set of label values
+	case "ADD", "DEL", "CHECK", "STATUS", "GC", "VERSION":
+	default:
+		verb = "other"
+	}
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	d.cniMetrics.histogram().WithLabelValues(verb, result).Observe(took.Seconds())
+}
+
+// registry returns a registry with the daemon's metrics (an own registry,
+// not the global one).
+func (d *Daemon) registry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newCollector(d), d.cniMetrics.histogram())
+	return reg
 }
 
 // Version returns the module version gvs was built from, or "devel".
@@ -94,10 +155,9 @@ func Version() string {
 	return "devel"
 }
 
-// serveMetrics serves /metrics on addr (an own registry, not the global one).
+// serveMetrics serves /metrics on addr.
 func (d *Daemon) serveMetrics(ctx context.Context, addr string) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(d))
+	reg := d.registry()
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	l, err := net.Listen("tcp", addr)

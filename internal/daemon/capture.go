@@ -1,0 +1,172 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/internal/pcap"
+	vswitch "github.com/gvswitch/gvs/switch"
+)
+
+// flushBytes is how much pcap data a capture stream gathers before it sends
+// a chunk; it sends earlier whenever the capture queue is empty.
+const flushBytes = 64 << 10
+
+// startCapture answers "capture": it starts a capture on the requested
+// port and returns the stream that sends it to the client as pcap.
+func (d *Daemon) startCapture(req *control.CaptureRequest) (control.Stream, error) {
+	if req == nil {
+		return nil, errors.New("capture: no parameters")
+	}
+	no, name, err := d.resolvePort(req.Port)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := vswitch.ParseCaptureDir(req.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if req.Count < 0 || req.Seconds < 0 {
+		return nil, errors.New("capture: count and duration must not be negative")
+	}
+	snap := req.Snaplen
+	if snap == 0 {
+		snap = vswitch.DefaultSnaplen
+	}
+	c, err := d.sw.StartCapture(no, vswitch.CaptureConfig{Dir: dir, Snaplen: snap, Local: d.node.NodeIP.As4()})
+	if err != nil {
+		return nil, err
+	}
+	return &captureStream{c: c, req: *req,
+		start: control.CaptureStart{Port: no, Name: name, Dir: dir.String(), Snaplen: snap}}, nil
+}
+
+// resolvePort finds a port by number, port name or pod name.
+func (d *Daemon) resolvePort(s string) (uint32, string, error) {
+	ports := d.sw.Ports()
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
+		for _, p := range ports {
+			if p.No == uint32(n) {
+				return p.No, p.Name, nil
+			}
+		}
+		return 0, "", fmt.Errorf("capture: no port %d", n)
+	}
+	for _, p := range ports {
+		if p.Name == s {
+			return p.No, p.Name, nil
+		}
+	}
+	for _, p := range d.Pods() {
+		if p.Name == s {
+			for _, q := range ports {
+				if q.No == p.Port {
+					return q.No, q.Name, nil
+				}
+			}
+		}
+	}
+	return 0, "", fmt.Errorf("capture: no port or pod named %q (gvsctl dump-ports lists them)", s)
+}
+
+// captureStream sends a capture to the client: pcap in data chunks, then
+// the summary.
+type captureStream struct {
+	c     *vswitch.Capture
+	req   control.CaptureRequest
+	start control.CaptureStart
+}
+
+func (s *captureStream) Header() any { return s.start }
+
+func (s *captureStream) ServeStream(ctx context.Context, conn net.Conn) error {
+	defer s.c.Stop()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if s.req.Seconds > 0 {
+		var c2 context.CancelFunc
+		ctx, c2 = context.WithTimeoutCause(ctx, time.Duration(s.req.Seconds*float64(time.Second)), errDuration)
+		defer c2()
+	}
+	// The client closes its side to stop the capture (or goes away).
+	go func() {
+		_, _ = io.Copy(io.Discard, conn)
+		cancel(errClient)
+	}()
+	var buf bytes.Buffer
+	w, err := pcap.NewWriter(&buf, s.start.Snaplen)
+	if err != nil {
+		return err
+	}
+	if err := flushChunk(conn, &buf); err != nil { // the file header, at once
+		return err
+	}
+	var written uint64
+	reason := "count"
+	for s.req.Count == 0 || written < uint64(s.req.Count) {
+		f, err := s.c.Next(ctx)
+		if err != nil {
+			reason = stopReason(ctx, err)
+			break
+		}
+		err = w.WritePacket(f.Time, f.OrigLen, f.Data)
+		s.c.Release(f)
+		if err != nil {
+			reason = err.Error()
+			break
+		}
+		written++
+		if buf.Len() >= flushBytes || s.c.Pending() == 0 {
+			if err := flushChunk(conn, &buf); err != nil {
+				return err // the client is gone
+			}
+		}
+	}
+	s.c.Stop()
+	if err := flushChunk(conn, &buf); err != nil {
+		return err
+	}
+	st := s.c.Stats()
+	b, _ := json.Marshal(control.CaptureSummary{Captured: st.Captured, Dropped: st.Dropped, Written: written, Reason: reason})
+	return control.WriteChunk(conn, control.ChunkEnd, b)
+}
+
+var (
+	errDuration = errors.New("duration")
+	errClient   = errors.New("client")
+)
+
+func stopReason(ctx context.Context, err error) string {
+	if errors.Is(err, vswitch.ErrCaptureStopped) {
+		return "port removed"
+	}
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errDuration):
+		return "duration"
+	case errors.Is(cause, errClient):
+		return "client"
+	case cause != nil:
+		return "daemon stopping"
+	}
+	return err.Error()
+}
+
+// flushChunk sends buf's bytes (whole pcap records) as data chunks.
+func flushChunk(conn net.Conn, buf *bytes.Buffer) error {
+	for buf.Len() > 0 {
+		n := min(buf.Len(), control.MaxChunk)
+		if err := control.WriteChunk(conn, control.ChunkData, buf.Next(n)); err != nil {
+			return err
+		}
+	}
+	buf.Reset()
+	return nil
+}

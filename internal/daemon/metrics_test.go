@@ -1,0 +1,120 @@
+package daemon
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	vswitch "github.com/gvswitch/gvs/switch"
+)
+
+// idlePort is a switch port that never delivers a frame.
+type idlePort struct{ closed chan struct{} }
+
+func (p *idlePort) Name() string                         { return "idle0" }
+func (p *idlePort) BatchSize() int                       { return 4 }
+func (p *idlePort) Write(b [][]byte, _ int) (int, error) { return len(b), nil }
+func (p *idlePort) Read([][]byte, []int, int) (int, error) {
+	<-p.closed
+	return 0, errors.New("closed")
+}
+func (p *idlePort) Close() error { close(p.closed); return nil }
+
+// scrape gathers the daemon's registry into families by name.
+func scrape(t *testing.T, d *Daemon) map[string]*dto.MetricFamily {
+	t.Helper()
+	fams, err := d.registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*dto.MetricFamily{}
+	for _, f := range fams {
+		out[f.GetName()] = f
+	}
+	return out
+}
+
+// cniCount returns the histogram's sample count for verb and result.
+func cniCount(fams map[string]*dto.MetricFamily, verb, result string) uint64 {
+	f := fams["gvs_cni_request_duration_seconds"]
+	if f == nil {
+		return 0
+	}
+	for _, m := range f.GetMetric() {
+		l := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			l[lp.GetName()] = lp.GetValue()
+		}
+		if l["verb"] == verb && l["result"] == result {
+			return m.GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
+}
+
+func TestMetricsFamilies(t *testing.T) {
+	cfg, err := ParseConfig([]byte(goodConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.sw.Close()
+	if err := d.sw.AddPort(3, &idlePort{closed: make(chan struct{})}); err != nil {
+		t.Fatal(err)
+	}
+	before := scrape(t, d)
+	if n := cniCount(before, "ADD", "success"); n != 0 {
+		t.Fatalf("CNI ADD count %d before any request", n)
+	}
+	d.observeCNI("ADD", 4*time.Millisecond, nil)
+	d.observeCNI("ADD", 30*time.Millisecond, errors.New("no namespace"))
+	d.observeCNI("BOGUS", time.Millisecond, nil)
+	c, err := d.sw.StartCapture(3, vswitch.CaptureConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+
+	fams := scrape(t, d)
+	for name, typ := range map[string]dto.MetricType{
+		"gvs_port_rx_packets_total": dto.MetricType_COUNTER, "gvs_port_rx_bytes_total": dto.MetricType_COUNTER,
+		"gvs_port_tx_packets_total": dto.MetricType_COUNTER, "gvs_port_tx_bytes_total": dto.MetricType_COUNTER,
+		"gvs_port_rx_drops_total": dto.MetricType_COUNTER, "gvs_port_tx_drops_total": dto.MetricType_COUNTER,
+		"gvs_drops_total": dto.MetricType_COUNTER, "gvs_flow_rules": dto.MetricType_GAUGE,
+		"gvs_flow_lookups_total": dto.MetricType_COUNTER, "gvs_flow_cache_hits_total": dto.MetricType_COUNTER,
+		"gvs_flow_cache_misses_total": dto.MetricType_COUNTER, "gvs_tunnel_peers": dto.MetricType_GAUGE,
+		"gvs_pods": dto.MetricType_GAUGE, "gvs_build_info": dto.MetricType_GAUGE,
+		"gvs_cni_request_duration_seconds": dto.MetricType_HISTOGRAM,
+		"gvs_capture_frames_total":         dto.MetricType_COUNTER, "gvs_capture_dropped_frames_total": dto.MetricType_COUNTER,
+		"gvs_captures_active": dto.MetricType_GAUGE,
+	} {
+		f := fams[name]
+		if f == nil {
+			t.Errorf("no metric family %s", name)
+			continue
+		}
+		if f.GetType() != typ {
+			t.Errorf("%s is a %v, want %v", name, f.GetType(), typ)
+		}
+	}
+	if n := cniCount(fams, "ADD", "success"); n != 1 {
+		t.Errorf("CNI ADD successes: %d, want 1", n)
+	}
+	if n := cniCount(fams, "ADD", "error"); n != 1 {
+		t.Errorf("CNI ADD errors: %d, want 1", n)
+	}
+	if n := cniCount(fams, "other", "success"); n != 1 {
+		t.Errorf("unknown verbs are not counted as other: %d", n)
+	}
+	if g := fams["gvs_captures_active"].GetMetric()[0].GetGauge().GetValue(); g != 1 {
+		t.Errorf("gvs_captures_active = %v, want 1", g)
+	}
+	if g := fams["gvs_flow_rules"].GetMetric()[0].GetGauge().GetValue(); g != float64(d.table.Len()) {
+		t.Errorf("gvs_flow_rules = %v, want %d", g, d.table.Len())
+	}
+}
