@@ -6,7 +6,7 @@ BIN     := bin
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 PKGS    := ./...
 # Debian packages the tests and the demo use (installed by `make deps` when root).
-DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump ethtool openvswitch-switch etcd-server containernetworking-plugins iptables
+DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump tshark ethtool openvswitch-switch etcd-server containernetworking-plugins iptables
 FUZZTIME ?= 3s
 STATICCHECK_VERSION ?= latest
 CNITOOL_VERSION ?= v1.3.1
