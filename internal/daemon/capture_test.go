@@ -1,0 +1,131 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/gvswitch/gvs/internal/control"
+)
+
+// feedPort delivers one frame per Read, forever, until closed.
+type feedPort struct {
+	frame  []byte
+	closed chan struct{}
+}
+
+func (p *feedPort) Name() string                         { return "feed0" }
+func (p *feedPort) BatchSize() int                       { return 1 }
+func (p *feedPort) Write(b [][]byte, _ int) (int, error) { return len(b), nil }
+func (p *feedPort) Close() error                         { close(p.closed); return nil }
+func (p *feedPort) Read(bufs [][]byte, sizes []int, off int) (int, error) {
+	select {
+	case <-p.closed:
+		return 0, errors.New("closed")
+	case <-time.After(time.Millisecond):
+	}
+	sizes[0] = copy(bufs[0][off:], p.frame)
+	return 1, nil
+}
+
+func testDaemon(t *testing.T) *Daemon {
+	t.Helper()
+	cfg, err := ParseConfig([]byte(goodConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.sw.Close() })
+	frame := make([]byte, 60)
+	copy(frame, []byte{0x0a, 0x58, 10, 128, 0, 9, 0x0a, 0x58, 10, 128, 0, 3, 0x08, 0x06})
+	if err := d.sw.AddPort(3, &feedPort{frame: frame, closed: make(chan struct{})}); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// runCapture runs a capture stream over a pipe and returns the pcap bytes
+// and the summary.
+func runCapture(t *testing.T, d *Daemon, req control.CaptureRequest) ([]byte, control.CaptureSummary) {
+	t.Helper()
+	s, err := d.startCapture(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, cli := net.Pipe()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() { _ = s.ServeStream(ctx, srv); srv.Close() }()
+	var pcap bytes.Buffer
+	var sum control.CaptureSummary
+	for {
+		typ, p, err := control.ReadChunk(cli, nil)
+		if err != nil {
+			t.Fatalf("after %d bytes: %v", pcap.Len(), err)
+		}
+		if typ == control.ChunkEnd {
+			if err := json.Unmarshal(p, &sum); err != nil {
+				t.Fatal(err)
+			}
+			return pcap.Bytes(), sum
+		}
+		pcap.Write(p)
+	}
+}
+
+func countPackets(t *testing.T, b []byte) int {
+	t.Helper()
+	r, err := pcapgo.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		data, _, err := r.ReadPacketData()
+		if err == io.EOF {
+			return n
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) != 60 {
+			t.Errorf("packet %d has %d bytes, want 60", n, len(data))
+		}
+		n++
+	}
+}
+
+func TestCaptureStream(t *testing.T) {
+	d := testDaemon(t)
+	b, sum := runCapture(t, d, control.CaptureRequest{Port: "feed0", Count: 5})
+	if n := countPackets(t, b); n != 5 || sum.Written != 5 || sum.Reason != "count" || sum.Captured < 5 {
+		t.Errorf("count 5: %d packets in the file, summary %+v", n, sum)
+	}
+	b, sum = runCapture(t, d, control.CaptureRequest{Port: "3", Seconds: 0.2, Dir: "in"})
+	if n := countPackets(t, b); n == 0 || uint64(n) != sum.Written || sum.Reason != "duration" {
+		t.Errorf("0.2 s: %d packets in the file, summary %+v", n, sum)
+	}
+	// Nothing is ever written to the feed port: an out capture is empty.
+	b, sum = runCapture(t, d, control.CaptureRequest{Port: "3", Seconds: 0.1, Dir: "out"})
+	if n := countPackets(t, b); n != 0 || sum.Captured != 0 {
+		t.Errorf("out: %d packets, summary %+v", n, sum)
+	}
+	for _, bad := range []control.CaptureRequest{{Port: "7"}, {Port: "nosuch"}, {Port: "3", Dir: "up"}, {Port: "3", Count: -1}, {Port: "3", Snaplen: 10}} {
+		if _, err := d.startCapture(&bad); err == nil {
+			t.Errorf("capture %+v was accepted", bad)
+		}
+	}
+	if got := d.sw.CaptureTotals(); got.Active != 0 || got.Captured == 0 {
+		t.Errorf("capture totals %+v", got)
+	}
+}
