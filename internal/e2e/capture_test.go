@@ -105,6 +105,23 @@ func TestCapture(t *testing.T) {
 		t.Log("tshark not installed; not checked with it")
 	}
 
+	// Ctrl-C ends an unlimited capture cleanly, with the summary.
+	cmd := exec.Command("ip", "netns", "exec", c.Nodes[0].NS, gvsctl, "-s", c.Nodes[0].Socket, "capture", "tun0", "-w", filepath.Join(dir, "tun0.pcap"))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() }) // by PID; a no-op once it has exited
+	waitCaptures(t, c, 0, 1)
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil || !strings.Contains(stderr.String(), "stopped: client") {
+		t.Errorf("gvsctl capture after Ctrl-C: %v\n%s", err, stderr.String())
+	}
+	tcpdump(t, filepath.Join(dir, "tun0.pcap")) // a valid, maybe empty, file
+
 	// Metrics: the captures counted, the CNI ADDs observed.
 	body := httpGet(t, c.Nodes[0].NSPath, "127.0.0.1:9101", "/metrics")
 	if n := metricValue(t, body, `gvs_cni_request_duration_seconds_count{result="success",verb="ADD"}`); n < 1 {
