@@ -49,6 +49,8 @@ type IPAM struct {
 	byIP   map[netip.Addr]*Lease
 	ports  map[uint32]bool
 	cursor netip.Addr
+	// stale are leases whose address left the node's subnet (ipam_stale.go).
+	stale map[string]*StaleLease
 }
 
 // OpenIPAM loads the leases under dir (creating it) for subnet; switch
@@ -82,6 +84,12 @@ func OpenIPAM(dir string, subnet netip.Prefix, firstPort uint32) (*IPAM, error) 
 			return nil, fmt.Errorf("cniplugin: lease %s: %w", name, err)
 		}
 		var l Lease
+		if err := json.Unmarshal(b, &l); err == nil && l.IP.Is4() && !m.subnet.Contains(l.IP) && l.IP.String()+".json" == name {
+			// The node's subnet changed while the daemon was down.
+			if m.markStale(&l, fmt.Sprintf("address %s is outside the node's subnet %v", l.IP, m.subnet)) == nil {
+				continue
+			}
+		}
 		if err := json.Unmarshal(b, &l); err != nil || !m.usable(l.IP) || l.IP.String()+".json" != name ||
 			m.byKey[l.Key()] != nil || m.ports[l.Port] || l.Port < firstPort {
 			bad = append(bad, name)
@@ -90,6 +98,9 @@ func OpenIPAM(dir string, subnet netip.Prefix, firstPort uint32) (*IPAM, error) 
 		m.add(&l)
 	}
 	m.cursor = m.subnet.Addr().Next()
+	if err := m.loadStale(); err != nil {
+		bad = append(bad, err.Error())
+	}
 	if len(bad) > 0 {
 		return m, fmt.Errorf("cniplugin: ignoring lease files in %s that are unreadable, duplicate or outside %v: %v", dir, subnet, bad)
 	}
@@ -127,6 +138,9 @@ func (m *IPAM) Allocate(l Lease) (Lease, error) {
 	if m.byKey[l.Key()] != nil {
 		return Lease{}, fmt.Errorf("cniplugin: %s already has a lease", l.Key())
 	}
+	if !m.subnet.IsValid() {
+		return Lease{}, ErrNoSubnet
+	}
 	ip, ok := m.nextFree()
 	if !ok {
 		return Lease{}, fmt.Errorf("%w: all addresses of %v are leased (%d attachments)", ErrSubnetExhausted, m.subnet, len(m.byIP))
@@ -144,6 +158,7 @@ func (m *IPAM) Allocate(l Lease) (Lease, error) {
 	}
 	m.cursor = ip
 	m.add(&l)
+	m.dropStaleLocked(l.Key())
 	return l, nil
 }
 

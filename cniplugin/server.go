@@ -259,6 +259,9 @@ func (s *Server) add(ctx context.Context, conf *NetConf, req *Request) (json.Raw
 			return nil, types.NewError(ErrCodeSubnetExhausted, "node subnet exhausted",
 				err.Error()+"; delete unused pods or give the node a larger subnet")
 		}
+		if errors.Is(err, ErrNoSubnet) {
+			return nil, types.NewError(types.ErrTryAgainLater, "the node has no subnet", err.Error())
+		}
 		return nil, types.NewError(types.ErrIOFailure, "cannot persist the address lease", err.Error())
 	}
 	start := time.Now()
@@ -310,7 +313,11 @@ func ipNet(p netip.Prefix) net.IPNet {
 func (s *Server) del(ctx context.Context, req *Request) error {
 	l, ok := s.ipam.Get(req.ContainerID, req.IfName)
 	if !ok {
-		return nil // never seen, or already deleted
+		// Never seen, already deleted, or stale (its subnet was lost).
+		if err := s.ipam.DropStale(req.ContainerID, req.IfName); err != nil {
+			return types.NewError(types.ErrIOFailure, "dropping the stale address lease failed", err.Error())
+		}
+		return nil
 	}
 	if err := s.be.Detach(ctx, l); err != nil {
 		return types.NewError(types.ErrTryAgainLater, "detaching the pod failed; retry DEL", err.Error())
@@ -324,6 +331,11 @@ func (s *Server) del(ctx context.Context, req *Request) error {
 
 func (s *Server) check(ctx context.Context, req *Request) error {
 	l, ok := s.ipam.Get(req.ContainerID, req.IfName)
+	if st, stale := s.ipam.Stale(req.ContainerID, req.IfName); !ok && stale {
+		return types.NewError(ErrCodeCheckFailed, "stale address",
+			fmt.Sprintf("%s of container %s has address %s, which this node no longer owns: %s; delete and re-create the pod",
+				req.IfName, req.ContainerID, st.IP, st.Reason))
+	}
 	if !ok {
 		return types.NewError(types.ErrUnknownContainer, "unknown container",
 			fmt.Sprintf("gvs has no attachment %s of container %s", req.IfName, req.ContainerID))
@@ -344,6 +356,13 @@ func (s *Server) gc(ctx context.Context, conf *NetConf) error {
 		valid[AttachmentKey(a.ContainerID, a.IfName)] = true
 	}
 	var errs []error
+	for _, st := range s.ipam.StaleLeases() {
+		if !valid[st.Key()] && (st.Network == "" || st.Network == conf.Name) {
+			if err := s.ipam.DropStale(st.ContainerID, st.IfName); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	for _, l := range s.ipam.Leases() {
 		if valid[l.Key()] || (l.Network != "" && l.Network != conf.Name) {
 			continue

@@ -1,0 +1,90 @@
+package cniplugin
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// The node moves to another subnet: its leases become stale (CHECK fails
+// naming the reason, DEL drops them, a new ADD gets an address of the new
+// subnet), and the stale records survive reopening the IPAM.
+func TestResubnetMakesLeasesStale(t *testing.T) {
+	s, fb, sock := newTestServer(t, "10.128.0.0/29")
+	for _, id := range []string{"c1", "c2"} {
+		if r := call(t, sock, "ADD", id, testConf); r.Error != nil {
+			t.Fatal(r.Error)
+		}
+	}
+	// Lost, no new subnet yet: ADD is "try again later".
+	st, err := s.IPAM().Resubnet(netip.Prefix{}, "subnet 10.128.0.0/29 went to node n4")
+	if err != nil || len(st) != 2 {
+		t.Fatalf("Resubnet: %v %v", st, err)
+	}
+	clear(fb.attached) // the daemon detaches the pods of a lost subnet
+	if r := call(t, sock, "ADD", "c3", testConf); code(r) != types.ErrTryAgainLater {
+		t.Errorf("ADD with no subnet: %+v, want code 11", r.Error)
+	}
+	if _, err := s.IPAM().Resubnet(netip.MustParsePrefix("10.128.0.8/29"), "other"); err != nil {
+		t.Fatal(err)
+	}
+	r := call(t, sock, "CHECK", "c1", testConf)
+	if code(r) != ErrCodeCheckFailed || !strings.Contains(r.Error.Details, "went to node n4") ||
+		!strings.Contains(r.Error.Details, "10.128.0.2") {
+		t.Errorf("CHECK of a stale pod: %+v", r.Error)
+	}
+	if r := call(t, sock, "ADD", "c3", testConf); r.Error != nil || !strings.Contains(string(r.Result), "10.128.0.10/") {
+		t.Errorf("ADD after the change: %+v %s", r.Error, r.Result)
+	}
+	if r := call(t, sock, "DEL", "c1", testConf); r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	if _, ok := s.IPAM().Stale("c1", "eth0"); ok {
+		t.Error("DEL kept the stale record")
+	}
+	if r := call(t, sock, "CHECK", "c1", testConf); code(r) != types.ErrUnknownContainer {
+		t.Errorf("CHECK after DEL: %+v", r.Error)
+	}
+	// Re-ADD of a stale attachment replaces its stale record.
+	if r := call(t, sock, "ADD", "c2", testConf); r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	if _, ok := s.IPAM().Stale("c2", "eth0"); ok {
+		t.Error("ADD kept the stale record")
+	}
+}
+
+// Leases outside the subnet found when the IPAM opens (the subnet changed
+// while the daemon was down) become stale, and stale records are reloaded.
+func TestOpenIPAMStale(t *testing.T) {
+	dir := t.TempDir()
+	m, err := OpenIPAM(dir, netip.MustParsePrefix("10.128.0.0/29"), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Allocate(Lease{ContainerID: "c1", IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := OpenIPAM(dir, netip.MustParsePrefix("10.128.0.8/29"), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ok := m2.Stale("c1", "eth0")
+	if !ok || st.IP != netip.MustParseAddr("10.128.0.2") || !strings.Contains(st.Reason, "outside") || len(m2.Leases()) != 0 {
+		t.Fatalf("stale %+v %v, leases %v", st, ok, m2.Leases())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "stale", "10.128.0.2.json")); err != nil {
+		t.Error(err)
+	}
+	m3, err := OpenIPAM(dir, netip.MustParsePrefix("10.128.0.8/29"), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m3.Stale("c1", "eth0"); !ok {
+		t.Error("stale record not reloaded")
+	}
+}
