@@ -180,6 +180,9 @@ func envOr(k, def string) string {
 
 func printShow(w io.Writer, r control.ShowResult) {
 	fmt.Fprintf(w, "node %s (%s) subnet %s mode %s, gvs %s\n", r.Node, r.NodeIP, r.Subnet, r.Mode, r.Version)
+	if r.SubnetChanges > 0 {
+		fmt.Fprintf(w, "  subnet changes: %d (lost %s to another node)\n", r.SubnetChanges, r.PreviousSubnet)
+	}
 	fmt.Fprintf(w, "  ports: %d  pods: %d  rules: %d  table generation: %d\n", r.Ports, r.Pods, r.Rules, r.Generation)
 	for _, rm := range r.Remotes {
 		fmt.Fprintf(w, "  remote %s %s subnet %s\n", rm.Name, rm.IP, rm.Subnet)

@@ -4,16 +4,20 @@ import "github.com/gvswitch/gvs/flowtable"
 
 // ShowResult is the answer to "show".
 type ShowResult struct {
-	Node       string   `json:"node"`
-	NodeIP     string   `json:"nodeIP"`
-	Subnet     string   `json:"subnet"`
-	Mode       string   `json:"mode"`
-	Version    string   `json:"version"`
-	Ports      int      `json:"ports"`
-	Pods       int      `json:"pods"`
-	Rules      int      `json:"rules"`
-	Generation uint64   `json:"generation"`
-	Remotes    []Remote `json:"remotes"`
+	Node   string `json:"node"`
+	NodeIP string `json:"nodeIP"`
+	Subnet string `json:"subnet"`
+	// SubnetChanges counts the times the registry gave this node another
+	// subnet since the daemon started; PreviousSubnet is the one it lost.
+	SubnetChanges  int      `json:"subnetChanges,omitempty"`
+	PreviousSubnet string   `json:"previousSubnet,omitempty"`
+	Mode           string   `json:"mode"`
+	Version        string   `json:"version"`
+	Ports          int      `json:"ports"`
+	Pods           int      `json:"pods"`
+	Rules          int      `json:"rules"`
+	Generation     uint64   `json:"generation"`
+	Remotes        []Remote `json:"remotes"`
 }
 
 // Remote is a remote node as the daemon knows it.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -34,8 +35,10 @@ type agent struct {
 	lease  clientv3.LeaseID
 	subnet netip.Prefix
 
-	// follow's state; only its goroutine touches these.
+	// follow's state, guarded by fmu (follow, and resubnet from keepAlive).
+	fmu      sync.Mutex
 	remotes  map[string]registry.Subnet // by node name, without this node
+	refused  map[string]registry.Subnet // remote nodes the daemon refused (subnet overlapping ours)
 	projects map[string]uint32
 	wg       sync.WaitGroup
 	cancel   context.CancelFunc
@@ -46,11 +49,12 @@ type sink interface {
 	AddRemote(PeerConfig) error
 	RemoveRemote(netip.Addr) error
 	SetProjectVNID(project string, vnid uint32) error
+	ChangeSubnet(netip.Prefix) error
 }
 
 func newAgent(cli *clientv3.Client, node registry.Node, ttl int64, d sink, log *slog.Logger) *agent {
 	return &agent{d: d, cli: cli, reg: registry.New(cli), log: log, node: node, ttl: ttl,
-		remotes: map[string]registry.Subnet{}, projects: map[string]uint32{}}
+		remotes: map[string]registry.Subnet{}, refused: map[string]registry.Subnet{}, projects: map[string]uint32{}}
 }
 
 // startAgent connects to etcd, waits for gvs-master's configuration,
@@ -174,12 +178,12 @@ func (a *agent) close() {
 }
 
 // keepAlive renews the lease; when it is lost (etcd unreachable for longer
-// than the TTL, or the lease expired) it registers again with a new lease,
-// asking for the subnet it already forwards with.
+// than the TTL, or the lease expired) it registers again with a new lease
+// (reregister). Until then the node forwards on its last-known state.
 func (a *agent) keepAlive(ctx context.Context) {
 	for ctx.Err() == nil {
 		a.mu.Lock()
-		lease, sub := a.lease, a.subnet
+		lease := a.lease
 		a.mu.Unlock()
 		ch, err := a.cli.KeepAlive(ctx, lease)
 		if err == nil {
@@ -191,16 +195,8 @@ func (a *agent) keepAlive(ctx context.Context) {
 		}
 		a.log.Warn("node lease lost; registering again", "lease", int64(lease))
 		for ctx.Err() == nil {
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			got, err := a.register(rctx, sub)
-			cancel()
+			err := a.reregister(ctx)
 			if err == nil {
-				if got != sub {
-					a.log.Error("the registry gave this node another subnet; pods keep the old one until gvs-switchd restarts",
-						"have", sub, "registry", got)
-				} else {
-					a.log.Info("registered again", "subnet", got)
-				}
 				break
 			}
 			a.log.Debug("register", "err", err)
@@ -210,6 +206,88 @@ func (a *agent) keepAlive(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// reregister registers the node again on a fresh lease, asking for the
+// subnet it forwards with. The registry gives it back only if no other node
+// claimed it meanwhile (a compare-and-swap on the subnet's claim key), so
+// the node never takes back a subnet given to another node. If it is taken,
+// the node withdraws it at once (resubnet), waits for gvs-master to
+// allocate a fresh one while keeping the new lease alive, and moves to it.
+func (a *agent) reregister(ctx context.Context) error {
+	a.mu.Lock()
+	have := a.subnet
+	a.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	l, err := a.cli.Grant(rctx, a.ttl)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("lease: %w", err)
+	}
+	s, known, err := a.reg.Register(rctx, a.node, l.ID, have)
+	cancel()
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.lease = l.ID
+	a.mu.Unlock()
+	if known {
+		if s.Subnet == have {
+			a.log.Info("registered again; the node kept its subnet", "subnet", s.Subnet)
+			return nil
+		}
+		return a.resubnet(have, s.Subnet)
+	}
+	if have.IsValid() {
+		a.log.Error("this node's subnet was given to another node while it was cut off past its lease; withdrawing it",
+			"subnet", have)
+		if err := a.resubnet(have, netip.Prefix{}); err != nil {
+			a.log.Error("withdrawing the lost subnet", "err", err)
+		}
+	}
+	// Wait for gvs-master's allocation, renewing the new lease meanwhile;
+	// if the lease is lost again, give up and let keepAlive start over.
+	kctx, kcancel := context.WithCancel(ctx)
+	defer kcancel()
+	kch, err := a.cli.KeepAlive(kctx, l.ID)
+	if err != nil {
+		return fmt.Errorf("lease: %w", err)
+	}
+	go func() {
+		for range kch {
+		}
+		kcancel()
+	}()
+	a.log.Info("registered again; waiting for a subnet from gvs-master")
+	s, err = a.reg.WaitSubnet(kctx, a.node.Name)
+	if err != nil {
+		return err
+	}
+	return a.resubnet(netip.Prefix{}, s.Subnet)
+}
+
+// resubnet moves the daemon from subnet from to subnet to (invalid: none)
+// and re-applies the remote nodes it had to refuse because their subnets
+// overlapped the one it held. A failure to reconfigure is logged: the
+// registry's word stands, so the agent follows it anyway.
+func (a *agent) resubnet(from, to netip.Prefix) error {
+	if err := a.d.ChangeSubnet(to); err != nil {
+		a.log.Error("reconfiguring the node for its new subnet", "old", subnetString(from), "new", subnetString(to), "err", err)
+	}
+	a.mu.Lock()
+	a.subnet = to
+	a.mu.Unlock()
+	if to.IsValid() {
+		a.log.Warn("the node moved to a fresh subnet", "old", subnetString(from), "new", to)
+	}
+	a.fmu.Lock()
+	for name, s := range a.refused {
+		delete(a.refused, name)
+		a.applySubnet(name, s)
+	}
+	a.fmu.Unlock()
+	return nil
 }
 
 // follow lists, then watches, the registry's subnets and projects.
@@ -285,7 +363,7 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 		seen[string(kv.Key)] = true
 		a.apply(false, string(kv.Key), kv.Value)
 	}
-	for name := range a.remotes {
+	for _, name := range a.knownNodes() {
 		if !seen[registry.SubnetKey(name)] {
 			a.apply(true, registry.SubnetKey(name), nil)
 		}
@@ -294,7 +372,7 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 		seen[string(kv.Key)] = true
 		a.apply(false, string(kv.Key), kv.Value)
 	}
-	for name := range a.projects {
+	for _, name := range a.knownProjects() {
 		if !seen[registry.ProjectKey(name)] {
 			a.apply(true, registry.ProjectKey(name), nil)
 		}
@@ -302,8 +380,24 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
+// knownNodes and knownProjects list the remote nodes (added or refused)
+// and projects the agent mirrors.
+func (a *agent) knownNodes() []string {
+	a.fmu.Lock()
+	defer a.fmu.Unlock()
+	return append(slices.Collect(maps.Keys(a.remotes)), slices.Collect(maps.Keys(a.refused))...)
+}
+
+func (a *agent) knownProjects() []string {
+	a.fmu.Lock()
+	defer a.fmu.Unlock()
+	return slices.Collect(maps.Keys(a.projects))
+}
+
 // apply mirrors one registry key into the daemon.
 func (a *agent) apply(deleted bool, key string, val []byte) {
+	a.fmu.Lock()
+	defer a.fmu.Unlock()
 	switch {
 	case strings.HasPrefix(key, registry.SubnetsPrefix):
 		name := strings.TrimPrefix(key, registry.SubnetsPrefix)
@@ -312,6 +406,7 @@ func (a *agent) apply(deleted bool, key string, val []byte) {
 		}
 		old, had := a.remotes[name]
 		if deleted {
+			delete(a.refused, name)
 			if had {
 				delete(a.remotes, name)
 				if err := a.d.RemoveRemote(old.IP); err != nil {
@@ -326,36 +421,65 @@ func (a *agent) apply(deleted bool, key string, val []byte) {
 			a.log.Warn("bad subnet record", "key", key, "err", err)
 			return
 		}
-		if had && old == s {
-			return
-		}
-		if had && old.IP != s.IP {
+		a.applySubnet(name, s)
+	case strings.HasPrefix(key, registry.ProjectsPrefix):
+		a.applyProject(deleted, key, val)
+	}
+}
+
+// applySubnet installs (or updates) a remote node's rules; a.fmu is held.
+// A node whose subnet overlaps this node's is refused and remembered: it
+// holds this node's old subnet (this node was cut off past its lease), and
+// is added once this node moves to a fresh subnet (resubnet).
+func (a *agent) applySubnet(name string, s registry.Subnet) {
+	old, had := a.remotes[name]
+	if had && old == s {
+		return
+	}
+	if had && old.IP != s.IP {
+		delete(a.remotes, name)
+		_ = a.d.RemoveRemote(old.IP)
+	}
+	err := a.d.AddRemote(PeerConfig{Name: name, IP: s.IP.String(), Subnet: s.Subnet.String()})
+	if err != nil {
+		if had && old.IP == s.IP { // its old rules must not stay
+			delete(a.remotes, name)
 			_ = a.d.RemoveRemote(old.IP)
 		}
-		err := a.d.AddRemote(PeerConfig{Name: name, IP: s.IP.String(), Subnet: s.Subnet.String()})
-		if err != nil {
-			a.log.Error("add remote node", "node", name, "err", err)
+		a.mu.Lock()
+		mine := a.subnet
+		a.mu.Unlock()
+		if s.Subnet.Overlaps(mine) {
+			a.refused[name] = s
+			a.log.Error("remote node holds this node's subnet: this node's lease expired and the subnet was given away; waiting to re-register",
+				"node", name, "subnet", s.Subnet)
 			return
 		}
-		a.remotes[name] = s
-		a.log.Info("remote node added", "node", name, "ip", s.IP, "subnet", s.Subnet)
-	case strings.HasPrefix(key, registry.ProjectsPrefix):
-		name := strings.TrimPrefix(key, registry.ProjectsPrefix)
-		if deleted {
-			delete(a.projects, name)
-			return
-		}
-		var p registry.Project
-		if err := json.Unmarshal(val, &p); err != nil {
-			a.log.Warn("bad project record", "key", key, "err", err)
-			return
-		}
-		if old, ok := a.projects[name]; ok && old == p.VNID {
-			return
-		}
-		a.projects[name] = p.VNID
-		if err := a.d.SetProjectVNID(name, p.VNID); err != nil {
-			a.log.Error("re-tag project", "project", name, "err", err)
-		}
+		a.log.Error("add remote node", "node", name, "err", err)
+		return
+	}
+	delete(a.refused, name)
+	a.remotes[name] = s
+	a.log.Info("remote node added", "node", name, "ip", s.IP, "subnet", s.Subnet)
+}
+
+// applyProject mirrors a project's VNID; a.fmu is held.
+func (a *agent) applyProject(deleted bool, key string, val []byte) {
+	name := strings.TrimPrefix(key, registry.ProjectsPrefix)
+	if deleted {
+		delete(a.projects, name)
+		return
+	}
+	var p registry.Project
+	if err := json.Unmarshal(val, &p); err != nil {
+		a.log.Warn("bad project record", "key", key, "err", err)
+		return
+	}
+	if old, ok := a.projects[name]; ok && old == p.VNID {
+		return
+	}
+	a.projects[name] = p.VNID
+	if err := a.d.SetProjectVNID(name, p.VNID); err != nil {
+		a.log.Error("re-tag project", "project", name, "err", err)
 	}
 }

@@ -27,6 +27,14 @@ type countSink struct {
 	mu       sync.Mutex
 	remotes  map[netip.Addr]bool
 	projects map[string]uint32
+	subnets  []netip.Prefix // ChangeSubnet calls
+}
+
+func (s *countSink) ChangeSubnet(p netip.Prefix) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.subnets = append(s.subnets, p)
+	return nil
 }
 
 func (s *countSink) AddRemote(p PeerConfig) error {

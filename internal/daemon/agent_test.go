@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -216,5 +217,77 @@ func TestParseConfigFromRegistry(t *testing.T) {
 		if _, err := ParseConfig([]byte(bad)); err == nil {
 			t.Errorf("accepted %s", bad)
 		}
+	}
+}
+
+// A node whose lease expired re-registers: it gets its subnet back while
+// nobody took it; once another node holds it, the node withdraws it at once
+// and moves to a fresh one, and never writes a claim on the taken subnet.
+func TestAgentReregisterAfterLeaseExpiry(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f := newEtcd(t)
+	c, err := registry.Dial([]string{f.client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reg := registry.New(c)
+	m := &registry.Master{Reg: reg, Config: agentTestConfig}
+	go func() { _ = m.Run(ctx) }()
+	a, sa := testAgent(t, ctx, f.client, "a", netip.MustParseAddr("192.168.0.1"))
+	defer a.cli.Close()
+	s0 := a.subnet
+
+	// The lease expires (revoked here); nobody takes the subnet: a gets it
+	// back and its dataplane is left alone.
+	if _, err := c.Revoke(ctx, a.lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.reregister(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a.subnet != s0 || len(sa.subnets) != 0 {
+		t.Fatalf("after a free re-register: subnet %v (want %v), ChangeSubnet calls %v", a.subnet, s0, sa.subnets)
+	}
+
+	// Expired again, and b registers asking for exactly a's subnet.
+	if _, err := c.Revoke(ctx, a.lease); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := c.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, known, err := reg.Register(ctx, registry.Node{Name: "b", IP: netip.MustParseAddr("192.168.0.2")}, lb.ID, s0)
+	if err != nil || !known || sb.Subnet != s0 {
+		t.Fatalf("b did not take the free subnet %v: %v %v %v", s0, sb, known, err)
+	}
+	if err := a.reregister(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sa.mu.Lock()
+	calls := slices.Clone(sa.subnets)
+	sa.mu.Unlock()
+	if len(calls) != 2 || calls[0].IsValid() || calls[1] != a.subnet || a.subnet == s0 || !a.subnet.IsValid() {
+		t.Fatalf("ChangeSubnet calls %v, agent subnet %v: want withdraw, then a fresh subnet (not %v)", calls, a.subnet, s0)
+	}
+	subs, _, err := reg.Subnets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[netip.Prefix]string{}
+	for _, s := range subs {
+		if o, dup := seen[s.Subnet]; dup {
+			t.Fatalf("%v held by %s and %s", s.Subnet, o, s.Node)
+		}
+		seen[s.Subnet] = s.Node
+	}
+	if seen[s0] != "b" || seen[a.subnet] != "a" {
+		t.Errorf("registry subnets %v", seen)
+	}
+	r, err := c.Get(ctx, registry.ClaimKey(s0))
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "b" {
+		t.Errorf("claim of %v: %v %v, want b", s0, r, err)
 	}
 }

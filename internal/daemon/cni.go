@@ -44,6 +44,9 @@ func (d *Daemon) startCNI(ctx context.Context, errc chan<- error) error {
 	if err != nil {
 		d.log.Warn("cni: some lease files were ignored", "err", err)
 	}
+	d.mu.Lock()
+	d.ipam = ipam
+	d.mu.Unlock()
 	pool := cniplugin.NewTapPool(d.cfg.TapPool, tap.Config{Offloads: d.podOffloads(), Logger: d.log}, d.log)
 	be := &cniBackend{d: d, pool: pool}
 	srv := cniplugin.NewServer(cniplugin.ServerConfig{IPAM: ipam, Backend: be, Logger: d.log, Observe: d.observeCNI})

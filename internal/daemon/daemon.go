@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/control"
 	"github.com/gvswitch/gvs/internal/netconf"
@@ -42,6 +43,10 @@ type Daemon struct {
 	nextPort uint32
 	vnids    map[uint32]int // VNID → local pods using it
 	remotes  map[netip.Addr]sdn.RemoteNode
+	// ipam is the CNI address manager (nil without CNI); subnet is the
+	// history of the node's subnet changes (agent_subnet.go).
+	ipam   *cniplugin.IPAM
+	subnet subnetHistory
 }
 
 // Pod is an attached pod.
@@ -105,12 +110,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.setup(ctx); err != nil {
 		return err
 	}
-	if ag != nil {
-		ag.run(ctx)
-	}
 	errc := make(chan error, 3)
 	if err := d.startCNI(ctx, errc); err != nil {
 		return err
+	}
+	if ag != nil { // after startCNI: a subnet change also marks CNI leases stale
+		ag.run(ctx)
 	}
 	sock := d.cfg.ControlSocket
 	if sock == "" {
@@ -203,11 +208,11 @@ func (d *Daemon) AddRemote(p PeerConfig) error {
 		return fmt.Errorf("peer %s: subnet: %w", p.Name, err)
 	}
 	rn := sdn.RemoteNode{Name: p.Name, IP: ip, Subnet: sub}
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if err := d.node.CheckRemote(rn); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	if err := d.applyText([]flowtable.Filter{cookieFilter(sdn.NodeCookie(ip))}, sdn.NodeRules(d.node, rn)); err != nil {
 		return fmt.Errorf("peer %s: %w", p.Name, err)
 	}

@@ -55,12 +55,14 @@ func (d *Daemon) show() control.ShowResult {
 		remotes = append(remotes, control.Remote{Name: r.Name, IP: r.IP.String(), Subnet: r.Subnet.String()})
 	}
 	npods := len(d.pods)
+	node, sh := d.node, d.subnet
 	d.mu.Unlock()
 	sort.Slice(remotes, func(i, j int) bool { return remotes[i].Name < remotes[j].Name })
 	snap := d.table.Snapshot()
 	return control.ShowResult{
-		Node: d.node.NodeName, NodeIP: d.node.NodeIP.String(), Subnet: d.node.Subnet.String(),
-		Mode: string(d.node.Mode), Version: Version(), Ports: len(d.sw.Ports()), Pods: npods,
+		Node: node.NodeName, NodeIP: node.NodeIP.String(), Subnet: subnetString(node.Subnet),
+		SubnetChanges: sh.changes, PreviousSubnet: subnetString(sh.previous),
+		Mode: string(node.Mode), Version: Version(), Ports: len(d.sw.Ports()), Pods: npods,
 		Rules: d.table.Len(), Generation: snap.Generation(), Remotes: remotes,
 	}
 }

@@ -1,0 +1,205 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
+
+	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/sdn"
+	"github.com/gvswitch/gvs/sdn/gateway"
+)
+
+// A node's subnet can change under a running daemon: when the node was cut
+// off from etcd past its lease, gvs-master released its subnet and may have
+// given it to another node; when the node gets back it registers again and,
+// if its old subnet is taken, gets a fresh one (docs/control-plane.md,
+// "Lease expiry, partitions and subnet reassignment"). ChangeSubnet is what
+// the agent calls then:
+//
+//  1. the old subnet is withdrawn at once: every local pod loses its rules
+//     and its switch port (which deletes its interface), the VNID rules
+//     go, and the setup rules of the old subnet are deleted, in one atomic
+//     table update, so the node never answers for addresses that are now
+//     another node's;
+//  2. the setup rules of the new subnet are installed (none while the node
+//     waits for a subnet);
+//  3. tun0 takes the new gateway address, MAC and routes (or loses its
+//     address while the node has no subnet);
+//  4. the pods' CNI leases become stale, so CNI CHECK fails naming the
+//     reason and the runtime re-creates the pods, whose ADD then gets an
+//     address of the new subnet.
+//
+// Remote nodes learn the new subnet through their watch of the registry.
+
+// subnetHistory records the node's subnet changes (gvsctl show, /metrics).
+type subnetHistory struct {
+	changes  int
+	previous netip.Prefix // the last subnet the node lost
+	stale    int          // CNI leases made stale, in total
+}
+
+func subnetString(p netip.Prefix) string {
+	if !p.IsValid() {
+		return "(none)"
+	}
+	return p.String()
+}
+
+// ChangeSubnet moves the node from its current subnet to sub; an invalid sub
+// withdraws the current subnet and leaves the node without one until the
+// next call. The pods of the old subnet are detached and their CNI leases
+// marked stale. It is safe for concurrent use with the control handlers.
+func (d *Daemon) ChangeSubnet(sub netip.Prefix) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old := d.node
+	if old.Subnet == sub {
+		return nil
+	}
+	nn := old
+	nn.Subnet = sub
+	if sub.IsValid() {
+		if err := nn.Validate(); err != nil {
+			return fmt.Errorf("new subnet: %w", err)
+		}
+	}
+	var dels []flowtable.Filter
+	var adds []string
+	if old.Subnet.IsValid() {
+		// The old setup rules, exactly (other cookie-0 rules, added by
+		// hand with gvsctl add-flows, stay).
+		prev, err := flowtable.ParseRules(strings.Join(sdn.SetupRules(old), "\n"))
+		if err != nil {
+			return fmt.Errorf("old setup rules: %w", err)
+		}
+		for _, r := range prev {
+			dels = append(dels, flowtable.Filter{Table: int(r.Table), Match: r.Match, Strict: true,
+				Priority: r.Priority, CookieMask: ^uint64(0)})
+		}
+	}
+	if sub.IsValid() {
+		adds = sdn.SetupRules(nn)
+	}
+	var gone []string
+	for key, p := range d.pods {
+		if sub.Contains(p.IP) {
+			continue // cannot happen: subnets of one registry never overlap
+		}
+		dels = append(dels, cookieFilter(sdn.PodCookie(p.IP)))
+		gone = append(gone, key)
+	}
+	for v := range d.vnids {
+		if v != 0 {
+			dels = append(dels, cookieFilter(sdn.VNIDCookie(v)))
+		}
+	}
+	var dropped []netip.Addr
+	for ip, rn := range d.remotes {
+		if sub.IsValid() && rn.Subnet.Overlaps(sub) { // a record older than the registry's claim
+			dels = append(dels, cookieFilter(sdn.NodeCookie(ip)))
+			dropped = append(dropped, ip)
+		}
+	}
+	if err := d.applyText(dels, adds); err != nil {
+		return fmt.Errorf("subnet %v → %v: rules: %w", old.Subnet, sub, err)
+	}
+	var errs []error
+	for _, key := range gone {
+		p := d.pods[key]
+		if err := d.sw.RemovePort(p.Port); err != nil {
+			errs = append(errs, fmt.Errorf("pod %s: switch port %d: %w", p.Name, p.Port, err))
+		}
+		delete(d.pods, key)
+		d.log.Error("pod detached: its address belongs to another node's subnet now; the runtime must re-create it",
+			"pod", p.Name, "project", p.Project, "ip", p.IP, "containerID", p.ContainerID)
+	}
+	d.vnids = map[uint32]int{}
+	for _, ip := range dropped {
+		delete(d.remotes, ip)
+		d.peers.Remove(ip)
+	}
+	d.node = nn
+	d.cfg.Subnet = ""
+	if sub.IsValid() {
+		d.cfg.Subnet = sub.String()
+	}
+	if old.Subnet.IsValid() {
+		d.subnet.previous = old.Subnet
+		d.subnet.changes++
+	}
+	if sub.IsValid() {
+		if err := gateway.Configure("tun0", nn); err != nil {
+			errs = append(errs, err)
+		}
+	} else if err := flushAddrs("tun0"); err != nil {
+		errs = append(errs, err)
+	}
+	if d.ipam != nil {
+		reason := fmt.Sprintf("the node's subnet %v was given to another node while this node was cut off from the registry past its lease; the node's subnet is now %s",
+			old.Subnet, subnetString(sub))
+		st, err := d.ipam.Resubnet(sub, reason)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		d.subnet.stale += len(st)
+	}
+	d.log.Error("NODE SUBNET CHANGED: the old subnet is withdrawn, its pods are detached and their CNI leases stale",
+		"old", subnetString(old.Subnet), "new", subnetString(sub), "podsDetached", len(gone), "err", errors.Join(errs...))
+	return errors.Join(errs...)
+}
+
+// flushAddrs removes the IPv4 addresses of a link (tun0 while the node
+// has no subnet); the routes using them as source go with them.
+func flushAddrs(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	addrs, err := netlink.AddrList(l, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	for _, a := range addrs {
+		if err := netlink.AddrDel(l, &a); err != nil {
+			return fmt.Errorf("%s: remove %v: %w", name, a.IPNet, err)
+		}
+	}
+	return nil
+}
+
+// subnetCollector exports the subnet history.
+type subnetCollector struct {
+	d              *Daemon
+	changes, stale *prometheus.Desc
+	info           *prometheus.Desc
+}
+
+func newSubnetCollector(d *Daemon) *subnetCollector {
+	return &subnetCollector{d: d,
+		changes: prometheus.NewDesc("gvs_node_subnet_changes_total",
+			"Times the registry gave this node another subnet (its old one went to another node while it was cut off past its lease).", nil, nil),
+		stale: prometheus.NewDesc("gvs_cni_stale_leases_total",
+			"CNI leases made stale by a subnet change (their pods must be re-created).", nil, nil),
+		info: prometheus.NewDesc("gvs_node_subnet_info", "The node's subnet; the value is always 1.", []string{"subnet"}, nil),
+	}
+}
+
+func (c *subnetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.changes
+	ch <- c.stale
+	ch <- c.info
+}
+
+func (c *subnetCollector) Collect(ch chan<- prometheus.Metric) {
+	c.d.mu.Lock()
+	h, sub := c.d.subnet, c.d.node.Subnet
+	c.d.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.changes, prometheus.CounterValue, float64(h.changes))
+	ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(h.stale))
+	ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, subnetString(sub))
+}
