@@ -140,8 +140,8 @@ func (d *Daemon) ChangeSubnet(sub netip.Prefix) error {
 		errs = append(errs, err)
 	}
 	if d.ipam != nil {
-		reason := fmt.Sprintf("the node's subnet %v was given to another node while this node was cut off from the registry past its lease; the node's subnet is now %s",
-			old.Subnet, subnetString(sub))
+		reason := fmt.Sprintf("the node's subnet %v was given to another node while this node was cut off from the registry past its lease",
+			old.Subnet)
 		st, err := d.ipam.Resubnet(sub, reason)
 		if err != nil {
 			errs = append(errs, err)
@@ -202,4 +202,12 @@ func (c *subnetCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.changes, prometheus.CounterValue, float64(h.changes))
 	ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(h.stale))
 	ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, subnetString(sub))
+}
+
+// previousString is the last lost subnet, or "" when there was none.
+func (h subnetHistory) previousString() string {
+	if !h.previous.IsValid() {
+		return ""
+	}
+	return h.previous.String()
 }

@@ -61,7 +61,7 @@ func (d *Daemon) show() control.ShowResult {
 	snap := d.table.Snapshot()
 	return control.ShowResult{
 		Node: node.NodeName, NodeIP: node.NodeIP.String(), Subnet: subnetString(node.Subnet),
-		SubnetChanges: sh.changes, PreviousSubnet: subnetString(sh.previous),
+		SubnetChanges: sh.changes, PreviousSubnet: sh.previousString(),
 		Mode: string(node.Mode), Version: Version(), Ports: len(d.sw.Ports()), Pods: npods,
 		Rules: d.table.Len(), Generation: snap.Generation(), Remotes: remotes,
 	}
