@@ -237,14 +237,13 @@ func (a *agent) reregister(ctx context.Context) error {
 			a.log.Info("registered again; the node kept its subnet", "subnet", s.Subnet)
 			return nil
 		}
-		return a.resubnet(have, s.Subnet)
+		a.resubnet(have, s.Subnet)
+		return nil
 	}
 	if have.IsValid() {
 		a.log.Error("this node's subnet was given to another node while it was cut off past its lease; withdrawing it",
 			"subnet", have)
-		if err := a.resubnet(have, netip.Prefix{}); err != nil {
-			a.log.Error("withdrawing the lost subnet", "err", err)
-		}
+		a.resubnet(have, netip.Prefix{})
 	}
 	// Wait for gvs-master's allocation, renewing the new lease meanwhile;
 	// if the lease is lost again, give up and let keepAlive start over.
@@ -264,14 +263,15 @@ func (a *agent) reregister(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return a.resubnet(netip.Prefix{}, s.Subnet)
+	a.resubnet(netip.Prefix{}, s.Subnet)
+	return nil
 }
 
 // resubnet moves the daemon from subnet from to subnet to (invalid: none)
 // and re-applies the remote nodes it had to refuse because their subnets
 // overlapped the one it held. A failure to reconfigure is logged: the
 // registry's word stands, so the agent follows it anyway.
-func (a *agent) resubnet(from, to netip.Prefix) error {
+func (a *agent) resubnet(from, to netip.Prefix) {
 	if err := a.d.ChangeSubnet(to); err != nil {
 		a.log.Error("reconfiguring the node for its new subnet", "old", subnetString(from), "new", subnetString(to), "err", err)
 	}
@@ -287,7 +287,6 @@ func (a *agent) resubnet(from, to netip.Prefix) error {
 		a.applySubnet(name, s)
 	}
 	a.fmu.Unlock()
-	return nil
 }
 
 // follow lists, then watches, the registry's subnets and projects.
