@@ -109,19 +109,28 @@ func (d *Daemon) startAgent(ctx context.Context) (*agent, error) {
 		a.ttl = 10
 	}
 	var want netip.Prefix
+	remembered := false
 	if d.cfg.Subnet != "" {
 		if want, err = netip.ParsePrefix(d.cfg.Subnet); err != nil {
 			return nil, fmt.Errorf("subnet: %w", err)
 		}
+	} else if p, ok := d.rememberedSubnet(); ok {
+		want, remembered = p, true // ask for it back after a restart past the lease
 	}
 	sub, err := a.register(ctx, want)
 	if err != nil {
 		return nil, err
 	}
 	if want.IsValid() && sub != want {
-		return nil, fmt.Errorf("configured subnet %v is held by another node (registry gave %v)", want, sub)
+		if !remembered {
+			return nil, fmt.Errorf("configured subnet %v is held by another node (registry gave %v)", want, sub)
+		}
+		a.log.Error("the subnet this node had before its restart went to another node; it has a fresh one and its pods' CNI leases are stale",
+			"old", want, "new", sub)
+		d.subnet.previous, d.subnet.changes = want, 1
 	}
 	d.cfg.Subnet = sub.String()
+	d.rememberSubnet(sub)
 	if d.node, err = d.cfg.Node(); err != nil {
 		return nil, fmt.Errorf("configuration from the registry: %w", err)
 	}

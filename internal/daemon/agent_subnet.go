@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -127,6 +129,7 @@ func (d *Daemon) ChangeSubnet(sub netip.Prefix) error {
 	d.cfg.Subnet = ""
 	if sub.IsValid() {
 		d.cfg.Subnet = sub.String()
+		d.rememberSubnet(sub)
 	}
 	if old.Subnet.IsValid() {
 		d.subnet.previous = old.Subnet
@@ -148,9 +151,65 @@ func (d *Daemon) ChangeSubnet(sub netip.Prefix) error {
 		}
 		d.subnet.stale += len(st)
 	}
-	d.log.Error("NODE SUBNET CHANGED: the old subnet is withdrawn, its pods are detached and their CNI leases stale",
-		"old", subnetString(old.Subnet), "new", subnetString(sub), "podsDetached", len(gone), "err", errors.Join(errs...))
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	switch {
+	case !sub.IsValid():
+		d.log.Error("NODE SUBNET LOST: withdrawn from the dataplane; its pods are detached and their CNI leases stale",
+			"old", old.Subnet, "podsDetached", len(gone), "err", err)
+	case old.Subnet.IsValid():
+		d.log.Error("NODE SUBNET CHANGED: the old subnet is withdrawn, its pods are detached and their CNI leases stale",
+			"old", old.Subnet, "new", sub, "podsDetached", len(gone), "err", err)
+	default:
+		d.log.Warn("node subnet assigned after the loss: setup rules and tun0 reconfigured", "new", sub, "err", err)
+	}
+	return err
+}
+
+// subnetFile is where the node remembers its subnet across restarts: the
+// daemon's state directory (with CNI), else nowhere.
+func (d *Daemon) subnetFile() string {
+	dir := d.cfg.StateDir
+	if dir == "" {
+		if d.cfg.CNISocket == "" || d.cfg.CNISocket == "off" {
+			return ""
+		}
+		dir = filepath.Join("/var/lib/gvs", d.cfg.NodeName) // as startCNI
+	}
+	return filepath.Join(dir, "node-subnet")
+}
+
+// rememberedSubnet returns the subnet the node had when it last ran: a
+// restarted node asks for it, and gets it back if nobody took it, so its
+// pods' leases stay valid.
+func (d *Daemon) rememberedSubnet() (netip.Prefix, bool) {
+	f := d.subnetFile()
+	if f == "" {
+		return netip.Prefix{}, false
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return netip.Prefix{}, false
+	}
+	p, err := netip.ParsePrefix(strings.TrimSpace(string(b)))
+	return p, err == nil
+}
+
+// rememberSubnet records the node's subnet (best effort, logged).
+func (d *Daemon) rememberSubnet(p netip.Prefix) {
+	f := d.subnetFile()
+	if f == "" {
+		return
+	}
+	err := os.MkdirAll(filepath.Dir(f), 0o755)
+	if err == nil {
+		err = os.WriteFile(f+".tmp", []byte(p.String()+"\n"), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f+".tmp", f)
+	}
+	if err != nil {
+		d.log.Warn("cannot remember the node subnet", "file", f, "err", err)
+	}
 }
 
 // flushAddrs removes the IPv4 addresses of a link (tun0 while the node

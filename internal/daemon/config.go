@@ -51,8 +51,9 @@ type Config struct {
 	// CNISocket is where gvs-switchd answers gvs-cni (docs/cni.md);
 	// "" means /run/gvs/cni.sock, "off" disables CNI.
 	CNISocket string `json:"cniSocket,omitempty"`
-	// StateDir keeps the CNI address leases (StateDir/ipam); "" means
-	// /var/lib/gvs/NODENAME.
+	// StateDir keeps the CNI address leases (StateDir/ipam) and, with the
+	// control plane, the node's last subnet (StateDir/node-subnet); ""
+	// means /var/lib/gvs/NODENAME.
 	StateDir string `json:"stateDir,omitempty"`
 	// TapPool is how many pod TAPs are kept pre-created for CNI ADD
 	// (0: create each on demand).

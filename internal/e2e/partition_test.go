@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -128,8 +129,12 @@ func TestPartitionSubnetReassigned(t *testing.T) {
 	if s := showJSON(t, c, 2); s.Subnet != old3.String() || s.Pods != 1 {
 		t.Errorf("n3 while cut off: %+v", s)
 	}
-	// n4 comes back: it registers anew (its old leases go stale) and
-	// receives n3's freed subnet, the first free one after the wrap.
+	// n4 comes back as a new machine would, without the subnet it
+	// remembers: it registers anew (its old leases go stale) and receives
+	// n3's freed subnet, the first free one after the cursor's wrap.
+	if err := os.Remove(filepath.Join(c.CNIStateDir(3), "node-subnet")); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.RestartDaemon(ctx(t), 3); err != nil {
 		t.Fatal(err)
 	}
@@ -236,6 +241,50 @@ func TestPartitionSubnetReassigned(t *testing.T) {
 	if ok, out := ping(t, c.Lab, n3.NS, ip4, 56); !ok {
 		t.Errorf("n3's host does not reach n4's pod %v on n3's old subnet:\n%s", ip4, out)
 	}
+	logAgent(t, c, 2)
+
+	// n3's gvs-switchd stops past its lease and restarts: nobody took its
+	// subnet, so it asks for it back (remembered in its state directory),
+	// gets it, and re-attaches its pod with the same address.
+	if err := c.StopNode(2); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(15*time.Second, func() bool { got, _ := registryNodes(t, c); _, ok := got[n3.Name]; return got != nil && !ok }) {
+		t.Fatal("n3 still registered past its lease")
+	}
+	if err := c.RestartDaemon(ctx(t), 2); err != nil {
+		t.Fatal(err)
+	}
+	if s := showJSON(t, c, 2); s.Subnet != new3.String() || s.Pods != 1 {
+		t.Errorf("n3 after a restart past its lease: %+v, want subnet %v and its pod", s, new3)
+	}
+	if !eventually(10*time.Second, func() bool {
+		_, err := nsExec(t, p1.NSPath, "ping", "-c", "1", "-W", "1", ip3.String())
+		return err == nil
+	}) {
+		t.Errorf("n3's pod %v not reachable after n3's restart", ip3)
+	}
+}
+
+// logAgent logs node i's control-plane lines, with their times.
+func logAgent(t *testing.T, c *cluster.Cluster, i int) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.Lab.StateDir(), c.Nodes[i].Name+".log"))
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, k := range []string{"lease lost", "registry unreachable", "reachable again", "holds this node's subnet",
+			"withdrawing", "NODE SUBNET", "subnet assigned", "registered again", "fresh subnet", "pod detached"} {
+			if strings.Contains(l, k) {
+				lines = append(lines, l)
+				break
+			}
+		}
+	}
+	t.Logf("%s control-plane log:\n%s", c.Nodes[i].Name, strings.Join(lines, "\n"))
 }
 
 // showJSON runs `gvsctl -o json show` on node i.
