@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -245,5 +246,43 @@ func TestRestartAndLeaseExpiry(t *testing.T) {
 	}
 	if c2.Subnet == cSub.Subnet {
 		t.Errorf("returning c took back %v instead of a fresh subnet", c2.Subnet)
+	}
+}
+
+// A node re-registering never writes back a claim another node holds: not
+// by asking for the subnet (the claim's compare-and-swap), and not even
+// when the registry is damaged so that its own subnet record names a
+// subnet claimed by another node.
+func TestRegisterNeverTakesAnotherNodesClaim(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, reg := startEtcd(t, t.TempDir())
+	c := reg.Client()
+	x := netip.MustParsePrefix("10.128.0.0/23")
+	lb, err := c.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, known, err := reg.Register(ctx, registry.Node{Name: "b", IP: netip.MustParseAddr("192.168.0.2")}, lb.ID, x); err != nil || !known {
+		t.Fatalf("b takes the free %v: %v %v", x, known, err)
+	}
+	la, err := c.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := registry.Node{Name: "a", IP: netip.MustParseAddr("192.168.0.1")}
+	if s, known, err := reg.Register(ctx, a, la.ID, x); err != nil || known {
+		t.Fatalf("a asking for b's %v: %v %v %v, want registered without a subnet", x, s, known, err)
+	}
+	// Damage: a subnet record for a naming b's subnet.
+	if _, err := c.Put(ctx, registry.SubnetKey("a"), `{"node":"a","ip":"192.168.0.1","subnet":"10.128.0.0/23"}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := reg.Register(ctx, a, la.ID, netip.Prefix{}); !errors.Is(err, registry.ErrClaimMismatch) {
+		t.Errorf("register over a damaged record: %v, want ErrClaimMismatch", err)
+	}
+	r, err := c.Get(ctx, registry.ClaimKey(x))
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "b" || clientv3.LeaseID(r.Kvs[0].Lease) != lb.ID {
+		t.Errorf("claim of %v: %v %v, want b's on b's lease", x, r, err)
 	}
 }

@@ -131,17 +131,30 @@ func (r *Registry) Register(ctx context.Context, n Node, lease clientv3.LeaseID,
 				return Subnet{}, false, fmt.Errorf("subnet of %s: %w", n.Name, err)
 			}
 			s.IP = n.IP
+			// The claim must still be this node's: a subnet record and its
+			// claim are written and deleted together, so anything else is
+			// a damaged registry, and the node must not overwrite another
+			// node's claim.
 			tr, err := r.c.Txn(ctx).If(
 				clientv3.Compare(clientv3.ModRevision(SubnetKey(n.Name)), "=", kvs[0].ModRevision),
+				clientv3.Compare(clientv3.Value(ClaimKey(s.Subnet)), "=", n.Name),
 			).Then(put,
 				clientv3.OpPut(SubnetKey(n.Name), jsonOf(s), clientv3.WithLease(lease)),
 				clientv3.OpPut(ClaimKey(s.Subnet), n.Name, clientv3.WithLease(lease)),
-			).Commit()
+			).Else(clientv3.OpGet(ClaimKey(s.Subnet))).Commit()
 			if err != nil {
 				return Subnet{}, false, fmt.Errorf("register %s: %w", n.Name, err)
 			}
 			if tr.Succeeded {
 				return s, true, nil
+			}
+			if c := tr.Responses[0].GetResponseRange().Kvs; len(c) == 0 || string(c[0].Value) != n.Name {
+				holder := "nobody"
+				if len(c) > 0 {
+					holder = string(c[0].Value)
+				}
+				return Subnet{}, false, fmt.Errorf("register %s: %w: its subnet record names %v, claimed by %s",
+					n.Name, ErrClaimMismatch, s.Subnet, holder)
 			}
 			continue
 		}
