@@ -212,6 +212,14 @@ func (d *Daemon) rememberSubnet(p netip.Prefix) {
 	}
 }
 
+// nodeConfig returns the node configuration, which ChangeSubnet may
+// replace while the daemon runs.
+func (d *Daemon) nodeConfig() sdn.NodeConfig {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.node
+}
+
 // flushAddrs removes the IPv4 addresses of a link (tun0 while the node
 // has no subnet); the routes using them as source go with them.
 func flushAddrs(name string) error {

@@ -75,12 +75,13 @@ func leaseKey(l cniplugin.Lease) string { return l.ContainerID + "/" + l.IfName 
 // podRoutes are the routes of a pod: default and service network via the
 // gateway, cluster networks on-link.
 func (d *Daemon) podRoutes() []cniplugin.Route {
-	gw := d.node.Gateway()
+	node := d.nodeConfig()
+	gw := node.Gateway()
 	rs := []cniplugin.Route{{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0), Gw: gw}}
-	if d.node.ServiceNetwork.IsValid() {
-		rs = append(rs, cniplugin.Route{Dst: d.node.ServiceNetwork, Gw: gw})
+	if node.ServiceNetwork.IsValid() {
+		rs = append(rs, cniplugin.Route{Dst: node.ServiceNetwork, Gw: gw})
 	}
-	for _, cn := range d.node.ClusterNetworks {
+	for _, cn := range node.ClusterNetworks {
 		rs = append(rs, cniplugin.Route{Dst: cn})
 	}
 	return rs
@@ -119,8 +120,9 @@ func (b *cniBackend) Attach(ctx context.Context, l cniplugin.Lease) (cniplugin.A
 	if err != nil {
 		return cniplugin.Attachment{}, err
 	}
-	return cniplugin.Attachment{MAC: p.MAC, Prefix: netip.PrefixFrom(p.IP, b.d.node.Subnet.Bits()),
-		Gateway: b.d.node.Gateway(), Routes: b.d.podRoutes()}, nil
+	node := b.d.nodeConfig()
+	return cniplugin.Attachment{MAC: p.MAC, Prefix: netip.PrefixFrom(p.IP, node.Subnet.Bits()),
+		Gateway: node.Gateway(), Routes: b.d.podRoutes()}, nil
 }
 
 func (b *cniBackend) Detach(_ context.Context, l cniplugin.Lease) error {
@@ -199,6 +201,7 @@ func (b *cniBackend) Check(_ context.Context, l cniplugin.Lease) error {
 		missing = append(missing, fmt.Sprintf("switch port %d", p.Port))
 	}
 	mac := packet.PodMAC(l.IP.As4())
+	node := d.nodeConfig()
 	err := netconf.Do(l.Netns, func() error {
 		link, err := netlink.LinkByName(l.IfName)
 		if err != nil {
@@ -209,8 +212,8 @@ func (b *cniBackend) Check(_ context.Context, l cniplugin.Lease) error {
 		if a.HardwareAddr.String() != net.HardwareAddr(mac[:]).String() {
 			missing = append(missing, fmt.Sprintf("MAC %s on %s (has %s)", net.HardwareAddr(mac[:]), l.IfName, a.HardwareAddr))
 		}
-		if a.MTU != d.node.MTU && d.node.MTU > 0 {
-			missing = append(missing, fmt.Sprintf("MTU %d on %s (has %d)", d.node.MTU, l.IfName, a.MTU))
+		if a.MTU != node.MTU && node.MTU > 0 {
+			missing = append(missing, fmt.Sprintf("MTU %d on %s (has %d)", node.MTU, l.IfName, a.MTU))
 		}
 		if a.Flags&net.FlagUp == 0 {
 			missing = append(missing, l.IfName+" up")
@@ -219,7 +222,7 @@ func (b *cniBackend) Check(_ context.Context, l cniplugin.Lease) error {
 		if err != nil {
 			return err
 		}
-		pfx := netip.PrefixFrom(l.IP, d.node.Subnet.Bits())
+		pfx := netip.PrefixFrom(l.IP, node.Subnet.Bits())
 		if !slices.ContainsFunc(addrs, func(x netlink.Addr) bool { return x.IPNet.String() == pfx.String() }) {
 			missing = append(missing, fmt.Sprintf("address %s on %s", pfx, l.IfName))
 		}
