@@ -41,7 +41,7 @@ func (d *Daemon) startCapture(req *control.CaptureRequest) (control.Stream, erro
 	if snap == 0 {
 		snap = vswitch.DefaultSnaplen
 	}
-	c, err := d.sw.StartCapture(no, vswitch.CaptureConfig{Dir: dir, Snaplen: snap, Local: d.node.NodeIP.As4()})
+	c, err := d.sw.StartCapture(no, vswitch.CaptureConfig{Dir: dir, Snaplen: snap, Local: d.nodeConfig().NodeIP.As4()})
 	if err != nil {
 		return nil, err
 	}

@@ -133,8 +133,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		go func() { errc <- d.serveMetrics(ctx, addr) }()
 	}
-	d.log.Info("gvs-switchd ready", "node", d.node.NodeName, "ip", d.node.NodeIP, "subnet", d.node.Subnet,
-		"mode", d.node.Mode, "control", sock)
+	node := d.nodeConfig()
+	d.log.Info("gvs-switchd ready", "node", node.NodeName, "ip", node.NodeIP, "subnet", node.Subnet,
+		"mode", node.Mode, "control", sock)
 	select {
 	case <-ctx.Done():
 		return nil

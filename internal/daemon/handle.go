@@ -143,7 +143,8 @@ func (d *Daemon) trace(desc string) (control.TraceResult, error) {
 		return control.TraceResult{}, err
 	}
 	tr := d.table.Snapshot().Trace(f)
-	res := control.TraceResult{Node: d.node.NodeName, Trace: tr, Text: tr.String()}
+	node := d.nodeConfig()
+	res := control.TraceResult{Node: node.NodeName, Trace: tr, Text: tr.String()}
 	for _, o := range tr.Outputs() {
 		if o.Port != uint32(1) || o.TunDst == ([4]byte{}) {
 			continue
@@ -159,7 +160,7 @@ func (d *Daemon) trace(desc string) (control.TraceResult, error) {
 		next := f
 		next.InPort = 1
 		next.TunID = o.TunID
-		next.TunSrc = d.node.NodeIP.As4()
+		next.TunSrc = node.NodeIP.As4()
 		next.TunDst = [4]byte{}
 		next.Regs = [8]uint32{}
 		res.Next = append(res.Next, control.NextHop{Node: name, NodeIP: dst.String(), Packet: flowtable.FormatFields(next)})
