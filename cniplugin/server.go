@@ -385,22 +385,63 @@ func (s *Server) gc(ctx context.Context, conf *NetConf) error {
 	return nil
 }
 
-// Restore re-attaches every lease whose namespace still exists (the TAPs
-// died with the previous daemon) and reports the ones it could not; their
-// leases stay until DEL or GC.
-func (s *Server) Restore(ctx context.Context) {
+// Restore re-attaches every lease whose namespace still exists, after a
+// daemon start, and reports the ones it could not; their leases stay until
+// DEL or GC. A Backend that is a Reattacher adopts the interface the
+// previous daemon left in the pod (the pod keeps its eth0 throughout);
+// where there is none (ErrNoInterface), or the Backend is no Reattacher,
+// the pod is attached anew with Attach.
+func (s *Server) Restore(ctx context.Context) RestoreStats {
+	var st RestoreStats
+	ra, _ := s.be.(Reattacher)
 	for _, l := range s.ipam.Leases() {
 		if _, err := os.Stat(l.Netns); err != nil {
+			st.NetnsGone++
 			s.log.Warn("cni: lease kept, its netns is gone; waiting for DEL or GC", "container", l.ContainerID, "ip", l.IP, "netns", l.Netns)
 			continue
 		}
 		unlock := s.lock(l.ContainerID)
-		_, err := s.be.Attach(ctx, l)
+		how := "re-created its interface"
+		err := ErrNoInterface
+		if ra != nil {
+			if err = ra.Reattach(ctx, l); err == nil {
+				how = "kept its interface"
+				st.Adopted++
+			}
+		}
+		if errors.Is(err, ErrNoInterface) {
+			if _, err = s.be.Attach(ctx, l); err == nil {
+				st.Recreated++
+			}
+		}
 		unlock()
 		if err != nil {
+			st.Failed++
 			s.log.Error("cni: re-attaching a leased pod failed", "container", l.ContainerID, "ip", l.IP, "err", err)
 			continue
 		}
-		s.log.Info("cni: re-attached leased pod", "container", l.ContainerID, "ip", l.IP, "port", l.Port)
+		s.log.Info("cni: re-attached leased pod", "container", l.ContainerID, "ip", l.IP, "port", l.Port, "how", how)
 	}
+	return st
+}
+
+// ErrNoInterface is returned by Reattacher.Reattach when the pod's
+// namespace has no interface left by the previous daemon.
+var ErrNoInterface = errors.New("the pod has no interface to adopt")
+
+// Reattacher is a Backend that can adopt, after a daemon restart, the pod
+// interface an earlier daemon created (gvs-switchd: a persistent TAP).
+type Reattacher interface {
+	// Reattach adopts l's interface in l.Netns, puts it back on the switch
+	// on l.Port and installs l's rules. It fails with ErrNoInterface when
+	// there is no interface to adopt, and has then changed nothing.
+	Reattach(ctx context.Context, l Lease) error
+}
+
+// RestoreStats counts what Restore did with the leases.
+type RestoreStats struct {
+	Adopted   int // interface kept, re-attached
+	Recreated int // interface created anew
+	NetnsGone int // lease kept, namespace gone
+	Failed    int // could not be re-attached
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/flowtable"
@@ -50,7 +51,10 @@ func (d *Daemon) startCNI(ctx context.Context, errc chan<- error) error {
 	pool := cniplugin.NewTapPool(d.cfg.TapPool, tap.Config{Offloads: d.podOffloads(), Logger: d.log}, d.log)
 	be := &cniBackend{d: d, pool: pool}
 	srv := cniplugin.NewServer(cniplugin.ServerConfig{IPAM: ipam, Backend: be, Logger: d.log, Observe: d.observeCNI})
-	srv.Restore(ctx)
+	restoreStart := time.Now()
+	st := srv.Restore(ctx)
+	d.log.Info("cni: leases restored", "kept", st.Adopted, "recreated", st.Recreated, "netnsGone", st.NetnsGone,
+		"failed", st.Failed, "took", time.Since(restoreStart).Round(time.Microsecond))
 	l, err := cniplugin.Listen(sock)
 	if err != nil {
 		pool.Close()
@@ -125,13 +129,22 @@ func (b *cniBackend) Attach(ctx context.Context, l cniplugin.Lease) (cniplugin.A
 		Gateway: node.Gateway(), Routes: b.d.podRoutes()}, nil
 }
 
+// Detach removes the pod from the switch (DelPod) and then a persistent
+// TAP that no daemon holds, if one is left in the pod's namespace.
 func (b *cniBackend) Detach(_ context.Context, l cniplugin.Lease) error {
-	return b.d.DelPod(leaseKey(l))
+	if err := b.d.DelPod(leaseKey(l)); err != nil {
+		return err
+	}
+	if err := removeLeftoverTAP(l); err != nil {
+		return fmt.Errorf("pod %s: removing its TAP: %w", leaseKey(l), err)
+	}
+	return nil
 }
 
 // DelPod removes a pod's rules (sdn.PodFilter, and its VNID's rules if it
 // was the VNID's last local pod) and its switch port, which closes the TAP
-// and so deletes its interface. key is the pod's name, or
+// and so deletes its interface (a CNI pod's TAP is made non-persistent
+// first). key is the pod's name, or
 // "CONTAINERID/IFNAME" for a pod attached by CNI. Removing an unknown pod
 // is not an error.
 func (d *Daemon) DelPod(key string) error {
@@ -149,6 +162,7 @@ func (d *Daemon) DelPod(key string) error {
 	if err := d.table.Apply(dels, nil); err != nil {
 		return fmt.Errorf("pod %s: remove rules: %w", key, err)
 	}
+	unpersist(p.dev, d.log) // so that the switch's close deletes it
 	if err := d.sw.RemovePort(p.Port); err != nil {
 		d.log.Warn("pod detach: switch port", "pod", key, "port", p.Port, "err", err)
 	}

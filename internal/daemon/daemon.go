@@ -61,6 +61,8 @@ type Pod struct {
 	// ContainerID and IfName identify a pod attached by CNI.
 	ContainerID string `json:"containerID,omitempty"`
 	IfName      string `json:"ifName,omitempty"`
+
+	dev *tap.Device // the pod's TAP (the switch owns it)
 }
 
 // New builds the daemon's switch and rule program; it creates no devices yet.
@@ -370,13 +372,17 @@ func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *
 			return nil, err
 		}
 	}
-	tapName := dev.Name()
+	tapName, podDev := dev.Name(), dev
 	if err := d.sw.AddPort(port, dev); err != nil {
 		return nil, err
 	}
 	dev = nil // the switch owns it now
+	persisted := false
 	defer func() {
 		if err != nil {
+			if persisted {
+				unpersist(podDev, d.log) // so that closing it deletes it (restart.go)
+			}
 			_ = d.sw.RemovePort(port) // closes the TAP, which deletes the link
 		}
 	}()
@@ -401,6 +407,15 @@ func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *
 	if err != nil {
 		return nil, err
 	}
+	if pc.ContainerID != "" {
+		// A CNI pod's TAP outlives the daemon (restart.go). Set after the
+		// rename, so that a TAP left by a crash is always found as IfName.
+		if err := podDev.SetPersist(true); err != nil {
+			return nil, err
+		}
+		persisted = true
+	}
+	p.dev = podDev
 	rules := sdn.PodRules(d.node, sp)
 	if d.node.Mode == sdn.ModeMultitenant && p.VNID != 0 && d.vnids[p.VNID] == 0 {
 		rules = append(rules, sdn.VNIDRules(d.node, p.VNID)...)

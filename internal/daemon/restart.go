@@ -1,0 +1,188 @@
+package daemon
+
+// Surviving a restart of gvs-switchd: every CNI pod's TAP is persistent
+// (TUNSETPERSIST, set by addPod once the TAP is the pod's IfName), so when
+// the daemon exits, on upgrade or crash, its fds close but the pods keep
+// eth0 with their address and routes. The next daemon reads the leases
+// (cniplugin.IPAM) and, for each lease whose namespace still exists,
+// adopts the TAP (Reattach): it attaches to it again with tap.Reopen,
+// puts it on the switch on the leased port and installs the pod's rules
+// with its project's current VNID. DEL and GC clear the flag before the
+// switch closes the TAP (DelPod), and remove a persistent TAP that no
+// daemon holds (removeLeftoverTAP), so nothing outlives its lease.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gvswitch/gvs/cniplugin"
+	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/packet"
+	"github.com/gvswitch/gvs/sdn"
+	"github.com/gvswitch/gvs/tap"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// unpersist clears a pod TAP's persistent flag so that closing it deletes
+// the interface. A TAP the kernel removed already (its namespace is gone)
+// is fine.
+func unpersist(dev *tap.Device, log *slog.Logger) {
+	if dev == nil {
+		return
+	}
+	if err := dev.SetPersist(false); err != nil && !errors.Is(err, unix.EBADFD) {
+		log.Warn("pod TAP: clearing the persistent flag", "tap", dev.Name(), "err", err)
+	}
+}
+
+// ourTAP reports whether link is a TAP gvs-switchd left for the pod with
+// address ip: a persistent TAP with IFF_VNET_HDR and IFF_NO_PI, single
+// queue, with the pod's MAC, and no queue attached. why says what differs.
+func ourTAP(link netlink.Link, ip netip.Addr) (ok bool, why string) {
+	tt, isTAP := link.(*netlink.Tuntap)
+	if !isTAP || tt.Mode != netlink.TUNTAP_MODE_TAP {
+		return false, fmt.Sprintf("is a %s, not a TAP", link.Type())
+	}
+	mac := packet.PodMAC(ip.As4())
+	switch {
+	case tt.NonPersist:
+		return false, "is not persistent"
+	case tt.Flags&netlink.TUNTAP_VNET_HDR == 0 || tt.Flags&netlink.TUNTAP_NO_PI == 0:
+		return false, fmt.Sprintf("has flags %#x, not vnet_hdr|no_pi", uint16(tt.Flags))
+	case tt.Flags&netlink.TUNTAP_MULTI_QUEUE != 0:
+		return false, "is multi-queue"
+	case tt.Attrs().HardwareAddr.String() != net.HardwareAddr(mac[:]).String():
+		return false, fmt.Sprintf("has MAC %s, not the pod's %s", tt.Attrs().HardwareAddr, net.HardwareAddr(mac[:]))
+	case tt.Queues > 0:
+		return false, fmt.Sprintf("is held by another process (%d queues attached)", tt.Queues)
+	}
+	return true, ""
+}
+
+// Reattach adopts the TAP the previous daemon left in l.Netns as l.IfName
+// (cniplugin.Reattacher). The TAP is checked before attaching to it (see
+// ourTAP) and re-opened with the daemon's current offloads (tap.Reopen);
+// its MTU, address, routes and up state are set again as ADD set them
+// (replacing, so what is in place does not change).
+func (b *cniBackend) Reattach(_ context.Context, l cniplugin.Lease) error {
+	d := b.d
+	var dev *tap.Device
+	err := netconf.Do(l.Netns, func() error {
+		link, err := netlink.LinkByName(l.IfName)
+		if err != nil {
+			var nf netlink.LinkNotFoundError
+			if errors.As(err, &nf) {
+				return cniplugin.ErrNoInterface
+			}
+			return fmt.Errorf("%s in %s: %w", l.IfName, l.Netns, err)
+		}
+		if ok, why := ourTAP(link, l.IP); !ok {
+			return fmt.Errorf("%s in %s %s: not adopting it (CHECK fails until the pod is re-created)", l.IfName, l.Netns, why)
+		}
+		dev, err = tap.Reopen(tap.Config{Name: l.IfName, Offloads: d.podOffloads(), Logger: d.log})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// Repair what ADD set, should someone have changed it (replacing is a
+	// no-op for what is in place): MTU, address, routes, up.
+	var routes []netconf.Route
+	for _, r := range d.podRoutes() {
+		routes = append(routes, netconf.Route{Dst: r.Dst, Gw: r.Gw})
+	}
+	err = netconf.ConfigureLink(l.Netns, netconf.LinkConfig{Name: l.IfName, MTU: d.node.MTU,
+		Addrs: []netip.Prefix{netip.PrefixFrom(l.IP, d.node.Subnet.Bits())}, Routes: routes, Up: true})
+	if err != nil {
+		dev.Close()
+		return err
+	}
+	if err := d.adoptPod(l, dev); err != nil {
+		dev.Close() // still persistent: a later restart or DEL deals with it
+		return err
+	}
+	return nil
+}
+
+// adoptPod puts a re-opened pod TAP on the switch on the lease's port and
+// installs the pod's rules with its project's current VNID. It owns dev
+// only when it succeeds.
+func (d *Daemon) adoptPod(l cniplugin.Lease, dev *tap.Device) (err error) {
+	nsPath := l.Netns
+	if !strings.ContainsRune(nsPath, '/') {
+		nsPath = filepath.Join("/run/netns", nsPath)
+	}
+	name := l.PodName
+	if name == "" {
+		name = l.ContainerID
+		if len(name) > 12 {
+			name = name[:12]
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	key := leaseKey(l)
+	if _, dup := d.pods[key]; dup {
+		return fmt.Errorf("pod %s is already attached", key)
+	}
+	if d.portUsed(l.Port) {
+		return fmt.Errorf("pod %s: switch port %d is taken", key, l.Port)
+	}
+	sp := sdn.Pod{Name: name, Namespace: l.Project, IP: l.IP, Port: l.Port, VNID: d.vnidOf(l.Project)}
+	if err := d.node.CheckPod(sp); err != nil {
+		return err
+	}
+	if err := d.sw.AddPort(l.Port, dev); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = d.sw.RemovePort(l.Port) // closes dev; it stays persistent
+		}
+	}()
+	rules := sdn.PodRules(d.node, sp)
+	if d.node.Mode == sdn.ModeMultitenant && sp.VNID != 0 && d.vnids[sp.VNID] == 0 {
+		rules = append(rules, sdn.VNIDRules(d.node, sp.VNID)...)
+	}
+	if err := d.applyText(nil, rules); err != nil {
+		return err
+	}
+	mac := packet.PodMAC(l.IP.As4())
+	p := &Pod{Name: name, Project: l.Project, Netns: nsPath, IP: l.IP, MAC: net.HardwareAddr(mac[:]).String(),
+		Port: l.Port, VNID: sp.VNID, ContainerID: l.ContainerID, IfName: l.IfName, dev: dev}
+	d.vnids[p.VNID]++
+	d.pods[key] = p
+	d.log.Info("pod re-attached, interface kept", "pod", p.Name, "project", p.Project, "ip", p.IP, "port", p.Port, "vnid", p.VNID)
+	return nil
+}
+
+// removeLeftoverTAP deletes a persistent TAP left for l in its namespace
+// that no daemon holds: one the restarted daemon could not adopt. Only a
+// TAP that ourTAP recognizes is deleted (never, say, a veth the runtime
+// put there); a missing namespace or interface is not an error.
+func removeLeftoverTAP(l cniplugin.Lease) error {
+	if l.Netns == "" {
+		return nil
+	}
+	if _, err := os.Stat(l.Netns); err != nil {
+		return nil // the namespace is gone, and its TAP with it
+	}
+	return netconf.Do(l.Netns, func() error {
+		link, err := netlink.LinkByName(l.IfName)
+		if err != nil {
+			return nil
+		}
+		if ok, _ := ourTAP(link, l.IP); !ok {
+			return nil
+		}
+		return tap.DeletePersistent(l.IfName)
+	})
+}
