@@ -1,0 +1,61 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/gvswitch/gvs/bench/lab"
+)
+
+// StopDaemon stops node i's gvs-switchd as an upgrade does (SIGTERM, then
+// SIGKILL after lab.StopTimeout) and waits until it has ended. The pods'
+// interfaces stay (their TAPs are persistent). StartDaemon starts it again.
+func (c *Cluster) StopDaemon(i int) error {
+	n := &c.Nodes[i]
+	if n.proc == nil {
+		return fmt.Errorf("cluster: node %s runs no gvs-switchd", n.Name)
+	}
+	return n.proc.Stop()
+}
+
+// KillDaemon ends node i's gvs-switchd with SIGKILL, as a crash would, and
+// waits until it has ended. The signal goes to the PID the cluster started
+// (`ip netns exec` execs the daemon, so it is the daemon's), and only
+// while that process has not been reaped.
+func (c *Cluster) KillDaemon(i int) error {
+	n := &c.Nodes[i]
+	if n.proc == nil {
+		return fmt.Errorf("cluster: node %s runs no gvs-switchd", n.Name)
+	}
+	if !n.proc.Exited() {
+		if err := syscall.Kill(n.proc.PID, syscall.SIGKILL); err != nil {
+			return fmt.Errorf("cluster: kill gvs-switchd %d on %s: %w", n.proc.PID, n.Name, err)
+		}
+	}
+	select {
+	case <-n.proc.Done():
+		return nil
+	case <-time.After(lab.StopTimeout):
+		return fmt.Errorf("cluster: gvs-switchd %d on %s did not end after SIGKILL", n.proc.PID, n.Name)
+	}
+}
+
+// StartDaemon starts node i's gvs-switchd again, with the same
+// configuration, after StopDaemon or KillDaemon, and waits until it
+// answers on its control socket.
+func (c *Cluster) StartDaemon(ctx context.Context, i int) error {
+	n := &c.Nodes[i]
+	if n.proc != nil && !n.proc.Exited() {
+		return fmt.Errorf("cluster: gvs-switchd %d on %s is still running", n.proc.PID, n.Name)
+	}
+	log := filepath.Join(c.Lab.StateDir(), n.Name+".log")
+	var err error
+	n.proc, err = c.Lab.Start(ctx, n.NS, log, filepath.Join(c.Spec.BinDir, "gvs-switchd"), "-config", n.Config)
+	if err != nil {
+		return err
+	}
+	return c.waitReady(ctx, i)
+}
