@@ -8,14 +8,18 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/internal/netconf"
 	"github.com/gvswitch/gvs/sdn"
+	"github.com/gvswitch/gvs/tap"
 )
 
 // restartCluster: two nodes, three pods each (projects default, alpha,
@@ -295,4 +299,197 @@ func nodeShowOf(t *testing.T, c *cluster.Cluster, i int) nodeShow {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// editConfig rewrites node i's daemon configuration file with edit.
+func editConfig(t *testing.T, c *cluster.Cluster, i int, edit func(map[string]any)) {
+	t.Helper()
+	b, err := os.ReadFile(c.Nodes[i].Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	if b, err = json.MarshalIndent(m, "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(c.Nodes[i].Config, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRestartEdgeCases: what happens to pods whose interface changed while
+// gvs-switchd was down, and to a configuration change across the restart.
+//   - p1: its eth0 was deleted: re-created with the same address.
+//   - p2: its project's VNID changed in the configuration (alpha 10 → 12)
+//     and offloads were turned off: adopted with VNID 12, traffic flows.
+//   - p3: its TAP is held by another process when the daemon starts: not
+//     adopted, CHECK fails naming it; once released, DEL deletes the TAP.
+//   - p4: its eth0 was replaced by a veth: not adopted, and DEL leaves the
+//     veth alone.
+func TestRestartEdgeCases(t *testing.T) {
+	c := up(t, "rse", cluster.Spec{
+		Lab:   lab.Spec{Nodes: 1, PodsPerNode: 4, Projects: []string{"default", "alpha", "beta"}},
+		Mode:  "multitenant",
+		VNIDs: map[string]uint32{"alpha": 10, "beta": 11},
+		CNI:   true,
+	})
+	p1, p2, p3, p4 := c.Nodes[0].Pods[0], c.Nodes[0].Pods[1], c.Nodes[0].Pods[2], c.Nodes[0].Pods[3]
+	if p2.Project != "alpha" {
+		t.Fatalf("p2 is in %s", p2.Project)
+	}
+	list, err := c.CNIConfList(0, "1.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cni := c.CNI()
+	rt := func(p cluster.Pod) *libcni.RuntimeConf {
+		return cluster.RuntimeConf(cluster.ContainerID(p), p.NSPath, "eth0", p.Project, p.Name)
+	}
+	before1 := linkLine(t, c, p1)
+
+	if err := c.StopDaemon(0); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Lab.Exec(ctx(t), p1.NS, "ip", "link", "del", "eth0"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	editConfig(t, c, 0, func(m map[string]any) {
+		m["projects"].(map[string]any)["alpha"] = 12
+		m["offload"] = false
+	})
+	var held *tap.Device
+	if err := netconf.Do(p3.NSPath, func() (err error) { held, err = tap.Reopen(tap.Config{Name: "eth0"}); return }); err != nil {
+		t.Fatalf("holding p3's TAP: %v", err)
+	}
+	defer held.Close()
+	for _, cmd := range [][]string{{"ip", "link", "del", "eth0"}, {"ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p"}} {
+		if out, err := c.Lab.Exec(ctx(t), p4.NS, cmd...); err != nil {
+			t.Fatalf("%v: %v %s", cmd, err, out)
+		}
+	}
+	if err := c.StartDaemon(ctx(t), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	if b, err := os.ReadFile(filepath.Join(c.Lab.StateDir(), c.Nodes[0].Name+".log")); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "re-attach") || strings.Contains(l, "restored") {
+				t.Log(l)
+			}
+		}
+	}
+	// p1: re-created, same address (a new interface).
+	if got := linkLine(t, c, p1); !strings.Contains(got, p1.IP.String()+"/") || got == before1 {
+		t.Errorf("p1's eth0 after the restart: %q (before %q): want the same address on a new interface", got, before1)
+	}
+	// p2: VNID 12 now, its rules too, and VNID 10's rules are gone.
+	var pods []struct {
+		Name string
+		VNID uint32
+	}
+	if err := json.Unmarshal([]byte(ctl(t, c, 0, "-o", "json", "pods")), &pods); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if p.Name == p2.Name && p.VNID != 12 {
+			t.Errorf("p2 re-attached with VNID %d, want the configuration's new 12", p.VNID)
+		}
+	}
+	if n10, n12 := flows(t, c, 0, sdn.VNIDFilter(10)), flows(t, c, 0, sdn.VNIDFilter(12)); n10 != 0 || n12 == 0 {
+		t.Errorf("VNID rules after the change: %d of VNID 10 (want 0), %d of VNID 12 (want some)", n10, n12)
+	}
+	if n := flows(t, c, 0, sdn.PodFilter(p2.IP)); n != 5 {
+		t.Errorf("p2 has %d rules, want 5", n)
+	}
+	for _, d := range [][2]cluster.Pod{{p1, p2}, {p2, p1}} {
+		if ok, out := ping(t, c.Lab, d[0].NS, d[1].IP, 1400); !ok {
+			t.Errorf("after the restart %s does not reach %s:\n%s", d[0].Name, d[1].Name, out)
+		}
+	}
+	for _, p := range []cluster.Pod{p1, p2} {
+		if err := c.InNode(0, func() error { return cni.CheckNetworkList(ctx(t), list, rt(p)) }); err != nil {
+			t.Errorf("CHECK %s: %v", p.Name, err)
+		}
+	}
+	// p3 and p4: not adopted; CHECK says so.
+	for _, p := range []cluster.Pod{p3, p4} {
+		err := c.InNode(0, func() error { return cni.CheckNetworkList(ctx(t), list, rt(p)) })
+		if err == nil || !strings.Contains(err.Error(), "no switch port") {
+			t.Errorf("CHECK of %s, whose TAP was not adopted: %v", p.Name, err)
+		}
+	}
+	held.Close()
+
+	for _, p := range c.Nodes[0].Pods {
+		if err := c.InNode(0, func() error { return cni.DelNetworkList(ctx(t), list, rt(p)) }); err != nil {
+			t.Errorf("DEL %s: %v", p.Name, err)
+		}
+	}
+	if n := nodeLeases(t, c, 0); n != 0 {
+		t.Errorf("%d leases after DEL", n)
+	}
+	for _, p := range []cluster.Pod{p1, p2, p3} {
+		if out, _ := c.Lab.Exec(ctx(t), p.NS, "ip", "link", "show", "eth0"); !strings.Contains(string(out), "does not exist") {
+			t.Errorf("eth0 left in %s after DEL: %s", p.Name, out)
+		}
+	}
+	if out, err := c.Lab.Exec(ctx(t), p4.NS, "ip", "link", "show", "eth0"); err != nil || !strings.Contains(string(out), "eth0@eth0p") {
+		t.Errorf("DEL removed the veth it did not make: %v %s", err, out)
+	}
+}
+
+// TestRestartOutage measures how long pods lose traffic when gvs-switchd
+// is restarted at once (5 times stopped with SIGTERM, 5 times killed with
+// SIGKILL): the time from the signal to the first ping reply after the
+// start, with one echo request every 5 ms from a pod on the restarted node
+// to a pod on the other. docs/operations.md quotes these numbers.
+func TestRestartOutage(t *testing.T) {
+	c := up(t, "rso", cluster.Spec{Lab: lab.Spec{Nodes: 2, PodsPerNode: 1}, Mode: "subnet", CNI: true})
+	a, b := c.Nodes[0].Pods[0], c.Nodes[1].Pods[0]
+	pg := startPinger(t, c, a, b.IP)
+	if _, ok := pg.firstReplyAfter(t, time.Now(), 5*time.Second); !ok {
+		t.Fatal("no ping reply before the restarts")
+	}
+	for _, m := range []struct {
+		how  string
+		down func() error
+	}{
+		{"SIGTERM", func() error { return c.StopDaemon(0) }},
+		{"SIGKILL", func() error { return c.KillDaemon(0) }},
+	} {
+		var outages, exits, starts []time.Duration
+		for range 5 {
+			t0 := time.Now()
+			if err := m.down(); err != nil {
+				t.Fatal(err)
+			}
+			// The old daemon has ended: a reply after this went through
+			// the new one.
+			tDown := time.Now()
+			if err := c.StartDaemon(ctx(t), 0); err != nil {
+				t.Fatal(err)
+			}
+			first, ok := pg.firstReplyAfter(t, tDown, 5*time.Second)
+			if !ok {
+				t.Fatalf("%s: no ping reply within 5 s of the restart", m.how)
+			}
+			outages = append(outages, first.Sub(t0))
+			exits = append(exits, tDown.Sub(t0))
+			starts = append(starts, first.Sub(tDown))
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Logf("%s then start at once, 5 restarts: signal to first ping reply %s; signal to exit %s; exit to first reply %s",
+			m.how, durStats(outages), durStats(exits), durStats(starts))
+	}
+}
+
+// durStats formats min/median/max of ds.
+func durStats(ds []time.Duration) string {
+	slices.Sort(ds)
+	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	return fmt.Sprintf("min %v median %v max %v", r(ds[0]), r(ds[len(ds)/2]), r(ds[len(ds)-1]))
 }
