@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -350,6 +351,36 @@ func TestRestartEdgeCases(t *testing.T) {
 		return cluster.RuntimeConf(cluster.ContainerID(p), p.NSPath, "eth0", p.Project, p.Name)
 	}
 	before1 := linkLine(t, c, p1)
+
+	// Two ADDs race for eth0 in one namespace (a runtime bug): one wins,
+	// the loser fails, midway or at once, and leaves no persistent TAP.
+	race := podNS(t, c, "race")
+	leases0 := nodeLeases(t, c, 0)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() {
+			errs[i] = c.InNode(0, func() error {
+				_, err := cni.AddNetworkList(ctx(t), list, cluster.RuntimeConf(fmt.Sprint("ctr-race", i), race, "eth0", "default", "race"))
+				return err
+			})
+		})
+	}
+	wg.Wait()
+	t.Logf("racing ADDs: %v / %v", errs[0], errs[1])
+	out, _ := nsExec(t, race, "ip", "-d", "-o", "link", "show", "type", "tun")
+	if (errs[0] == nil) == (errs[1] == nil) || strings.Count(string(out), "persist on") != 1 || nodeLeases(t, c, 0) != leases0+1 {
+		t.Errorf("racing ADDs: %v, %v; %d leases (want %d); TAPs in the namespace:\n%s", errs[0], errs[1], nodeLeases(t, c, 0), leases0+1, out)
+	}
+	for i := range errs {
+		rc := cluster.RuntimeConf(fmt.Sprint("ctr-race", i), race, "eth0", "default", "race")
+		if err := c.InNode(0, func() error { return cni.DelNetworkList(ctx(t), list, rc) }); err != nil {
+			t.Errorf("DEL ctr-race%d: %v", i, err)
+		}
+	}
+	if out, _ := nsExec(t, race, "ip", "-o", "link", "show", "type", "tun"); len(out) != 0 || nodeLeases(t, c, 0) != leases0 {
+		t.Errorf("after DEL of the racing ADDs: %d leases, links:\n%s", nodeLeases(t, c, 0), out)
+	}
 
 	if err := c.StopDaemon(0); err != nil {
 		t.Fatal(err)
