@@ -23,8 +23,9 @@ func (c *Cluster) StopDaemon(i int) error {
 
 // KillDaemon ends node i's gvs-switchd with SIGKILL, as a crash would, and
 // waits until it has ended. The signal goes to the PID the cluster started
-// (`ip netns exec` execs the daemon, so it is the daemon's), and only
-// while that process has not been reaped.
+// (`ip netns exec` execs the daemon, so it is the daemon's), and is not
+// sent once the process is known to have ended (the window between that
+// check and the signal is not closed: lab.Proc keeps its pidfd private).
 func (c *Cluster) KillDaemon(i int) error {
 	n := &c.Nodes[i]
 	if n.proc == nil {
