@@ -314,6 +314,13 @@ func (s *Server) del(ctx context.Context, req *Request) error {
 	l, ok := s.ipam.Get(req.ContainerID, req.IfName)
 	if !ok {
 		// Never seen, already deleted, or stale (its subnet was lost).
+		// A stale one's interface may still be in the pod (gvs-switchd's
+		// TAPs are persistent): Detach removes it.
+		if st, stale := s.ipam.Stale(req.ContainerID, req.IfName); stale {
+			if err := s.be.Detach(ctx, st.Lease); err != nil {
+				return types.NewError(types.ErrTryAgainLater, "removing the stale attachment's interface failed; retry DEL", err.Error())
+			}
+		}
 		if err := s.ipam.DropStale(req.ContainerID, req.IfName); err != nil {
 			return types.NewError(types.ErrIOFailure, "dropping the stale address lease failed", err.Error())
 		}
@@ -358,9 +365,17 @@ func (s *Server) gc(ctx context.Context, conf *NetConf) error {
 	var errs []error
 	for _, st := range s.ipam.StaleLeases() {
 		if !valid[st.Key()] && (st.Network == "" || st.Network == conf.Name) {
-			if err := s.ipam.DropStale(st.ContainerID, st.IfName); err != nil {
+			unlock := s.lock(st.ContainerID)
+			if _, cur := s.ipam.Get(st.ContainerID, st.IfName); cur {
+				unlock() // re-added meanwhile: Allocate dropped the stale record
+				continue
+			}
+			if err := s.be.Detach(ctx, st.Lease); err != nil { // its interface, if left
+				errs = append(errs, err)
+			} else if err := s.ipam.DropStale(st.ContainerID, st.IfName); err != nil {
 				errs = append(errs, err)
 			}
+			unlock()
 		}
 	}
 	for _, l := range s.ipam.Leases() {
@@ -421,6 +436,21 @@ func (s *Server) Restore(ctx context.Context) RestoreStats {
 			continue
 		}
 		s.log.Info("cni: re-attached leased pod", "container", l.ContainerID, "ip", l.IP, "port", l.Port, "how", how)
+	}
+	// A stale lease's pod (its address left the node's subnet) gets no
+	// network back; its interface, which outlived the previous daemon, is
+	// removed. The record stays for CHECK to explain, until DEL or GC.
+	for _, sl := range s.ipam.StaleLeases() {
+		if _, err := os.Stat(sl.Netns); err != nil {
+			continue
+		}
+		unlock := s.lock(sl.ContainerID)
+		if _, cur := s.ipam.Get(sl.ContainerID, sl.IfName); !cur {
+			if err := s.be.Detach(ctx, sl.Lease); err != nil {
+				s.log.Warn("cni: removing a stale attachment's interface", "container", sl.ContainerID, "ip", sl.IP, "err", err)
+			}
+		}
+		unlock()
 	}
 	return st
 }

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/flowtable"
@@ -37,6 +38,10 @@ type Daemon struct {
 	vx    *vxlan.Port
 
 	cniMetrics cniMetrics // metrics.go
+
+	// exiting is set when Run returns: the switch's closing the CNI pods'
+	// TAPs then leaves them in place (restart.go).
+	exiting atomic.Bool
 
 	mu       sync.Mutex
 	pods     map[string]*Pod // by name
@@ -100,7 +105,7 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 // control socket and /metrics, and blocks until ctx is done. It must run in
 // the node's network namespace.
 func (d *Daemon) Run(ctx context.Context) error {
-	defer d.sw.Close()
+	defer d.closeSwitch() // restart.go: the CNI pods' TAPs stay
 	var ag *agent
 	if d.cfg.FromRegistry() {
 		var err error
@@ -373,7 +378,7 @@ func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *
 		}
 	}
 	tapName, podDev := dev.Name(), dev
-	if err := d.sw.AddPort(port, dev); err != nil {
+	if err := d.sw.AddPort(port, d.podPort(pc, dev)); err != nil {
 		return nil, err
 	}
 	dev = nil // the switch owns it now

@@ -7,9 +7,11 @@ package daemon
 // (cniplugin.IPAM) and, for each lease whose namespace still exists,
 // adopts the TAP (Reattach): it attaches to it again with tap.Reopen,
 // puts it on the switch on the leased port and installs the pod's rules
-// with its project's current VNID. DEL and GC clear the flag before the
-// switch closes the TAP (DelPod), and remove a persistent TAP that no
-// daemon holds (removeLeftoverTAP), so nothing outlives its lease.
+// with its project's current VNID. Whenever the switch lets go of a CNI
+// pod's TAP (DEL, GC, a lost subnet) the flag is cleared first (podTAP),
+// so the interface goes; only when the daemon exits is it left. DEL and
+// GC also remove a persistent TAP that no daemon holds
+// (removeLeftoverTAP), so nothing outlives its lease.
 
 import (
 	"context"
@@ -21,11 +23,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/internal/netconf"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/sdn"
+	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -41,6 +45,40 @@ func unpersist(dev *tap.Device, log *slog.Logger) {
 	if err := dev.SetPersist(false); err != nil && !errors.Is(err, unix.EBADFD) {
 		log.Warn("pod TAP: clearing the persistent flag", "tap", dev.Name(), "err", err)
 	}
+}
+
+// podTAP is a CNI pod's TAP as the switch holds it: closing it (RemovePort,
+// whoever calls it) deletes the interface, unless the daemon is exiting,
+// when the TAP must outlive it.
+type podTAP struct {
+	*tap.Device
+	d    *Daemon
+	keep atomic.Bool // leave the TAP in place when closed
+}
+
+// Close clears the persistent flag, unless the daemon is exiting or keep
+// is set, and closes the TAP.
+func (p *podTAP) Close() error {
+	if !p.d.exiting.Load() && !p.keep.Load() {
+		unpersist(p.Device, p.d.log)
+	}
+	return p.Device.Close()
+}
+
+// podPort is what addPod puts on the switch for a pod: a CNI pod's TAP
+// wrapped as a podTAP, a static pod's as it is.
+func (d *Daemon) podPort(pc PodConfig, dev *tap.Device) vswitch.Port {
+	if pc.ContainerID == "" {
+		return dev
+	}
+	return &podTAP{Device: dev, d: d}
+}
+
+// closeSwitch closes the switch when Run returns, leaving the CNI pods'
+// TAPs in their namespaces for the next daemon.
+func (d *Daemon) closeSwitch() {
+	d.exiting.Store(true)
+	d.sw.Close()
 }
 
 // ourTAP reports whether link is a TAP gvs-switchd left for the pod with
@@ -140,12 +178,14 @@ func (d *Daemon) adoptPod(l cniplugin.Lease, dev *tap.Device) (err error) {
 	if err := d.node.CheckPod(sp); err != nil {
 		return err
 	}
-	if err := d.sw.AddPort(l.Port, dev); err != nil {
+	pt := &podTAP{Device: dev, d: d}
+	if err := d.sw.AddPort(l.Port, pt); err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
-			_ = d.sw.RemovePort(l.Port) // closes dev; it stays persistent
+			pt.keep.Store(true)         // the pod keeps eth0 for a later restart or DEL
+			_ = d.sw.RemovePort(l.Port) // closes dev
 		}
 	}()
 	rules := sdn.PodRules(d.node, sp)
