@@ -137,8 +137,9 @@ func (b *cniBackend) Reattach(_ context.Context, l cniplugin.Lease) error {
 	for _, r := range d.podRoutes() {
 		routes = append(routes, netconf.Route{Dst: r.Dst, Gw: r.Gw})
 	}
-	err = netconf.ConfigureLink(l.Netns, netconf.LinkConfig{Name: l.IfName, MTU: d.node.MTU,
-		Addrs: []netip.Prefix{netip.PrefixFrom(l.IP, d.node.Subnet.Bits())}, Routes: routes, Up: true})
+	node := d.nodeConfig() // read under the lock: the subnet can change at run time
+	err = netconf.ConfigureLink(l.Netns, netconf.LinkConfig{Name: l.IfName, MTU: node.MTU,
+		Addrs: []netip.Prefix{netip.PrefixFrom(l.IP, node.Subnet.Bits())}, Routes: routes, Up: true})
 	if err != nil {
 		dev.Close()
 		return err
