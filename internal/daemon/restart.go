@@ -83,7 +83,9 @@ func (d *Daemon) closeSwitch() {
 
 // ourTAP reports whether link is a TAP gvs-switchd left for the pod with
 // address ip: a persistent TAP with IFF_VNET_HDR and IFF_NO_PI, single
-// queue, with the pod's MAC, and no queue attached. why says what differs.
+// queue, with the pod's MAC. why says what differs. (Whether a process
+// holds it the kernel reports for multi-queue TAPs only; for ours
+// TUNSETIFF answers EBUSY then.)
 func ourTAP(link netlink.Link, ip netip.Addr) (ok bool, why string) {
 	tt, isTAP := link.(*netlink.Tuntap)
 	if !isTAP || tt.Mode != netlink.TUNTAP_MODE_TAP {
@@ -99,8 +101,6 @@ func ourTAP(link netlink.Link, ip netip.Addr) (ok bool, why string) {
 		return false, "is multi-queue"
 	case tt.Attrs().HardwareAddr.String() != net.HardwareAddr(mac[:]).String():
 		return false, fmt.Sprintf("has MAC %s, not the pod's %s", tt.Attrs().HardwareAddr, net.HardwareAddr(mac[:]))
-	case tt.Queues > 0:
-		return false, fmt.Sprintf("is held by another process (%d queues attached)", tt.Queues)
 	}
 	return true, ""
 }

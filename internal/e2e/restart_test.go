@@ -524,3 +524,57 @@ func durStats(ds []time.Duration) string {
 	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 	return fmt.Sprintf("min %v median %v max %v", r(ds[0]), r(ds[len(ds)/2]), r(ds[len(ds)-1]))
 }
+
+// TestRestartManyPods restarts gvs-switchd (SIGKILL) with 50 pods
+// attached by CNI on the node and reads the daemon's own account of the
+// adoption (`cni: leases restored kept=N ... took=D`): every pod is kept,
+// and the time is logged for docs/operations.md. DEL of all leaves no
+// persistent TAP.
+func TestRestartManyPods(t *testing.T) {
+	c := up(t, "rsm", cluster.Spec{Lab: lab.Spec{Nodes: 1, PodsPerNode: 1}, Mode: "subnet", CNI: true})
+	list, err := c.CNIConfList(0, "1.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cni := c.CNI()
+	const n = 50
+	rts := make([]*libcni.RuntimeConf, n)
+	for i := range n {
+		rts[i] = cluster.RuntimeConf(fmt.Sprint("ctr-m", i), podNS(t, c, fmt.Sprint("m", i)), "eth0", "default", fmt.Sprint("m", i))
+		if err := c.InNode(0, func() error { _, err := cni.AddNetworkList(ctx(t), list, rts[i]); return err }); err != nil {
+			t.Fatalf("ADD %d: %v", i, err)
+		}
+	}
+	if err := c.KillDaemon(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartDaemon(ctx(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(c.Lab.StateDir(), c.Nodes[0].Name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var summary string
+	for _, l := range lines {
+		if strings.Contains(l, "cni: leases restored") {
+			summary = l // the last start's
+		}
+	}
+	if !strings.Contains(summary, fmt.Sprintf("kept=%d recreated=0 netnsGone=0 failed=0", n+1)) {
+		t.Errorf("restore after the restart: %q, want all %d pods kept", summary, n+1)
+	}
+	t.Logf("%d pods: %s", n+1, summary[strings.Index(summary, "msg="):])
+	if err := c.InNode(0, func() error { return cni.CheckNetworkList(ctx(t), list, rts[n-1]) }); err != nil {
+		t.Errorf("CHECK after the restart: %v", err)
+	}
+	for i := range n {
+		if err := c.InNode(0, func() error { return cni.DelNetworkList(ctx(t), list, rts[i]) }); err != nil {
+			t.Errorf("DEL %d: %v", i, err)
+		}
+		if out, _ := nsExec(t, rts[i].NetNS, "ip", "-o", "link", "show", "type", "tun"); len(out) != 0 {
+			t.Errorf("pod %d keeps a TAP after DEL: %s", i, out)
+		}
+	}
+}
