@@ -1,0 +1,94 @@
+package gen
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// pairBlaster returns a Blaster writing to one end of a datagram socket
+// pair, and the other end.
+func pairBlaster(t *testing.T, cfg BlastConfig, nonblock bool) (*Blaster, int) {
+	t.Helper()
+	typ := unix.SOCK_DGRAM | unix.SOCK_CLOEXEC
+	if nonblock {
+		typ |= unix.SOCK_NONBLOCK
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, typ, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fds[1]) })
+	spec := testSpec(cfg.Size, max(cfg.Flows, 1))
+	fb, err := NewFrameBuilder(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Flows = spec.Flows
+	b := newBlaster(cfg, fb, fds[0])
+	t.Cleanup(func() { b.Close() })
+	return b, fds[1]
+}
+
+// TestBlastAllocs: the send loop allocates nothing per frame or batch.
+func TestBlastAllocs(t *testing.T) {
+	b, _ := pairBlaster(t, BlastConfig{Size: 64, Flows: 64}, true)
+	if n := testing.AllocsPerRun(200, func() {
+		if _, _, err := b.sendBatch(blastBatch); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per batch", n)
+	}
+}
+
+// TestBlastRateAndFlows runs the token bucket against a socket pair whose
+// other end is drained: the frames sent must match the rate, and each
+// frame read must be a valid blaster frame, flows round robin.
+func TestBlastRateAndFlows(t *testing.T) {
+	const rate, flows = 20000, 7
+	b, peer := pairBlaster(t, BlastConfig{Size: 100, Flows: flows, Rate: rate, Duration: 500 * time.Millisecond}, false)
+	got := make(chan [flows]int, 1)
+	go func() {
+		var per [flows]int
+		buf := make([]byte, 200)
+		tv := unix.NsecToTimeval(int64(300 * time.Millisecond))
+		_ = unix.SetsockoptTimeval(peer, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+		var next uint64
+		for {
+			n, err := unix.Read(peer, buf)
+			if err != nil {
+				break
+			}
+			f, ok := ParseBlastFrame(buf[:n])
+			if !ok || n != 100 || f.Seq != next || f.Flow != uint32(next%flows) {
+				t.Errorf("frame %d: %+v ok=%v len %d", next, f, ok, n)
+				break
+			}
+			per[f.Flow]++
+			next++
+		}
+		got <- per
+	}()
+	res, err := b.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := <-got
+	want := rate * res.Duration.Seconds()
+	if f := float64(res.Frames); f < 0.9*want || f > 1.1*want+blastBatch {
+		t.Errorf("sent %d frames in %v at %d/s, want ≈%.0f", res.Frames, res.Duration, rate, want)
+	}
+	total := 0
+	for _, c := range per {
+		total += c
+	}
+	if uint64(total) != res.Frames || res.Dropped != 0 {
+		t.Errorf("read %d of %d frames (%d dropped); per flow %v", total, res.Frames, res.Dropped, per)
+	}
+	if per[0]-per[flows-1] > 1 || per[0] < per[flows-1] {
+		t.Errorf("flows not round robin: %v", per)
+	}
+}

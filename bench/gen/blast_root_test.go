@@ -1,0 +1,173 @@
+package gen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gvswitch/gvs/internal/netconf"
+)
+
+// vethPair creates namespaces <p>-a and <p>-b joined by veth a (10.77.0.1)
+// – b (10.77.0.2), MTU 1500 (interfaces bla and blb), and returns their paths. They are removed
+// when the test ends.
+func vethPair(t *testing.T) (a, b string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates network namespaces")
+	}
+	p := fmt.Sprintf("gvst-gen-%d", os.Getpid())
+	na, nb := p+"-a", p+"-b"
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	for _, ns := range []string{na, nb} {
+		run("netns", "add", ns)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	}
+	run("-n", na, "link", "add", "bla", "type", "veth", "peer", "name", "blb", "netns", nb)
+	run("-n", na, "addr", "add", "10.77.0.1/24", "dev", "bla")
+	run("-n", nb, "addr", "add", "10.77.0.2/24", "dev", "blb")
+	for _, c := range [][2]string{{na, "bla"}, {nb, "blb"}, {na, "lo"}, {nb, "lo"}} {
+		run("-n", c[0], "link", "set", c[1], "up")
+	}
+	return netconf.NsPath(na), netconf.NsPath(nb)
+}
+
+func inNS[T any](t *testing.T, ns string, f func() (T, error)) T {
+	t.Helper()
+	var v T
+	if err := netconf.Do(ns, func() (err error) { v, err = f(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// blastOnce blasts cfg from a to the receiver on b and returns both
+// results.
+func blastOnce(t *testing.T, a, b string, cfg BlastConfig) (BlastResult, ReceiveResult) {
+	t.Helper()
+	rx := inNS(t, b, func() (*Receiver, error) { return NewReceiver(ReceiverConfig{Dev: "blb", Port: cfg.DstPort}) })
+	defer rx.Close()
+	bl := inNS(t, a, func() (*Blaster, error) { return NewBlaster(cfg) })
+	defer bl.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	rc := make(chan ReceiveResult, 1)
+	go func() {
+		r, err := rx.Run(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		rc <- r
+	}()
+	sent, err := bl.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	return sent, <-rc
+}
+
+// TestBlastVeth blasts through a veth pair between two namespaces at a set
+// rate, with ARP resolution of the destination MAC, and checks the
+// receiver's counts and the achieved rate; then as fast as possible; and
+// that bad sizes fail.
+func TestBlastVeth(t *testing.T) {
+	a, b := vethPair(t)
+	dst := netip.MustParseAddr("10.77.0.2")
+
+	t.Run("rate", func(t *testing.T) {
+		const rate, flows = 50000, 16
+		cfg := BlastConfig{Dev: "bla", Dst: dst, DstPort: 9000, Size: 64, Flows: flows, Rate: rate, Duration: time.Second}
+		sent, got := blastOnce(t, a, b, cfg)
+		t.Logf("sent %+v (%.0f pps), received %+v", sent, sent.PPS(), got)
+		if pps := sent.OfferedPPS(); pps < 0.9*rate || pps > 1.1*rate {
+			t.Errorf("offered %.0f pps, want %d ± 10 %%", pps, rate)
+		}
+		if !sent.QdiscBypass {
+			t.Error("PACKET_QDISC_BYPASS not set")
+		}
+		if d := got.Delivered(); d > sent.Frames || float64(d) < 0.95*float64(sent.Frames) {
+			t.Errorf("delivered %d of %d frames", d, sent.Frames)
+		}
+		if got.Flows != flows || float64(got.FlowMin) < 0.9*float64(got.FlowMax) {
+			t.Errorf("flows %d, per flow %d..%d", got.Flows, got.FlowMin, got.FlowMax)
+		}
+		if got.Frames > 0 && got.Bytes != got.Frames*64 {
+			t.Errorf("%d bytes in %d frames of 64", got.Bytes, got.Frames)
+		}
+	})
+
+	t.Run("flat out", func(t *testing.T) {
+		cfg := BlastConfig{Dev: "bla", Dst: dst, DstMAC: mustMAC(t, b), DstPort: 9001, Size: 1400, Flows: 4, Duration: 500 * time.Millisecond}
+		sent, got := blastOnce(t, a, b, cfg)
+		t.Logf("sent %+v (%.0f pps), received %+v", sent, sent.PPS(), got)
+		if sent.Frames < 1000 || got.Delivered() == 0 || got.Delivered() > sent.Frames {
+			t.Errorf("sent %d, delivered %d", sent.Frames, got.Delivered())
+		}
+		if got.Frames > 0 && got.Bytes != got.Frames*1400 {
+			t.Errorf("%d bytes in %d frames of 1400", got.Bytes, got.Frames)
+		}
+	})
+
+	t.Run("allocs", func(t *testing.T) {
+		bl := inNS(t, a, func() (*Blaster, error) {
+			return NewBlaster(BlastConfig{Dev: "bla", Dst: dst, Size: 64, Flows: 64})
+		})
+		defer bl.Close()
+		if n := testing.AllocsPerRun(100, func() {
+			if _, _, err := bl.sendBatch(blastBatch); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("%v allocations per batch", n)
+		}
+	})
+
+	t.Run("bad sizes", func(t *testing.T) {
+		for _, c := range []struct {
+			size int
+			want error
+			msg  string
+		}{{63, ErrFrameSize, "63"}, {9001, ErrFrameSize, "9001"}, {1515, ErrMTU, "MTU 1500"}} {
+			err := netconf.Do(a, func() error {
+				bl, err := NewBlaster(BlastConfig{Dev: "bla", Dst: dst, Size: c.size})
+				if err == nil {
+					bl.Close()
+				}
+				return err
+			})
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
+				t.Errorf("size %d: err %v, want %v naming %q", c.size, err, c.want, c.msg)
+			}
+		}
+		if err := netconf.Do(a, func() error {
+			_, err := NewBlaster(BlastConfig{Dev: "bla", Dst: netip.MustParseAddr("10.77.0.99"), Size: 64})
+			return err
+		}); err == nil || !strings.Contains(err.Error(), "ARP") {
+			t.Errorf("unresolvable destination: err %v", err)
+		}
+	})
+}
+
+// mustMAC returns the MAC address of b in namespace ns.
+func mustMAC(t *testing.T, ns string) net.HardwareAddr {
+	return inNS(t, ns, func() (net.HardwareAddr, error) {
+		ifc, err := net.InterfaceByName("blb")
+		if err != nil {
+			return nil, err
+		}
+		return ifc.HardwareAddr, nil
+	})
+}
