@@ -46,13 +46,25 @@ type Config struct {
 	Prefix string
 	// Underlay network of the lab, default 192.168.247.0/24.
 	Underlay netip.Prefix
-	// Flows is the number of UDP flows of the pps workloads, default 64.
+	// Flows is the number of UDP flows of the pps workloads (socket
+	// generator and blaster), default 64.
 	Flows int
+	// BlastThreads is the number of sending threads of the frame blaster,
+	// default 1.
+	BlastThreads int
 	// Progress, if not nil, receives a line per step.
 	Progress io.Writer
 }
 
 // Metrics are one dataplane's numbers: of one run, or the medians.
+//
+// The udp* keys without "blast" come from the socket-based generator
+// (gvs-bench udp-send → udp-sink: delivered to the pod's UDP socket); the
+// udp*_blast_* keys from the AF_PACKET frame blaster (gvs-bench blast →
+// blast-sink: delivered to the pod's interface), which the dataplane
+// cannot slow down. The rtt_* keys without "ping" are the UDP prober's
+// (gvs-bench udp-probe → udp-echo); rtt_ping_* are ICMP echo (iputils
+// ping), taken at the same time on the same pod pair.
 type Metrics struct {
 	TCP1Gbps     float64 `json:"tcp1_gbps"`
 	TCP4Gbps     float64 `json:"tcp4_gbps"`
@@ -64,6 +76,19 @@ type Metrics struct {
 	RTTIdleP99us float64 `json:"rtt_idle_p99_us"`
 	RTTLoadP50us float64 `json:"rtt_load_p50_us"`
 	RTTLoadP99us float64 `json:"rtt_load_p99_us"`
+	// Blaster workloads: delivered and offered kpps, loss = 1 − delivered
+	// ÷ offered.
+	UDP64BlastKpps          float64 `json:"udp64_blast_kpps"`
+	UDP64BlastOfferedKpps   float64 `json:"udp64_blast_offered_kpps"`
+	UDP64BlastLoss          float64 `json:"udp64_blast_loss"`
+	UDP1400BlastKpps        float64 `json:"udp1400_blast_kpps"`
+	UDP1400BlastOfferedKpps float64 `json:"udp1400_blast_offered_kpps"`
+	UDP1400BlastLoss        float64 `json:"udp1400_blast_loss"`
+	// ICMP ping round trips.
+	RTTPingIdleP50us float64 `json:"rtt_ping_idle_p50_us"`
+	RTTPingIdleP99us float64 `json:"rtt_ping_idle_p99_us"`
+	RTTPingLoadP50us float64 `json:"rtt_ping_load_p50_us"`
+	RTTPingLoadP99us float64 `json:"rtt_ping_load_p99_us"`
 	// CPUSecPerGbit is the machine's busy CPU time (all processes and
 	// softirq, from /proc/stat) per Gbit carried during the 1-stream TCP
 	// workload.
@@ -92,13 +117,15 @@ type Machine struct {
 
 // Report is the outcome of Run.
 type Report struct {
-	Time       time.Time     `json:"time"`
-	Commit     string        `json:"commit,omitempty"`
-	Machine    Machine       `json:"machine"`
-	Runs       int           `json:"runs"`
-	Duration   time.Duration `json:"duration_ns"`
-	Flows      int           `json:"udp_flows"`
-	Dataplanes []Result      `json:"dataplanes"`
+	Time     time.Time     `json:"time"`
+	Commit   string        `json:"commit,omitempty"`
+	Machine  Machine       `json:"machine"`
+	Runs     int           `json:"runs"`
+	Duration time.Duration `json:"duration_ns"`
+	Flows    int           `json:"udp_flows"`
+	// BlastThreads is the frame blaster's sending threads.
+	BlastThreads int      `json:"blast_threads"`
+	Dataplanes   []Result `json:"dataplanes"`
 }
 
 // Get returns the result of dataplane dp, or nil.
@@ -140,6 +167,7 @@ func (c *Config) defaults() error {
 	if c.Flows <= 0 {
 		c.Flows = 64
 	}
+	c.BlastThreads = min(max(c.BlastThreads, 1), c.Flows)
 	if c.BinDir == "" {
 		return errors.New("compare: Config.BinDir is required")
 	}
@@ -159,7 +187,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	rep := &Report{Time: time.Now().UTC(), Machine: machine(), Runs: cfg.Runs, Duration: cfg.Duration, Flows: cfg.Flows}
+	rep := &Report{Time: time.Now().UTC(), Machine: machine(), Runs: cfg.Runs, Duration: cfg.Duration, Flows: cfg.Flows, BlastThreads: cfg.BlastThreads}
 	p := &progress{w: cfg.Progress, start: time.Now()}
 	for _, dp := range cfg.Dataplanes {
 		res := runDataplane(ctx, cfg, dp, p)

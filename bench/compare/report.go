@@ -8,28 +8,39 @@ import (
 	"text/tabwriter"
 )
 
-// row is one line of the table and one panel of the chart.
+// row is one line of the table and, if panel, one panel of the chart.
 type row struct {
 	name  string
 	get   func(Metrics) float64
 	lower bool // lower is better
 	// target is SPEC §7's bar for gvs, as text.
 	target string
+	panel  bool
 }
 
 var rows = []row{
-	{"TCP 1 stream, Gbit/s", func(m Metrics) float64 { return m.TCP1Gbps }, false, "≥0.6× kernel, ≥6× ovs"},
-	{"TCP 4 streams, Gbit/s", func(m Metrics) float64 { return m.TCP4Gbps }, false, ""},
-	{"UDP 64 B delivered, kpps", func(m Metrics) float64 { return m.UDP64Kpps }, false, "≥0.5× kernel, ≥4× ovs"},
-	{"UDP 64 B loss, %", func(m Metrics) float64 { return 100 * m.UDP64Loss }, true, ""},
-	{"UDP 1400 B delivered, kpps", func(m Metrics) float64 { return m.UDP1400Kpps }, false, ""},
-	{"UDP 1400 B loss, %", func(m Metrics) float64 { return 100 * m.UDP1400Loss }, true, ""},
-	{"RTT idle p50, µs", func(m Metrics) float64 { return m.RTTIdleP50us }, true, "≤2× kernel"},
-	{"RTT idle p99, µs", func(m Metrics) float64 { return m.RTTIdleP99us }, true, ""},
-	{"RTT under load p50, µs", func(m Metrics) float64 { return m.RTTLoadP50us }, true, ""},
-	{"RTT under load p99, µs", func(m Metrics) float64 { return m.RTTLoadP99us }, true, ""},
-	{"CPU s per Gbit (machine)", func(m Metrics) float64 { return m.CPUSecPerGbit }, true, ""},
-	{"CPU s per Gbit (dataplane procs)", func(m Metrics) float64 { return m.DataplaneCPUSecPerGbit }, true, ""},
+	{"TCP 1 stream, Gbit/s", func(m Metrics) float64 { return m.TCP1Gbps }, false, "≥0.6× kernel, ≥6× ovs", true},
+	{"TCP 4 streams, Gbit/s", func(m Metrics) float64 { return m.TCP4Gbps }, false, "", true},
+	{"UDP 64 B socket, delivered kpps", func(m Metrics) float64 { return m.UDP64Kpps }, false, "≥0.5× kernel, ≥4× ovs", true},
+	{"UDP 64 B socket, loss %", func(m Metrics) float64 { return 100 * m.UDP64Loss }, true, "", false},
+	{"UDP 1400 B socket, delivered kpps", func(m Metrics) float64 { return m.UDP1400Kpps }, false, "", true},
+	{"UDP 1400 B socket, loss %", func(m Metrics) float64 { return 100 * m.UDP1400Loss }, true, "", false},
+	{"UDP 64 B blast, delivered kpps", func(m Metrics) float64 { return m.UDP64BlastKpps }, false, "≥0.5× kernel, ≥4× ovs", true},
+	{"UDP 64 B blast, offered kpps", func(m Metrics) float64 { return m.UDP64BlastOfferedKpps }, false, "", false},
+	{"UDP 64 B blast, loss %", func(m Metrics) float64 { return 100 * m.UDP64BlastLoss }, true, "", false},
+	{"UDP 1400 B blast, delivered kpps", func(m Metrics) float64 { return m.UDP1400BlastKpps }, false, "", true},
+	{"UDP 1400 B blast, offered kpps", func(m Metrics) float64 { return m.UDP1400BlastOfferedKpps }, false, "", false},
+	{"UDP 1400 B blast, loss %", func(m Metrics) float64 { return 100 * m.UDP1400BlastLoss }, true, "", false},
+	{"RTT UDP probe idle p50, µs", func(m Metrics) float64 { return m.RTTIdleP50us }, true, "≤2× kernel", true},
+	{"RTT UDP probe idle p99, µs", func(m Metrics) float64 { return m.RTTIdleP99us }, true, "", true},
+	{"RTT ping idle p50, µs", func(m Metrics) float64 { return m.RTTPingIdleP50us }, true, "≤2× kernel", true},
+	{"RTT ping idle p99, µs", func(m Metrics) float64 { return m.RTTPingIdleP99us }, true, "", true},
+	{"RTT UDP probe under load p50, µs", func(m Metrics) float64 { return m.RTTLoadP50us }, true, "", true},
+	{"RTT UDP probe under load p99, µs", func(m Metrics) float64 { return m.RTTLoadP99us }, true, "", true},
+	{"RTT ping under load p50, µs", func(m Metrics) float64 { return m.RTTPingLoadP50us }, true, "", true},
+	{"RTT ping under load p99, µs", func(m Metrics) float64 { return m.RTTPingLoadP99us }, true, "", true},
+	{"CPU s per Gbit (machine)", func(m Metrics) float64 { return m.CPUSecPerGbit }, true, "", false},
+	{"CPU s per Gbit (dataplane procs)", func(m Metrics) float64 { return m.DataplaneCPUSecPerGbit }, true, "", false},
 }
 
 // WriteTable writes the medians of every dataplane, and the ratios of gvs
@@ -76,8 +87,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "%s %s: %s\n", d.Dataplane, d.Status, d.Error)
 		}
 	}
-	_, err := fmt.Fprintf(w, "medians of %d runs, %s per workload, %d UDP flows; %d CPUs, %s, kernel %s\n",
-		r.Runs, r.Duration, r.Flows, r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel)
+	_, err := fmt.Fprintf(w, "medians of %d runs, %s per workload, %d UDP flows, %d blaster thread(s); %d CPUs, %s, kernel %s\n",
+		r.Runs, r.Duration, r.Flows, max(r.BlastThreads, 1), r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel)
 	return err
 }
 
@@ -112,15 +123,20 @@ func ratio(a, b float64) string {
 // colors of the dataplanes in the chart.
 var colors = map[string]string{"gvs": "#1f77b4", "kernel": "#7f7f7f", "ovs": "#ff7f0e"}
 
-// WriteSVG writes a bar chart, one panel per headline metric (the first
-// eight rows of the table), one bar per dataplane, with its value; missing
-// dataplanes are labelled, never drawn.
+// WriteSVG writes a bar chart, one panel per headline metric (the rows
+// marked panel), one bar per dataplane, with its value; missing dataplanes
+// are labelled, never drawn.
 func (r *Report) WriteSVG(w io.Writer) error {
 	const (
 		cols, pw, ph = 4, 240, 200
 		top          = 50
 	)
-	panels := []int{0, 1, 2, 4, 6, 7, 8, 9}
+	var panels []int
+	for i, rw := range rows {
+		if rw.panel {
+			panels = append(panels, i)
+		}
+	}
 	nrows := (len(panels) + cols - 1) / cols
 	W, H := cols*pw, top+nrows*ph+30
 	var b strings.Builder

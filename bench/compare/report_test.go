@@ -62,3 +62,26 @@ func TestSVGAndJSON(t *testing.T) {
 		t.Errorf("json: %s", j)
 	}
 }
+
+// TestMetricsKeys pins the JSON keys that scripts and docs rely on, and
+// checks that every metric has a table row.
+func TestMetricsKeys(t *testing.T) {
+	j, err := json.Marshal(Metrics{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(j, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"tcp1_gbps", "tcp4_gbps", "udp64_kpps", "udp1400_kpps", "rtt_idle_p50_us", "rtt_idle_p99_us",
+		"udp64_blast_kpps", "udp64_blast_offered_kpps", "udp64_blast_loss", "udp1400_blast_kpps", "udp1400_blast_loss",
+		"rtt_ping_idle_p50_us", "rtt_ping_idle_p99_us", "rtt_ping_load_p50_us", "rtt_ping_load_p99_us", "cpu_s_per_gbit"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("no key %q in %s", k, j)
+		}
+	}
+	if len(rows) != len(m) {
+		t.Errorf("%d table rows for %d metrics", len(rows), len(m))
+	}
+}

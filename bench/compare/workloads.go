@@ -25,7 +25,9 @@ const (
 	tcpPort   = 5201
 	udpPort   = 9000
 	echoPort  = 9001
+	blastPort = 9002
 	probeStep = time.Millisecond
+	pingStep  = 2 * time.Millisecond
 )
 
 // env is one dataplane's running cluster. Traffic goes from node 0's pods
@@ -86,20 +88,28 @@ func (e *env) run(ctx context.Context, run int) (Metrics, error) {
 	if m.UDP1400Kpps, m.UDP1400Loss, err = e.udp(ctx, src, dst, 1400); err != nil {
 		return m, err
 	}
+	step("UDP 64 B, frame blaster")
+	if m.UDP64BlastKpps, m.UDP64BlastOfferedKpps, m.UDP64BlastLoss, err = e.blast(ctx, src, dst, 64); err != nil {
+		return m, err
+	}
+	step("UDP 1400 B, frame blaster")
+	if m.UDP1400BlastKpps, m.UDP1400BlastOfferedKpps, m.UDP1400BlastLoss, err = e.blast(ctx, src, dst, 1400); err != nil {
+		return m, err
+	}
 	psrc, pdst := e.pods(1)
-	step("RTT, idle")
-	idle, err := e.probe(ctx, psrc, pdst)
+	step("RTT (UDP probe and ping), idle")
+	idle, ping, err := e.latency(ctx, psrc, pdst)
 	if err != nil {
 		return m, err
 	}
 	m.RTTIdleP50us, m.RTTIdleP99us = idle.P50us, idle.P99us
-	step("RTT, under TCP load")
-	var load gen.LatencyResult
+	m.RTTPingIdleP50us, m.RTTPingIdleP99us = us(ping.P50), us(ping.P99)
+	step("RTT (UDP probe and ping), under TCP load")
 	var tcpErr error
 	var wg sync.WaitGroup
 	wg.Go(func() { _, tcpErr = e.tcp(ctx, src, dst, 1, e.cfg.Duration+time.Second) })
 	time.Sleep(500 * time.Millisecond)
-	load, err = e.probe(ctx, psrc, pdst)
+	load, lping, err := e.latency(ctx, psrc, pdst)
 	wg.Wait()
 	if err != nil {
 		return m, err
@@ -108,8 +118,11 @@ func (e *env) run(ctx context.Context, run int) (Metrics, error) {
 		return m, fmt.Errorf("load: %w", tcpErr)
 	}
 	m.RTTLoadP50us, m.RTTLoadP99us = load.P50us, load.P99us
+	m.RTTPingLoadP50us, m.RTTPingLoadP99us = us(lping.P50), us(lping.P99)
 	return m, nil
 }
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // tcp measures TCP throughput from src to dst with iperf3 if installed,
 // else with gvs-bench's own tcp-client (one process per stream).
@@ -215,6 +228,72 @@ func (e *env) udp(ctx context.Context, src, dst cluster.Pod, frame int) (kpps, l
 	kpps = float64(sink.Packets) / sent.Duration.Seconds() / 1e3
 	loss = 1 - float64(min(sink.Packets, sent.Packets))/float64(sent.Packets)
 	return kpps, loss, nil
+}
+
+// blast sends raw frames of the given size from src's eth0 to dst with the
+// AF_PACKET frame blaster, as fast as it can for the configured duration
+// over cfg.Flows flows, while blast-sink counts them on dst's eth0. It
+// returns the delivered and offered kpps and the loss fraction. Frames the
+// source interface refuses (the dataplane behind it is full) count as
+// offered and lost.
+func (e *env) blast(ctx context.Context, src, dst cluster.Pod, frame int) (kpps, offered, loss float64, err error) {
+	d := e.cfg.Duration
+	var sink gen.ReceiveResult
+	var sinkErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		out, err := e.c.Lab.Exec(ctx, dst.NS, e.bin(), "blast-sink", "-dev", "eth0", "-port", strconv.Itoa(blastPort), "-t", (d + 2*time.Second).String())
+		sinkErr = decode(out, err, &sink)
+	})
+	time.Sleep(300 * time.Millisecond)
+	var sent gen.BlastResult
+	out, err := e.c.Lab.Exec(ctx, src.NS, e.bin(), "blast", "-dev", "eth0", "-dst", dst.IP.String(), "-dst-mac", "auto",
+		"-port", strconv.Itoa(blastPort), "-size", strconv.Itoa(frame), "-flows", strconv.Itoa(e.cfg.Flows), "-threads", strconv.Itoa(e.cfg.BlastThreads), "-t", d.String())
+	sendErr := decode(out, err, &sent)
+	wg.Wait()
+	if err := errors.Join(sendErr, sinkErr); err != nil {
+		return 0, 0, 0, fmt.Errorf("blast %d B %s → %s: %w", frame, src.Name, dst.IP, err)
+	}
+	if sent.Offered() == 0 || sent.Duration <= 0 {
+		return 0, 0, 0, fmt.Errorf("blast %d B: nothing sent", frame)
+	}
+	got := min(sink.Delivered(), sent.Offered())
+	secs := sent.Duration.Seconds()
+	return float64(got) / secs / 1e3, float64(sent.Offered()) / secs / 1e3, 1 - float64(got)/float64(sent.Offered()), nil
+}
+
+// latency measures round trips from src to dst for the configured
+// duration with the UDP prober (one probe a millisecond, to udp-echo) and,
+// at the same time, ICMP echo (iputils ping, one every pingStep).
+func (e *env) latency(ctx context.Context, src, dst cluster.Pod) (gen.LatencyResult, lab.PingResult, error) {
+	var ping lab.PingResult
+	var pingErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { ping, pingErr = e.ping(ctx, src, dst) })
+	probe, err := e.probe(ctx, src, dst)
+	wg.Wait()
+	return probe, ping, errors.Join(err, pingErr)
+}
+
+// ping runs iputils ping from src to dst, one echo request every pingStep
+// for the configured duration (intervals under 0.2 s need root, which
+// compare has), and parses every reply's time.
+func (e *env) ping(ctx context.Context, src, dst cluster.Pod) (lab.PingResult, error) {
+	n := max(int(e.cfg.Duration/pingStep), 10)
+	out, err := e.c.Lab.Exec(ctx, src.NS, "ping", "-n", "-i", strconv.FormatFloat(pingStep.Seconds(), 'f', -1, 64),
+		"-c", strconv.Itoa(n), "-W", "1", dst.IP.String())
+	r, perr := lab.ParsePing(out)
+	var ee *exec.ExitError
+	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
+		perr = errors.Join(err, perr) // exit 1: some replies missing, a result
+	}
+	if perr != nil {
+		return r, fmt.Errorf("ping %s → %s: %w: %s", src.Name, dst.IP, perr, firstLine(out, ""))
+	}
+	if len(r.RTTs) == 0 {
+		return r, fmt.Errorf("ping %s → %s: no reply to %d requests", src.Name, dst.IP, r.Transmitted)
+	}
+	return r, nil
 }
 
 // probe measures UDP round trips from src to an echo server on dst, one

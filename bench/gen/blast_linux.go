@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -22,6 +23,11 @@ import (
 //     PACKET_QDISC_BYPASS so they go straight to the driver. A frame the
 //     device refuses (ENOBUFS: its queue or the peer's backlog is full) is
 //     counted as dropped and skipped, never retried: it was offered.
+//
+// With Threads > 1 each thread has its own socket, buffers, share of the
+// rate and share of the flows. The kernel's own dataplane (veth, bridge,
+// vxlan) forwards a frame in the softirq of the CPU that sent it, so one
+// sending thread gives the kernel one CPU: more threads let it use more.
 //
 // The loop allocates nothing (TestBlastAllocs).
 
@@ -54,6 +60,9 @@ type BlastConfig struct {
 	Flows int
 	// Rate is the frames per second offered, 0 for as fast as possible.
 	Rate int
+	// Threads is the number of sending threads (sockets), default 1, at
+	// most Flows.
+	Threads int
 	// Duration is how long Run sends.
 	Duration time.Duration
 }
@@ -70,6 +79,7 @@ type BlastResult struct {
 	Size     int           `json:"size"`
 	Flows    int           `json:"flows"`
 	Rate     int           `json:"rate"`
+	Threads  int           `json:"threads"`
 	// QdiscBypass tells whether PACKET_QDISC_BYPASS could be set.
 	QdiscBypass bool `json:"qdisc_bypass"`
 }
@@ -84,19 +94,26 @@ func (r BlastResult) PPS() float64 { return perSecond(r.Frames, r.Duration) }
 func (r BlastResult) OfferedPPS() float64 { return perSecond(r.Offered(), r.Duration) }
 
 // Blaster sends raw UDP frames on one device. NewBlaster resolves
-// everything in the calling thread's network namespace; the socket stays in
+// everything in the calling thread's network namespace; the sockets stay in
 // that namespace, so Run may be called from anywhere. A Blaster is not safe
 // for concurrent use.
 type Blaster struct {
-	cfg    BlastConfig
-	fb     *FrameBuilder
-	fd     int
-	bypass bool
-	bufs   [][]byte
-	iovs   []unix.Iovec
-	msgs   []unix.Mmsghdr
-	flow   uint32
-	seq    uint64
+	cfg     BlastConfig
+	fb      *FrameBuilder
+	bypass  bool
+	senders []*sender
+}
+
+// sender is one sending thread's socket and batch: it sends flows lo..hi-1
+// round robin.
+type sender struct {
+	fd          int
+	fb          *FrameBuilder
+	bufs        [][]byte
+	iovs        []unix.Iovec
+	msgs        []unix.Mmsghdr
+	lo, hi, cur uint32
+	seq         uint64
 }
 
 // NewBlaster opens an AF_PACKET socket on cfg.Dev and prepares the frames.
@@ -109,6 +126,10 @@ func NewBlaster(cfg BlastConfig) (*Blaster, error) {
 		cfg.BasePort = 10000
 	}
 	cfg.Flows = max(cfg.Flows, 1)
+	cfg.Threads = max(cfg.Threads, 1)
+	if cfg.Threads > cfg.Flows || cfg.Threads > 64 {
+		return nil, fmt.Errorf("gen: blast: %d threads for %d flows (want 1..min(flows, 64))", cfg.Threads, cfg.Flows)
+	}
 	if cfg.Rate < 0 {
 		return nil, fmt.Errorf("gen: blast rate %d", cfg.Rate)
 	}
@@ -150,32 +171,38 @@ func NewBlaster(cfg BlastConfig) (*Blaster, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd, bypass, err := openTX(ifc.Index)
-	if err != nil {
-		return nil, err
+	b := &Blaster{cfg: cfg, fb: fb, bypass: true}
+	for t := range cfg.Threads {
+		fd, bypass, err := openTX(ifc.Index)
+		if err != nil {
+			b.Close()
+			return nil, err
+		}
+		b.bypass = b.bypass && bypass
+		lo, hi := t*cfg.Flows/cfg.Threads, (t+1)*cfg.Flows/cfg.Threads
+		b.senders = append(b.senders, newSender(fb, fd, uint32(lo), uint32(hi)))
 	}
-	b := newBlaster(cfg, fb, fd)
-	b.bypass = bypass
 	return b, nil
 }
 
-// newBlaster sets up the batch buffers around an open socket fd.
-func newBlaster(cfg BlastConfig, fb *FrameBuilder, fd int) *Blaster {
-	b := &Blaster{cfg: cfg, fb: fb, fd: fd,
+// newSender sets up the batch buffers around an open socket fd, for flows
+// lo..hi-1.
+func newSender(fb *FrameBuilder, fd int, lo, hi uint32) *sender {
+	s := &sender{fd: fd, fb: fb, lo: lo, hi: hi, cur: lo,
 		bufs: make([][]byte, blastBatch),
 		iovs: make([]unix.Iovec, blastBatch),
 		msgs: make([]unix.Mmsghdr, blastBatch),
 	}
 	size := fb.Spec().Size
 	for i := range blastBatch {
-		b.bufs[i] = make([]byte, size)
-		fb.Build(b.bufs[i], 0, 0)
-		b.iovs[i].Base = &b.bufs[i][0]
-		b.iovs[i].SetLen(size)
-		b.msgs[i].Hdr.Iov = &b.iovs[i]
-		b.msgs[i].Hdr.SetIovlen(1)
+		s.bufs[i] = make([]byte, size)
+		fb.Build(s.bufs[i], lo, 0)
+		s.iovs[i].Base = &s.bufs[i][0]
+		s.iovs[i].SetLen(size)
+		s.msgs[i].Hdr.Iov = &s.iovs[i]
+		s.msgs[i].Hdr.SetIovlen(1)
 	}
-	return b
+	return s
 }
 
 // openTX opens a send-only AF_PACKET socket bound to device ifindex
@@ -199,20 +226,57 @@ func openTX(ifindex int) (fd int, bypass bool, err error) {
 // Spec returns the frames' spec (addresses resolved).
 func (b *Blaster) Spec() FrameSpec { return b.fb.Spec() }
 
-// Close closes the socket.
-func (b *Blaster) Close() error { return unix.Close(b.fd) }
+// Close closes the sockets.
+func (b *Blaster) Close() error {
+	var errs []error
+	for _, s := range b.senders {
+		errs = append(errs, unix.Close(s.fd))
+	}
+	return errors.Join(errs...)
+}
 
-// Run sends for the configured duration, or until ctx is done.
+// Run sends for the configured duration, or until ctx is done, on every
+// thread at once, and returns the totals.
 func (b *Blaster) Run(ctx context.Context) (BlastResult, error) {
-	res := BlastResult{Size: b.cfg.Size, Flows: b.cfg.Flows, Rate: b.cfg.Rate, QdiscBypass: b.bypass}
-	rate := float64(b.cfg.Rate)
+	res := BlastResult{Size: b.cfg.Size, Flows: b.cfg.Flows, Rate: b.cfg.Rate, Threads: len(b.senders), QdiscBypass: b.bypass}
+	type out struct {
+		frames, dropped uint64
+		err             error
+	}
+	outs := make([]out, len(b.senders))
+	start := time.Now()
+	end := start.Add(b.cfg.Duration)
+	var wg sync.WaitGroup
+	for i, s := range b.senders {
+		// Thread i's share of the rate: flows are split as evenly.
+		rate := float64(b.cfg.Rate) * float64(s.hi-s.lo) / float64(b.cfg.Flows)
+		wg.Go(func() { outs[i].frames, outs[i].dropped, outs[i].err = s.run(ctx, rate, start, end) })
+	}
+	wg.Wait()
+	res.Duration = time.Since(start)
+	var errs []error
+	for _, o := range outs {
+		res.Frames += o.frames
+		res.Dropped += o.dropped
+		if o.err != nil {
+			errs = append(errs, o.err)
+		}
+	}
+	res.Bytes = res.Frames * uint64(b.cfg.Size)
+	if err := errors.Join(errs...); err != nil {
+		return res, fmt.Errorf("gen: blast on %s: %w", b.cfg.Dev, err)
+	}
+	return res, nil
+}
+
+// run is one thread's send loop: rate frames per second (0: flat out)
+// from start until end or ctx is done.
+func (s *sender) run(ctx context.Context, rate float64, start, end time.Time) (frames, dropped uint64, err error) {
 	// The bucket holds up to 10 ms of frames (at least a batch) so that
 	// sleeping a little too long costs no rate.
 	burst := max(float64(blastBatch), rate/100)
 	tokens := 0.0
-	start := time.Now()
 	last := start
-	end := start.Add(b.cfg.Duration)
 	for {
 		now := time.Now()
 		if !now.Before(end) || ctx.Err() != nil {
@@ -230,34 +294,29 @@ func (b *Blaster) Run(ctx context.Context) (BlastResult, error) {
 			n = min(int(tokens), blastBatch)
 			tokens -= float64(n)
 		}
-		sent, dropped, err := b.sendBatch(n)
-		res.Frames += uint64(sent)
-		res.Dropped += uint64(dropped)
+		sent, refused, err := s.sendBatch(n)
+		frames += uint64(sent)
+		dropped += uint64(refused)
 		if err != nil {
-			res.Duration = time.Since(start)
-			res.Bytes = res.Frames * uint64(b.cfg.Size)
-			return res, fmt.Errorf("gen: blast on %s: %w", b.cfg.Dev, err)
+			return frames, dropped, err
 		}
 	}
-	res.Duration = time.Since(start)
-	res.Bytes = res.Frames * uint64(b.cfg.Size)
-	return res, nil
+	return frames, dropped, nil
 }
 
 // sendBatch patches and sends the next n (≤ blastBatch) frames. It returns
 // how many the device accepted and refused; err is for anything but a
 // full device.
-func (b *Blaster) sendBatch(n int) (sent, dropped int, err error) {
-	flows := uint32(b.cfg.Flows)
+func (s *sender) sendBatch(n int) (sent, dropped int, err error) {
 	for i := range n {
-		b.fb.Patch(b.bufs[i], b.flow, b.seq)
-		b.seq++
-		if b.flow++; b.flow == flows {
-			b.flow = 0
+		s.fb.Patch(s.bufs[i], s.cur, s.seq)
+		s.seq++
+		if s.cur++; s.cur == s.hi {
+			s.cur = s.lo
 		}
 	}
 	for i := 0; i < n; {
-		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(b.fd), uintptr(unsafe.Pointer(&b.msgs[i])), uintptr(n-i), 0, 0, 0)
+		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&s.msgs[i])), uintptr(n-i), 0, 0, 0)
 		switch {
 		case e == 0 && r > 0:
 			sent += int(r)

@@ -27,7 +27,7 @@ func pairBlaster(t *testing.T, cfg BlastConfig, nonblock bool) (*Blaster, int) {
 		t.Fatal(err)
 	}
 	cfg.Flows = spec.Flows
-	b := newBlaster(cfg, fb, fds[0])
+	b := &Blaster{cfg: cfg, fb: fb, senders: []*sender{newSender(fb, fds[0], 0, uint32(spec.Flows))}}
 	t.Cleanup(func() { b.Close() })
 	return b, fds[1]
 }
@@ -36,7 +36,7 @@ func pairBlaster(t *testing.T, cfg BlastConfig, nonblock bool) (*Blaster, int) {
 func TestBlastAllocs(t *testing.T) {
 	b, _ := pairBlaster(t, BlastConfig{Size: 64, Flows: 64}, true)
 	if n := testing.AllocsPerRun(200, func() {
-		if _, _, err := b.sendBatch(blastBatch); err != nil {
+		if _, _, err := b.senders[0].sendBatch(blastBatch); err != nil {
 			t.Fatal(err)
 		}
 	}); n != 0 {

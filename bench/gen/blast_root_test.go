@@ -87,30 +87,32 @@ func TestBlastVeth(t *testing.T) {
 	a, b := vethPair(t)
 	dst := netip.MustParseAddr("10.77.0.2")
 
-	t.Run("rate", func(t *testing.T) {
-		const rate, flows = 50000, 16
-		cfg := BlastConfig{Dev: "bla", Dst: dst, DstPort: 9000, Size: 64, Flows: flows, Rate: rate, Duration: time.Second}
-		sent, got := blastOnce(t, a, b, cfg)
-		t.Logf("sent %+v (%.0f pps), received %+v", sent, sent.PPS(), got)
-		if pps := sent.OfferedPPS(); pps < 0.9*rate || pps > 1.1*rate {
-			t.Errorf("offered %.0f pps, want %d ± 10 %%", pps, rate)
-		}
-		if !sent.QdiscBypass {
-			t.Error("PACKET_QDISC_BYPASS not set")
-		}
-		if d := got.Delivered(); d > sent.Frames || float64(d) < 0.95*float64(sent.Frames) {
-			t.Errorf("delivered %d of %d frames", d, sent.Frames)
-		}
-		if got.Flows != flows || float64(got.FlowMin) < 0.9*float64(got.FlowMax) {
-			t.Errorf("flows %d, per flow %d..%d", got.Flows, got.FlowMin, got.FlowMax)
-		}
-		if got.Frames > 0 && got.Bytes != got.Frames*64 {
-			t.Errorf("%d bytes in %d frames of 64", got.Bytes, got.Frames)
-		}
-	})
+	for _, threads := range []int{1, 2} {
+		t.Run(fmt.Sprintf("rate/%d threads", threads), func(t *testing.T) {
+			const rate, flows = 50000, 16
+			cfg := BlastConfig{Dev: "bla", Dst: dst, DstPort: 9000, Size: 64, Flows: flows, Rate: rate, Threads: threads, Duration: time.Second}
+			sent, got := blastOnce(t, a, b, cfg)
+			t.Logf("sent %+v (%.0f pps), received %+v", sent, sent.PPS(), got)
+			if pps := sent.OfferedPPS(); pps < 0.9*rate || pps > 1.1*rate {
+				t.Errorf("offered %.0f pps, want %d ± 10 %%", pps, rate)
+			}
+			if !sent.QdiscBypass {
+				t.Error("PACKET_QDISC_BYPASS not set")
+			}
+			if d := got.Delivered(); d > sent.Frames || float64(d) < 0.95*float64(sent.Frames) {
+				t.Errorf("delivered %d of %d frames", d, sent.Frames)
+			}
+			if got.Flows != flows || float64(got.FlowMin) < 0.9*float64(got.FlowMax) {
+				t.Errorf("flows %d, per flow %d..%d", got.Flows, got.FlowMin, got.FlowMax)
+			}
+			if got.Frames > 0 && got.Bytes != got.Frames*64 {
+				t.Errorf("%d bytes in %d frames of 64", got.Bytes, got.Frames)
+			}
+		})
+	}
 
 	t.Run("flat out", func(t *testing.T) {
-		cfg := BlastConfig{Dev: "bla", Dst: dst, DstMAC: mustMAC(t, b), DstPort: 9001, Size: 1400, Flows: 4, Duration: 500 * time.Millisecond}
+		cfg := BlastConfig{Dev: "bla", Dst: dst, DstMAC: mustMAC(t, b), DstPort: 9001, Size: 1400, Flows: 5, Threads: 2, Duration: 500 * time.Millisecond}
 		sent, got := blastOnce(t, a, b, cfg)
 		t.Logf("sent %+v (%.0f pps), received %+v", sent, sent.PPS(), got)
 		if sent.Frames < 1000 || got.Delivered() == 0 || got.Delivered() > sent.Frames {
@@ -118,6 +120,9 @@ func TestBlastVeth(t *testing.T) {
 		}
 		if got.Frames > 0 && got.Bytes != got.Frames*1400 {
 			t.Errorf("%d bytes in %d frames of 1400", got.Bytes, got.Frames)
+		}
+		if sent.Threads != 2 || got.Frames > 0 && got.Flows != 5 {
+			t.Errorf("%d threads, %d flows seen of 5", sent.Threads, got.Flows)
 		}
 	})
 
@@ -127,7 +132,7 @@ func TestBlastVeth(t *testing.T) {
 		})
 		defer bl.Close()
 		if n := testing.AllocsPerRun(100, func() {
-			if _, _, err := bl.sendBatch(blastBatch); err != nil {
+			if _, _, err := bl.senders[0].sendBatch(blastBatch); err != nil {
 				t.Fatal(err)
 			}
 		}); n != 0 {
@@ -140,7 +145,7 @@ func TestBlastVeth(t *testing.T) {
 			size int
 			want error
 			msg  string
-		}{{63, ErrFrameSize, "63"}, {9001, ErrFrameSize, "9001"}, {1515, ErrMTU, "MTU 1500"}} {
+		}{{63, ErrFrameSize, "63"}, {9001, ErrFrameSize, "9001"}, {1515, ErrMTU, "MTU 1500"}, {1514, nil, ""}} {
 			err := netconf.Do(a, func() error {
 				bl, err := NewBlaster(BlastConfig{Dev: "bla", Dst: dst, Size: c.size})
 				if err == nil {
@@ -148,6 +153,12 @@ func TestBlastVeth(t *testing.T) {
 				}
 				return err
 			})
+			if c.want == nil {
+				if err != nil {
+					t.Errorf("size %d (MTU+14): %v", c.size, err)
+				}
+				continue
+			}
 			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
 				t.Errorf("size %d: err %v, want %v naming %q", c.size, err, c.want, c.msg)
 			}

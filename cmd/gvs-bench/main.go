@@ -34,6 +34,12 @@ commands:
   udp-echo -l ADDR -t D   echo UDP datagrams for D
   udp-probe -c ADDR [-n N] [-i INTERVAL]
                           UDP round-trip prober against udp-echo, print percentiles as JSON
+  blast -dev IF -dst IP [-dst-mac MAC|auto] [-size B] [-rate PPS] [-flows N] [-threads T] [-port P] -t D
+                          AF_PACKET frame blaster (as root): raw Ethernet/IPv4/UDP frames of B bytes
+                          (64..9000, at most MTU+14) over N flows from T threads, rate 0 = as fast as
+                          possible, print JSON
+  blast-sink -dev IF [-port P] -t D
+                          count the blaster's frames arriving on IF per flow (AF_PACKET), print JSON
 `
 
 func main() {
@@ -57,6 +63,10 @@ func run(args []string) error {
 		return compareCmd(ctx, args[1:])
 	case "udp-sink", "udp-send", "udp-echo", "udp-probe":
 		return udpTool(ctx, args[0], args[1:])
+	case "blast":
+		return blastCmd(ctx, args[1:])
+	case "blast-sink":
+		return blastSinkCmd(ctx, args[1:])
 	case "tcp-server":
 		fs := flag.NewFlagSet("tcp-server", flag.ContinueOnError)
 		addr := fs.String("l", ":5201", "listen address")

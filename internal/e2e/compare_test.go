@@ -61,10 +61,26 @@ func TestCompare(t *testing.T) {
 			t.Errorf("%s: status %q: %v", name, status, d["error"])
 			continue
 		}
-		for _, k := range []string{"tcp1_gbps", "tcp4_gbps", "udp64_kpps", "udp1400_kpps", "rtt_idle_p50_us", "rtt_idle_p99_us"} {
+		for _, k := range []string{"tcp1_gbps", "tcp4_gbps", "udp64_kpps", "udp1400_kpps", "rtt_idle_p50_us", "rtt_idle_p99_us",
+			"udp64_blast_kpps", "udp64_blast_offered_kpps", "udp1400_blast_kpps", "udp1400_blast_offered_kpps",
+			"rtt_ping_idle_p50_us", "rtt_ping_idle_p99_us", "rtt_ping_load_p50_us", "rtt_ping_load_p99_us"} {
 			if v, ok := d[k].(float64); !ok || v <= 0 {
 				t.Errorf("%s: %s = %v, want > 0", name, k, d[k])
 			}
+		}
+		for _, k := range []string{"udp64_loss", "udp1400_loss", "udp64_blast_loss", "udp1400_blast_loss"} {
+			if v, ok := d[k].(float64); !ok || v < 0 || v > 1 {
+				t.Errorf("%s: %s = %v, want a fraction", name, k, d[k])
+			}
+		}
+		for _, size := range []string{"64", "1400"} {
+			got, offered := d["udp"+size+"_blast_kpps"].(float64), d["udp"+size+"_blast_offered_kpps"].(float64)
+			if got > offered {
+				t.Errorf("%s: %s B blast delivered %v kpps of %v offered", name, size, got, offered)
+			}
+		}
+		if p50, p99 := d["rtt_ping_idle_p50_us"].(float64), d["rtt_ping_idle_p99_us"].(float64); p50 > p99 {
+			t.Errorf("%s: ping p50 %v > p99 %v", name, p50, p99)
 		}
 	}
 	var table, svg bytes.Buffer
