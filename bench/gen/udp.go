@@ -1,7 +1,10 @@
 // Package gen holds gvs-bench's packet generators: a many-flow UDP
-// generator with a counting sink, and a UDP latency prober with its echo
-// server. They run inside pod namespaces (gvs-bench's udp-* subcommands)
-// and report JSON, which `gvs-bench compare` collects.
+// generator on sockets with a counting sink, a UDP latency prober with its
+// echo server, and a frame blaster that writes raw Ethernet/IPv4/UDP frames
+// to an interface with AF_PACKET (Blaster, FrameBuilder) with a receiver
+// that counts them per flow (Receiver). They run inside pod namespaces
+// (gvs-bench's udp-* and blast* subcommands) and report JSON, which
+// `gvs-bench compare` collects.
 package gen
 
 import (

@@ -27,7 +27,7 @@ func compareCmd(ctx context.Context, args []string) error {
 	dur := fs.Duration("t", 5*time.Second, "duration of each workload")
 	dps := fs.String("dataplanes", "gvs,kernel,ovs", "dataplanes to compare, comma-separated")
 	flows := fs.Int("flows", 64, "UDP flows in the pps workloads")
-	blastThreads := fs.Int("blast-threads", 1, "sending threads of the frame blaster workloads")
+	blastThreads := fs.Int("blast-threads", 2, "sending threads of the frame blaster workloads")
 	prefix := fs.String("prefix", "gvc", "namespace prefix (at most 9 characters)")
 	if err := fs.Parse(args); err != nil {
 		return err
