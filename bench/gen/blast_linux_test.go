@@ -2,6 +2,8 @@ package gen
 
 import (
 	"context"
+	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -41,6 +43,23 @@ func TestBlastAllocs(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Errorf("%v allocations per batch", n)
+	}
+}
+
+// TestBlastLoopAllocs: a whole paced send loop (token bucket, sleeps,
+// batches) allocates nothing either.
+func TestBlastLoopAllocs(t *testing.T) {
+	b, _ := pairBlaster(t, BlastConfig{Size: 64, Flows: 64}, true)
+	ctx := context.Background()
+	for _, rate := range []float64{0, 200000} {
+		if n := testing.AllocsPerRun(20, func() {
+			now := time.Now()
+			if _, _, err := b.senders[0].run(ctx, rate, now, now.Add(2*time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("rate %v: %v allocations per 2 ms loop", rate, n)
+		}
 	}
 }
 
@@ -90,5 +109,29 @@ func TestBlastRateAndFlows(t *testing.T) {
 	}
 	if per[0]-per[flows-1] > 1 || per[0] < per[flows-1] {
 		t.Errorf("flows not round robin: %v", per)
+	}
+}
+
+// TestNewBlasterRejects checks the configuration errors that come before
+// any socket is opened.
+func TestNewBlasterRejects(t *testing.T) {
+	dst := netip.MustParseAddr("10.77.0.2")
+	for _, c := range []struct {
+		cfg  BlastConfig
+		want error
+	}{
+		{BlastConfig{Dev: "lo", Dst: dst, Size: 63}, ErrFrameSize},
+		{BlastConfig{Dev: "lo", Dst: dst, Size: 9001}, ErrFrameSize},
+		{BlastConfig{Dev: "lo", Dst: dst, Size: 64, Flows: 1, Threads: 2}, nil},
+		{BlastConfig{Dev: "lo", Dst: dst, Size: 64, Rate: -1}, nil},
+		{BlastConfig{Dev: "gvs-no-such-dev", Dst: dst, Size: 64}, nil},
+	} {
+		b, err := NewBlaster(c.cfg)
+		if err == nil {
+			b.Close()
+			t.Errorf("%+v accepted", c.cfg)
+		} else if c.want != nil && !errors.Is(err, c.want) {
+			t.Errorf("%+v: err %v, want %v", c.cfg, err, c.want)
+		}
 	}
 }
