@@ -16,7 +16,8 @@ import (
 // The frame blaster, one batch at a time:
 //
 //  1. Refill the token bucket (rate > 0) and take up to blastBatch tokens,
-//     sleeping until a whole batch is due when the bucket is short.
+//     sleeping until a millisecond's worth of frames is due when the bucket
+//     is short.
 //  2. Patch the next n frames in the batch's own buffers (source port,
 //     flow, sequence number, UDP checksum): flows go round robin.
 //  3. sendmmsg them on an AF_PACKET socket bound to the device, with
@@ -272,9 +273,12 @@ func (b *Blaster) Run(ctx context.Context) (BlastResult, error) {
 // run is one thread's send loop: rate frames per second (0: flat out)
 // from start until end or ctx is done.
 func (s *sender) run(ctx context.Context, rate float64, start, end time.Time) (frames, dropped uint64, err error) {
-	// The bucket holds up to 10 ms of frames (at least a batch) so that
-	// sleeping a little too long costs no rate.
-	burst := max(float64(blastBatch), rate/100)
+	// A batch goes out when a millisecond's worth of frames is due (1 to
+	// blastBatch frames). The bucket holds 4 batches or 10 ms of frames,
+	// whichever is more, so that sleeping a little too long costs no rate
+	// while a sender that was starved for long does not burst.
+	want := min(max(rate/1000, 1), blastBatch)
+	burst := max(4*want, rate/100)
 	tokens := 0.0
 	last := start
 	for {
@@ -286,7 +290,6 @@ func (s *sender) run(ctx context.Context, rate float64, start, end time.Time) (f
 		if rate > 0 {
 			tokens = min(tokens+now.Sub(last).Seconds()*rate, burst)
 			last = now
-			want := min(float64(blastBatch), burst)
 			if tokens < want {
 				time.Sleep(time.Duration((want - tokens) / rate * float64(time.Second)))
 				continue

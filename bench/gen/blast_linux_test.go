@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,10 @@ func pairBlaster(t *testing.T, cfg BlastConfig, nonblock bool) (*Blaster, int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(fds[1]) })
+	// A send that blocks for a second (the reader gave up) fails instead
+	// of hanging the test.
+	tv := unix.NsecToTimeval(int64(time.Second))
+	_ = unix.SetsockoptTimeval(fds[0], unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
 	spec := testSpec(cfg.Size, max(cfg.Flows, 1))
 	fb, err := NewFrameBuilder(spec)
 	if err != nil {
@@ -65,19 +70,25 @@ func TestBlastLoopAllocs(t *testing.T) {
 
 // TestBlastRateAndFlows runs the token bucket against a socket pair whose
 // other end is drained: the frames sent must match the rate, and each
-// frame read must be a valid blaster frame, flows round robin.
+// frame read must be a valid blaster frame, flows round robin. The rate is
+// low so that a loaded machine does not starve the sender; the bound above
+// (the bucket must never overshoot) is tighter than the one below.
 func TestBlastRateAndFlows(t *testing.T) {
-	const rate, flows = 20000, 7
+	const rate, flows = 5000, 7
 	b, peer := pairBlaster(t, BlastConfig{Size: 100, Flows: flows, Rate: rate, Duration: 500 * time.Millisecond}, false)
 	got := make(chan [flows]int, 1)
+	var senderDone atomic.Bool
 	go func() {
 		var per [flows]int
 		buf := make([]byte, 200)
-		tv := unix.NsecToTimeval(int64(300 * time.Millisecond))
+		tv := unix.NsecToTimeval(int64(100 * time.Millisecond))
 		_ = unix.SetsockoptTimeval(peer, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 		var next uint64
 		for {
 			n, err := unix.Read(peer, buf)
+			if err == unix.EAGAIN && !senderDone.Load() {
+				continue
+			}
 			if err != nil {
 				break
 			}
@@ -92,12 +103,13 @@ func TestBlastRateAndFlows(t *testing.T) {
 		got <- per
 	}()
 	res, err := b.Run(context.Background())
+	senderDone.Store(true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	per := <-got
 	want := rate * res.Duration.Seconds()
-	if f := float64(res.Frames); f < 0.9*want || f > 1.1*want+blastBatch {
+	if f := float64(res.Frames); f < 0.8*want || f > 1.05*want+blastBatch {
 		t.Errorf("sent %d frames in %v at %d/s, want ≈%.0f", res.Frames, res.Duration, rate, want)
 	}
 	total := 0

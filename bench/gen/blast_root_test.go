@@ -89,12 +89,15 @@ func TestBlastVeth(t *testing.T) {
 
 	for _, threads := range []int{1, 2} {
 		t.Run(fmt.Sprintf("rate/%d threads", threads), func(t *testing.T) {
-			const rate, flows = 50000, 16
+			// 10 kpps: low enough that a loaded 2-core machine does not
+			// starve the sender; overshooting is checked tighter than
+			// falling short.
+			const rate, flows = 10000, 16
 			cfg := BlastConfig{Dev: "bla", Dst: dst, DstPort: 9000, Size: 64, Flows: flows, Rate: rate, Threads: threads, Duration: time.Second}
 			sent, got := blastOnce(t, a, b, cfg)
 			t.Logf("sent %+v (%.0f pps), received %+v", sent, sent.PPS(), got)
-			if pps := sent.OfferedPPS(); pps < 0.9*rate || pps > 1.1*rate {
-				t.Errorf("offered %.0f pps, want %d ± 10 %%", pps, rate)
+			if pps := sent.OfferedPPS(); pps < 0.8*rate || pps > 1.05*rate {
+				t.Errorf("offered %.0f pps, want %d −20 %%/+5 %%", pps, rate)
 			}
 			if !sent.QdiscBypass {
 				t.Error("PACKET_QDISC_BYPASS not set")
