@@ -86,6 +86,10 @@ type Metrics struct {
 	UDP1400BlastKpps        float64 `json:"udp1400_blast_kpps"`
 	UDP1400BlastOfferedKpps float64 `json:"udp1400_blast_offered_kpps"`
 	UDP1400BlastLoss        float64 `json:"udp1400_blast_loss"`
+	// Blaster throughput (RFC 2544 style): the delivered kpps at the
+	// highest offered rate found with loss ≤ 0.5 %.
+	UDP64NoDropKpps   float64 `json:"udp64_nodrop_kpps"`
+	UDP1400NoDropKpps float64 `json:"udp1400_nodrop_kpps"`
 	// ICMP ping round trips.
 	RTTPingIdleP50us float64 `json:"rtt_ping_idle_p50_us"`
 	RTTPingIdleP99us float64 `json:"rtt_ping_idle_p99_us"`

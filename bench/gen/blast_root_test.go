@@ -129,6 +129,30 @@ func TestBlastVeth(t *testing.T) {
 		}
 	})
 
+	t.Run("idle", func(t *testing.T) {
+		rx := inNS(t, b, func() (*Receiver, error) {
+			return NewReceiver(ReceiverConfig{Dev: "blb", Port: 9003, Idle: 300 * time.Millisecond})
+		})
+		defer rx.Close()
+		bl := inNS(t, a, func() (*Blaster, error) {
+			return NewBlaster(BlastConfig{Dev: "bla", Dst: dst, DstPort: 9003, Size: 64, Rate: 10000, Duration: 300 * time.Millisecond})
+		})
+		defer bl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		rc := make(chan ReceiveResult, 1)
+		go func() { r, _ := rx.Run(ctx); rc <- r }()
+		start := time.Now()
+		sent, err := bl.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := <-rc
+		if took := time.Since(start); took > 2*time.Second || got.Delivered() != sent.Frames {
+			t.Errorf("receiver with 300 ms idle ended after %v with %d of %d frames", took, got.Delivered(), sent.Frames)
+		}
+	})
+
 	t.Run("allocs", func(t *testing.T) {
 		bl := inNS(t, a, func() (*Blaster, error) {
 			return NewBlaster(BlastConfig{Dev: "bla", Dst: dst, Size: 64, Flows: 64})

@@ -39,6 +39,9 @@ type ReceiverConfig struct {
 	Dev string
 	// Port is the UDP destination port of the blast, default 9000.
 	Port uint16
+	// Idle, if not zero, ends Run once frames have arrived and none has
+	// for this long (the blast is over).
+	Idle time.Duration
 }
 
 // ReceiveResult is what Run counted.
@@ -72,6 +75,7 @@ func (r ReceiveResult) Delivered() uint64 { return r.Frames + r.SocketDrops }
 type Receiver struct {
 	fd     int
 	port   uint16
+	idle   time.Duration
 	bufs   [][]byte
 	iovs   []unix.Iovec
 	msgs   []unix.Mmsghdr
@@ -113,7 +117,7 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	}
 	// Clear the statistics of anything counted before the filter was in.
 	_, _ = unix.GetsockoptTpacketStats(fd, unix.SOL_PACKET, unix.PACKET_STATISTICS)
-	r := &Receiver{fd: fd, port: cfg.Port,
+	r := &Receiver{fd: fd, port: cfg.Port, idle: cfg.Idle,
 		bufs:   make([][]byte, rxBatch),
 		iovs:   make([]unix.Iovec, rxBatch),
 		msgs:   make([]unix.Mmsghdr, rxBatch),
@@ -161,7 +165,8 @@ func attachFilter(fd int, port uint16) error {
 // Close closes the socket.
 func (r *Receiver) Close() error { return unix.Close(r.fd) }
 
-// Run counts frames until ctx is done, then returns the totals.
+// Run counts frames until ctx is done (or, with Idle, the blast is over),
+// then returns the totals.
 func (r *Receiver) Run(ctx context.Context) (ReceiveResult, error) {
 	var res ReceiveResult
 	var first, last time.Time
@@ -169,6 +174,9 @@ func (r *Receiver) Run(ctx context.Context) (ReceiveResult, error) {
 		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(r.fd), uintptr(unsafe.Pointer(&r.msgs[0])), rxBatch, unix.MSG_WAITFORONE, 0, 0)
 		if e != 0 {
 			if e == unix.EAGAIN || e == unix.EINTR {
+				if r.idle > 0 && !first.IsZero() && time.Since(last) > r.idle {
+					break
+				}
 				continue
 			}
 			return res, fmt.Errorf("gen: receiver: recvmmsg: %w", e)

@@ -70,14 +70,15 @@ func blastSinkCmd(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("blast-sink", flag.ContinueOnError)
 	dev := fs.String("dev", "eth0", "interface to count on")
 	port := fs.Uint("port", 9000, "UDP destination port of the blast")
-	dur := fs.Duration("t", 5*time.Second, "how long to count")
+	dur := fs.Duration("t", 5*time.Second, "how long to count at most")
+	idle := fs.Duration("idle", 0, "stop once frames came and none has for this long (0: count for -t)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *port == 0 || *port > 65535 {
 		return fmt.Errorf("blast-sink -port %d", *port)
 	}
-	r, err := gen.NewReceiver(gen.ReceiverConfig{Dev: *dev, Port: uint16(*port)})
+	r, err := gen.NewReceiver(gen.ReceiverConfig{Dev: *dev, Port: uint16(*port), Idle: *idle})
 	if err != nil {
 		return err
 	}

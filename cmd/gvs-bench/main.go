@@ -40,7 +40,7 @@ commands:
                           AF_PACKET frame blaster (as root): raw Ethernet/IPv4/UDP frames of B bytes
                           (64..9000, at most MTU+14) over N flows from T threads, rate 0 = as fast as
                           possible, print JSON
-  blast-sink -dev IF [-port P] -t D
+  blast-sink -dev IF [-port P] [-idle D] -t D
                           count the blaster's frames arriving on IF per flow (AF_PACKET), print JSON
 `
 

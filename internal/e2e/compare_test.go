@@ -68,6 +68,13 @@ func TestCompare(t *testing.T) {
 				t.Errorf("%s: %s = %v, want > 0", name, k, d[k])
 			}
 		}
+		// The no-loss search may find no passing rate on a loaded
+		// machine: the keys must be there, not positive.
+		for _, k := range []string{"udp64_nodrop_kpps", "udp1400_nodrop_kpps"} {
+			if v, ok := d[k].(float64); !ok || v < 0 {
+				t.Errorf("%s: %s = %v, want ≥ 0", name, k, d[k])
+			}
+		}
 		for _, k := range []string{"udp64_loss", "udp1400_loss", "udp64_blast_loss", "udp1400_blast_loss"} {
 			if v, ok := d[k].(float64); !ok || v < 0 || v > 1 {
 				t.Errorf("%s: %s = %v, want a fraction", name, k, d[k])
