@@ -25,6 +25,8 @@ func main() {
 func run() error {
 	cfgPath := flag.String("config", "/etc/gvs/switchd.json", "configuration file (JSON)")
 	debug := flag.Bool("debug", false, "log at debug level")
+	cpuProfile := flag.String("cpuprofile", os.Getenv("GVS_CPUPROFILE"),
+		"write a CPU profile to `FILE`.PID from start until exit (default $GVS_CPUPROFILE)")
 	flag.Parse()
 	level := slog.LevelInfo
 	if *debug {
@@ -41,6 +43,13 @@ func run() error {
 	d, err := daemon.New(cfg, log)
 	if err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		stopProfile, err := startCPUProfile(fmt.Sprintf("%s.%d", *cpuProfile, os.Getpid()))
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
