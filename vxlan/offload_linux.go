@@ -616,3 +616,16 @@ func (p *Port) probeOffloads() (gro, gso bool) {
 
 // Offloads reports whether UDP GRO (receive) and UDP GSO (send) are in use.
 func (p *Port) Offloads() (gro, gso bool) { return p.groOn, p.gso.Load() }
+
+// GSOSegments returns how many full-size inner frames of an overlay with
+// the given MTU (the IP packet size on a pod interface) one UDP GSO send
+// carries: min(64, 65507 / (HeaderLen + 14 + mtu)), 44 for MTU 1450, or 0
+// for a non-positive MTU. A TCP super-frame of more segments is sent with
+// two sendmsg calls (the second one short), so the daemon caps the pod
+// interface's gso_max_segs at this number: one sendmsg per super-frame.
+func GSOSegments(mtu int) int {
+	if mtu <= 0 {
+		return 0
+	}
+	return max(1, min(gsoMaxSegs, gsoMaxPayload/(HeaderLen+packet.EthernetLen+mtu)))
+}
