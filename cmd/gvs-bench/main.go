@@ -98,7 +98,7 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("sent %d bytes in %.2fs: %.3f Gbit/s, intact=%v, seen as %s\n", r.Bytes, r.Duration.Seconds(), r.Gbps(), r.Intact, r.SeenAs)
+		fmt.Printf("sent %d bytes in %v: %.3f Gbit/s, intact=%v, seen as %s\n", r.Bytes, r.Duration.Round(time.Microsecond), r.Gbps(), r.Intact, r.SeenAs)
 		return nil
 	}
 	fmt.Fprint(os.Stderr, usage)
