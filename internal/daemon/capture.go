@@ -20,6 +20,11 @@ import (
 // a chunk; it sends earlier whenever the capture queue is empty.
 const flushBytes = 64 << 10
 
+// streamWriteTimeout is how long a capture stream waits for a client that
+// reads nothing (stopped, or wedged behind a full pipe) before it gives up
+// and frees the port's capture for others.
+const streamWriteTimeout = 30 * time.Second
+
 // startCapture answers "capture": it starts a capture on the requested
 // port and returns the stream that sends it to the client as pcap.
 func (d *Daemon) startCapture(req *control.CaptureRequest) (control.Stream, error) {
@@ -45,7 +50,7 @@ func (d *Daemon) startCapture(req *control.CaptureRequest) (control.Stream, erro
 	if err != nil {
 		return nil, err
 	}
-	return &captureStream{c: c, req: *req,
+	return &captureStream{c: c, req: *req, writeTimeout: streamWriteTimeout,
 		start: control.CaptureStart{Port: no, Name: name, Dir: dir.String(), Snaplen: snap}}, nil
 }
 
@@ -83,6 +88,8 @@ type captureStream struct {
 	c     *vswitch.Capture
 	req   control.CaptureRequest
 	start control.CaptureStart
+	// writeTimeout bounds each write to the client (streamWriteTimeout).
+	writeTimeout time.Duration
 }
 
 func (s *captureStream) Header() any { return s.start }
@@ -106,7 +113,7 @@ func (s *captureStream) ServeStream(ctx context.Context, conn net.Conn) error {
 	if err != nil {
 		return err
 	}
-	if err := flushChunk(conn, &buf); err != nil { // the file header, at once
+	if err := s.flush(conn, &buf); err != nil { // the file header, at once
 		return err
 	}
 	var written uint64
@@ -125,18 +132,25 @@ func (s *captureStream) ServeStream(ctx context.Context, conn net.Conn) error {
 		}
 		written++
 		if buf.Len() >= flushBytes || s.c.Pending() == 0 {
-			if err := flushChunk(conn, &buf); err != nil {
-				return err // the client is gone
+			if err := s.flush(conn, &buf); err != nil {
+				return err // the client is gone, or reads nothing
 			}
 		}
 	}
 	s.c.Stop()
-	if err := flushChunk(conn, &buf); err != nil {
+	if err := s.flush(conn, &buf); err != nil {
 		return err
 	}
 	st := s.c.Stats()
 	b, _ := json.Marshal(control.CaptureSummary{Captured: st.Captured, Dropped: st.Dropped, Written: written, Reason: reason})
+	_ = conn.SetWriteDeadline(time.Now().Add(s.writeTimeout))
 	return control.WriteChunk(conn, control.ChunkEnd, b)
+}
+
+// flush sends buf's bytes, giving the client writeTimeout to take them.
+func (s *captureStream) flush(conn net.Conn, buf *bytes.Buffer) error {
+	_ = conn.SetWriteDeadline(time.Now().Add(s.writeTimeout))
+	return flushChunk(conn, buf)
 }
 
 var (
@@ -144,10 +158,10 @@ var (
 	errClient   = errors.New("client")
 )
 
+// stopReason says why Next ended the capture. The context comes first: a
+// daemon that stops cancels it and then closes the switch, which stops the
+// capture too, and that is not a removed port.
 func stopReason(ctx context.Context, err error) string {
-	if errors.Is(err, vswitch.ErrCaptureStopped) {
-		return "port removed"
-	}
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errDuration):
 		return "duration"
@@ -155,6 +169,9 @@ func stopReason(ctx context.Context, err error) string {
 		return "client"
 	case cause != nil:
 		return "daemon stopping"
+	}
+	if errors.Is(err, vswitch.ErrCaptureStopped) {
+		return "port removed"
 	}
 	return err.Error()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/gvswitch/gvs/internal/control"
+	vswitch "github.com/gvswitch/gvs/switch"
 )
 
 // feedPort delivers one frame per Read, forever, until closed.
@@ -127,5 +128,55 @@ func TestCaptureStream(t *testing.T) {
 	}
 	if got := d.sw.CaptureTotals(); got.Active != 0 || got.Captured == 0 {
 		t.Errorf("capture totals %+v", got)
+	}
+}
+
+// A client that reads nothing (stopped, or behind a full pipe) must not hold
+// the port's capture, and a goroutine of the daemon, forever.
+func TestCaptureStreamStalledClient(t *testing.T) {
+	d := testDaemon(t)
+	st, err := d.startCapture(&control.CaptureRequest{Port: "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := st.(*captureStream)
+	s.writeTimeout = 50 * time.Millisecond
+	srv, cli := net.Pipe() // nobody reads cli
+	defer cli.Close()
+	defer srv.Close()
+	done := make(chan error, 1)
+	go func() { done <- s.ServeStream(context.Background(), srv) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a stream nobody reads ended without an error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream still waits for a client that reads nothing")
+	}
+	if got := d.sw.CaptureTotals(); got.Active != 0 {
+		t.Errorf("capture still running after its client stalled: %+v", got)
+	}
+	if _, err := d.startCapture(&control.CaptureRequest{Port: "3"}); err != nil {
+		t.Errorf("port 3 after a stalled capture: %v", err)
+	}
+}
+
+// The daemon stopping cancels the stream's context and then closes the
+// switch; the summary must say the daemon stopped, not that the port went.
+func TestCaptureStopReason(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if got := stopReason(ctx, vswitch.ErrCaptureStopped); got != "daemon stopping" {
+		t.Errorf("daemon stop: reason %q", got)
+	}
+	if got := stopReason(context.Background(), vswitch.ErrCaptureStopped); got != "port removed" {
+		t.Errorf("port removal: reason %q", got)
+	}
+	dctx, dcancel := context.WithTimeoutCause(context.Background(), 0, errDuration)
+	defer dcancel()
+	<-dctx.Done()
+	if got := stopReason(dctx, dctx.Err()); got != "duration" {
+		t.Errorf("duration: reason %q", got)
 	}
 }
