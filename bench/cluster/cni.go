@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
 	"github.com/gvswitch/gvs/internal/netconf"
 )
 
@@ -61,9 +63,13 @@ func (c *Cluster) prepareCNI() error {
 }
 
 // CNI returns a libcni runtime whose CNI_PATH is CNIBinDir then Debian's
-// plugin directory, caching results under the lab's state directory.
+// plugin directory, caching results under the lab's state directory. It is
+// safe for concurrent use: its plugin executor is set here, not lazily by
+// the first call (libcni's ensureExec, a data race when two goroutines
+// start plugins through one CNIConfig).
 func (c *Cluster) CNI() *libcni.CNIConfig {
-	return libcni.NewCNIConfigWithCacheDir([]string{c.CNIBinDir(), DebianCNIDir}, filepath.Join(c.Lab.StateDir(), "cni-cache"), nil)
+	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
+	return libcni.NewCNIConfigWithCacheDir([]string{c.CNIBinDir(), DebianCNIDir}, filepath.Join(c.Lab.StateDir(), "cni-cache"), exec)
 }
 
 // InNode runs fn in node i's network namespace, as a runtime on the node
