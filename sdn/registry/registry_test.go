@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -278,8 +279,9 @@ func TestRegisterNeverTakesAnotherNodesClaim(t *testing.T) {
 	if _, err := c.Put(ctx, registry.SubnetKey("a"), `{"node":"a","ip":"192.168.0.1","subnet":"10.128.0.0/23"}`); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := reg.Register(ctx, a, la.ID, netip.Prefix{}); !errors.Is(err, registry.ErrClaimMismatch) {
-		t.Errorf("register over a damaged record: %v, want ErrClaimMismatch", err)
+	if _, _, err := reg.Register(ctx, a, la.ID, netip.Prefix{}); !errors.Is(err, registry.ErrClaimMismatch) ||
+		!strings.Contains(err.Error(), "etcdctl del "+registry.SubnetKey(a.Name)) {
+		t.Errorf("register over a damaged record: %v, want ErrClaimMismatch saying which key to delete", err)
 	}
 	r, err := c.Get(ctx, registry.ClaimKey(x))
 	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "b" || clientv3.LeaseID(r.Kvs[0].Lease) != lb.ID {

@@ -153,8 +153,9 @@ func (r *Registry) Register(ctx context.Context, n Node, lease clientv3.LeaseID,
 				if len(c) > 0 {
 					holder = string(c[0].Value)
 				}
-				return Subnet{}, false, fmt.Errorf("register %s: %w: its subnet record names %v, claimed by %s",
-					n.Name, ErrClaimMismatch, s.Subnet, holder)
+				return Subnet{}, false, fmt.Errorf("register %s: %w: its subnet record names %v, claimed by %s "+
+					"(to repair: delete %s, e.g. etcdctl del %s, and gvs-master gives the node a subnet nobody claims)",
+					n.Name, ErrClaimMismatch, s.Subnet, holder, SubnetKey(n.Name), SubnetKey(n.Name))
 			}
 			continue
 		}
