@@ -29,11 +29,19 @@ func (p *discardPort) WriteTunnel(bufs [][]byte, _ []vxlan.Endpoint, _ int) (int
 // benchWorker builds a switch whose port 3 sends to port 4 and to the
 // tunnel, and a worker for port 3 with a batch of 64 frames loaded.
 func benchWorker(tb testing.TB) (*worker, *discardPort) {
+	return batchWorker(tb, "set_field:192.0.2.2->tun_dst, output:1")
+}
+
+// batchWorker builds a switch whose port 3 sends 10.0.0.4 to port 4 and
+// 10.0.0.9 into the tunnel (port 1) with tunnelActions, and a worker for
+// port 3 with a batch of 64 frames loaded, alternating between the two.
+// The destination ports run no workers: the test drives port 3's by hand.
+func batchWorker(tb testing.TB, tunnelActions string) (*worker, *discardPort) {
+	tb.Helper()
 	tbl := flowtable.New(flowtable.Config{})
 	rs, err := flowtable.ParseRules(`
 table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.4, actions=output:4
-table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.9, actions=set_field:192.0.2.2->tun_dst, output:1
-`)
+table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.9, actions=` + tunnelActions)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -45,8 +53,6 @@ table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.9, actions=set_field:192.0.2
 		tb.Fatal(err)
 	}
 	out := &discardPort{}
-	// Register the destination ports without starting workers: the
-	// benchmark drives one worker by hand.
 	m := portMap{
 		3: {no: 3, port: out},
 		4: {no: 4, port: out},
@@ -59,8 +65,7 @@ table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.9, actions=set_field:192.0.2
 		if i%2 == 1 {
 			dst = 9
 		}
-		f := udpFrame(3, dst)
-		w.sizes[i] = copy(w.bufs[i][Headroom:], f)
+		w.sizes[i] = copy(w.bufs[i][Headroom:], udpFrame(3, dst))
 	}
 	return w, out
 }

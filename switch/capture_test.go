@@ -13,37 +13,11 @@ import (
 	"github.com/gvswitch/gvs/flowtable"
 )
 
-// captureWorker builds a switch whose port 3 sends 10.0.0.4 to port 4 and
-// 10.0.0.9 into the tunnel (port 1, VNI 42, node 192.0.2.2), and a worker
-// for port 3 with a batch of 64 frames loaded, alternating between them.
+// captureWorker is batchWorker with the tunnel frames sent with VNI 42 to
+// node 192.0.2.2.
 func captureWorker(t testing.TB) *worker {
 	t.Helper()
-	tbl := flowtable.New(flowtable.Config{})
-	rs, err := flowtable.ParseRules(`
-table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.4, actions=output:4
-table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.9, actions=load:42->NXM_NX_TUN_ID[0..31], set_field:192.0.2.2->tun_dst, output:1
-`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tbl.Add(rs...); err != nil {
-		t.Fatal(err)
-	}
-	sw, err := New(Config{Table: tbl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := &discardPort{}
-	m := portMap{3: {no: 3, port: out}, 4: {no: 4, port: out}, 1: {no: 1, tunnel: out}}
-	sw.ports.Store(&m)
-	w := sw.newWorker(m[3])
-	for i := range w.bufs {
-		dst := byte(4)
-		if i%2 == 1 {
-			dst = 9
-		}
-		w.sizes[i] = copy(w.bufs[i][Headroom:], udpFrame(3, dst))
-	}
+	w, _ := batchWorker(t, "load:42->NXM_NX_TUN_ID[0..31], set_field:192.0.2.2->tun_dst, output:1")
 	return w
 }
 
