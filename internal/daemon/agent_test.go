@@ -84,20 +84,29 @@ func waitSink(t *testing.T, s *countSink, what string, cond func(*countSink) boo
 	}
 }
 
+// startMaster runs gvs-master's allocator against the etcd at client until
+// ctx ends, and returns its registry (its client is closed by t.Cleanup).
+func startMaster(t *testing.T, ctx context.Context, client string) *registry.Registry {
+	t.Helper()
+	c, err := registry.Dial([]string{client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	reg := registry.New(c)
+	m := &registry.Master{Reg: reg, Config: agentTestConfig}
+	go func() { _ = m.Run(ctx) }()
+	return reg
+}
+
 // A node that was away while nodes came and went and the revisions it had
 // seen were compacted re-lists and ends up with the registry's state.
 func TestAgentRelistAfterCompaction(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	f := newEtcd(t)
-	c, err := registry.Dial([]string{f.client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	reg := registry.New(c)
-	m := &registry.Master{Reg: reg, Config: agentTestConfig}
-	go func() { _ = m.Run(ctx) }()
+	reg := startMaster(t, ctx, f.client)
+	c := reg.Client()
 
 	b, _ := testAgent(t, ctx, f.client, "b", netip.MustParseAddr("192.168.0.2"))
 	b.run(ctx)
@@ -157,13 +166,7 @@ func TestAgentSurvivesEtcdRestart(t *testing.T) {
 	f := newEtcd(t)
 	mctx, mcancel := context.WithCancel(ctx)
 	defer mcancel()
-	mc, err := registry.Dial([]string{f.client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mc.Close()
-	m := &registry.Master{Reg: registry.New(mc), Config: agentTestConfig}
-	go func() { _ = m.Run(mctx) }()
+	startMaster(t, mctx, f.client)
 	a, sa := testAgent(t, ctx, f.client, "a", netip.MustParseAddr("192.168.0.1"))
 	a.run(ctx)
 	defer a.close()
@@ -227,14 +230,8 @@ func TestAgentReregisterAfterLeaseExpiry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	f := newEtcd(t)
-	c, err := registry.Dial([]string{f.client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	reg := registry.New(c)
-	m := &registry.Master{Reg: reg, Config: agentTestConfig}
-	go func() { _ = m.Run(ctx) }()
+	reg := startMaster(t, ctx, f.client)
+	c := reg.Client()
 	a, sa := testAgent(t, ctx, f.client, "a", netip.MustParseAddr("192.168.0.1"))
 	defer a.cli.Close()
 	s0 := a.subnet
