@@ -130,20 +130,12 @@ func netipFromIP(b []byte) (netip.Addr, bool) {
 	return a.Unmap(), ok
 }
 
-// RestartDaemon stops node i's gvs-switchd (its TAPs go with it) and starts
-// it again with the same configuration, waiting until it answers.
+// RestartDaemon stops node i's gvs-switchd (StopDaemon: the CNI pods'
+// persistent TAPs stay, static pods' TAPs go with it) and starts it again
+// with the same configuration (StartDaemon), waiting until it answers.
 func (c *Cluster) RestartDaemon(ctx context.Context, i int) error {
-	n := &c.Nodes[i]
-	if n.proc == nil {
-		return fmt.Errorf("cluster: node %s runs no gvs-switchd", n.Name)
-	}
-	_ = n.proc.Stop()
-	<-n.proc.Done()
-	log := filepath.Join(c.Lab.StateDir(), n.Name+".log")
-	var err error
-	n.proc, err = c.Lab.Start(ctx, n.NS, log, filepath.Join(c.Spec.BinDir, "gvs-switchd"), "-config", n.Config)
-	if err != nil {
+	if err := c.StopDaemon(i); err != nil {
 		return err
 	}
-	return c.waitReady(ctx, i)
+	return c.StartDaemon(ctx, i)
 }
