@@ -88,3 +88,28 @@ func TestOpenIPAMStale(t *testing.T) {
 		t.Error("stale record not reloaded")
 	}
 }
+
+// The node's subnet changes while a DEL detaches the pod (the daemon's
+// ChangeSubnet runs between DEL's lease lookup and its release): the DEL
+// must not leave the lease behind as a stale record.
+func TestDelRacingResubnet(t *testing.T) {
+	s, fb, sock := newTestServer(t, "10.128.0.0/29")
+	if r := call(t, sock, "ADD", "c1", testConf); r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	fb.onDetach = func() {
+		fb.onDetach = nil
+		if _, err := s.IPAM().Resubnet(netip.MustParsePrefix("10.128.0.8/29"), "moved"); err != nil {
+			t.Error(err)
+		}
+	}
+	if r := call(t, sock, "DEL", "c1", testConf); r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	if st, ok := s.IPAM().Stale("c1", "eth0"); ok {
+		t.Errorf("DEL left a stale record: %+v", st)
+	}
+	if r := call(t, sock, "CHECK", "c1", testConf); code(r) != types.ErrUnknownContainer {
+		t.Errorf("CHECK after DEL: %+v, want unknown container", r.Error)
+	}
+}

@@ -332,6 +332,11 @@ func (s *Server) del(ctx context.Context, req *Request) error {
 	if err := s.ipam.Release(l.ContainerID, l.IfName); err != nil {
 		return types.NewError(types.ErrIOFailure, "releasing the address lease failed", err.Error())
 	}
+	// The node's subnet may have changed while Detach ran (gvs-switchd's
+	// ChangeSubnet waits for no CNI lock), turning the lease stale.
+	if err := s.ipam.DropStale(l.ContainerID, l.IfName); err != nil {
+		return types.NewError(types.ErrIOFailure, "dropping the stale address lease failed", err.Error())
+	}
 	s.log.Info("cni DEL", "container", req.ContainerID, "ifname", req.IfName, "ip", l.IP)
 	return nil
 }

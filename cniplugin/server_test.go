@@ -19,6 +19,7 @@ type fakeBackend struct {
 	mu       sync.Mutex
 	attached map[string]Lease
 	failNext error
+	onDetach func() // runs in Detach, before it detaches (nil: nothing)
 }
 
 func (f *fakeBackend) Attach(_ context.Context, l Lease) (Attachment, error) {
@@ -39,6 +40,9 @@ func (f *fakeBackend) Attach(_ context.Context, l Lease) (Attachment, error) {
 }
 
 func (f *fakeBackend) Detach(_ context.Context, l Lease) error {
+	if f.onDetach != nil {
+		f.onDetach()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.attached, l.Key())
