@@ -19,8 +19,11 @@ const neighTimeout = 2 * time.Second
 // discard port to make the kernel resolve it, and waits up to neighTimeout.
 func resolve(ifc *net.Interface, dst netip.Addr, wantMAC bool) (netip.Addr, net.HardwareAddr, error) {
 	routes, err := netlink.RouteGetWithOptions(dst.AsSlice(), &netlink.RouteGetOptions{OifIndex: ifc.Index})
-	if err != nil || len(routes) == 0 {
+	if err != nil {
 		return netip.Addr{}, nil, fmt.Errorf("gen: blast: no route to %v via %s: %w", dst, ifc.Name, err)
+	}
+	if len(routes) == 0 {
+		return netip.Addr{}, nil, fmt.Errorf("gen: blast: no route to %v via %s", dst, ifc.Name)
 	}
 	rt := routes[0]
 	src, ok := netip.AddrFromSlice(rt.Src)
