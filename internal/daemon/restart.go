@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -213,7 +212,7 @@ func removeLeftoverTAP(l cniplugin.Lease) error {
 	if l.Netns == "" {
 		return nil
 	}
-	if _, err := os.Stat(l.Netns); err != nil {
+	if !isNetns(l.Netns) {
 		return nil // the namespace is gone, and its TAP with it
 	}
 	return netconf.Do(l.Netns, func() error {
@@ -226,4 +225,14 @@ func removeLeftoverTAP(l cniplugin.Lease) error {
 		}
 		return tap.DeletePersistent(l.IfName)
 	})
+}
+
+// isNetns reports whether path is a network namespace (an nsfs file, as
+// /run/netns/NAME and /proc/PID/ns/net are). A path that is missing, or
+// whose namespace was unmounted while the file stayed (a runtime that
+// crashed in its teardown), names no namespace: nothing can be left in it,
+// and a DEL must not fail forever trying to enter it.
+func isNetns(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
 }
