@@ -147,7 +147,37 @@ func (b *cniBackend) Reattach(_ context.Context, l cniplugin.Lease) error {
 		dev.Close() // still persistent: a later restart or DEL deals with it
 		return err
 	}
+	if err := netconf.Do(l.Netns, func() error { return flushUnresolved(l.IfName) }); err != nil {
+		d.log.Warn("adopted pod: flushing its unresolved neighbour entries", "ifname", l.IfName, "netns", l.Netns, "err", err)
+	}
 	return nil
+}
+
+// flushUnresolved deletes the neighbour entries of link ifName that are
+// still being resolved (INCOMPLETE) or failed. While no daemon held the TAP
+// the pod's ARP requests were dropped; an entry in INCOMPLETE retries only
+// after retrans_time_ms (1 s by default), so the pod's traffic would wait
+// up to a second after the adoption. Without the entry, the pod's next
+// packet asks again at once. (Packets queued on the entry are dropped.)
+func flushUnresolved(ifName string) error {
+	link, err := netlink.LinkByName(ifName)
+	if err != nil {
+		return err
+	}
+	neighs, err := netlink.NeighList(link.Attrs().Index, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("%s: neighbours: %w", ifName, err)
+	}
+	var errs []error
+	for _, n := range neighs {
+		if n.State&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED) == 0 {
+			continue
+		}
+		if err := netlink.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("%s: delete neighbour %v: %w", ifName, n.IP, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // adoptPod puts a re-opened pod TAP on the switch on the lease's port and
