@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gvswitch/gvs/internal/control"
@@ -63,23 +64,36 @@ func (d *Daemon) resolvePort(s string) (uint32, string, error) {
 				return p.No, p.Name, nil
 			}
 		}
-		return 0, "", fmt.Errorf("capture: no port %d", n)
+		return 0, "", fmt.Errorf("capture: no port %d (gvsctl dump-ports lists them)", n)
 	}
 	for _, p := range ports {
 		if p.Name == s {
 			return p.No, p.Name, nil
 		}
 	}
+	// Pod names are unique within a project only: of two pods of one
+	// name, capture neither rather than silently the first.
+	names := map[uint32]string{}
+	for _, q := range ports {
+		names[q.No] = q.Name
+	}
+	var found []Pod
 	for _, p := range d.Pods() {
-		if p.Name == s {
-			for _, q := range ports {
-				if q.No == p.Port {
-					return q.No, q.Name, nil
-				}
-			}
+		if _, on := names[p.Port]; on && p.Name == s {
+			found = append(found, p)
 		}
 	}
-	return 0, "", fmt.Errorf("capture: no port or pod named %q (gvsctl dump-ports lists them)", s)
+	if len(found) == 1 {
+		return found[0].Port, names[found[0].Port], nil
+	}
+	if len(found) == 0 {
+		return 0, "", fmt.Errorf("capture: no port or pod named %q (gvsctl dump-ports lists them)", s)
+	}
+	var which []string
+	for _, p := range found {
+		which = append(which, fmt.Sprintf("port %d in project %s", p.Port, p.Project))
+	}
+	return 0, "", fmt.Errorf("capture: %d pods are named %q (%s): give the port number", len(found), s, strings.Join(which, ", "))
 }
 
 // captureStream sends a capture to the client: pcap in data chunks, then
