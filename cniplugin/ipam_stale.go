@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -20,10 +21,20 @@ var ErrNoSubnet = errors.New("cniplugin: the node has no subnet (lost to another
 // plane gave the subnet to another node (the node was gone past its lease)
 // and this node took a fresh one. The pod's interface is gone; CHECK fails
 // with Reason until the runtime deletes the pod (DEL drops the record).
-// Stale leases are kept on disk as DIR/stale/<IP>.json.
+// Stale leases are kept on disk as DIR/stale/<IP>_<hash of the
+// attachment>.json: two attachments can have held one address in turn.
 type StaleLease struct {
 	Lease
 	Reason string `json:"reason"`
+
+	file string // its name in DIR/stale
+}
+
+// staleFileName is the file of l's stale record.
+func staleFileName(l *Lease) string {
+	h := fnv.New32a()
+	h.Write([]byte(l.Key()))
+	return fmt.Sprintf("%s_%08x.json", l.IP, h.Sum32())
 }
 
 func (m *IPAM) staleDir() string { return filepath.Join(m.dir, "stale") }
@@ -69,12 +80,12 @@ func (m *IPAM) markStale(l *Lease, reason string) error {
 	if err := os.MkdirAll(m.staleDir(), 0o755); err != nil {
 		return fmt.Errorf("cniplugin: stale lease %s: %w", l.IP, err)
 	}
-	st := &StaleLease{Lease: *l, Reason: reason}
+	st := &StaleLease{Lease: *l, Reason: reason, file: staleFileName(l)}
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(m.staleDir(), l.IP.String()+".json")
+	path := filepath.Join(m.staleDir(), st.file)
 	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
 		return fmt.Errorf("cniplugin: stale lease %s: %w", l.IP, err)
 	}
@@ -114,6 +125,7 @@ func (m *IPAM) loadStale() error {
 		if m.stale == nil {
 			m.stale = map[string]*StaleLease{}
 		}
+		st.file = e.Name()
 		m.stale[st.Key()] = &st
 	}
 	if len(bad) > 0 {
@@ -158,7 +170,7 @@ func (m *IPAM) dropStaleLocked(key string) error {
 	if st == nil {
 		return nil
 	}
-	if err := os.Remove(filepath.Join(m.staleDir(), st.IP.String()+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(filepath.Join(m.staleDir(), st.file)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("cniplugin: drop stale lease %s: %w", st.IP, err)
 	}
 	delete(m.stale, key)

@@ -77,7 +77,7 @@ func TestOpenIPAMStale(t *testing.T) {
 	if !ok || st.IP != netip.MustParseAddr("10.128.0.2") || !strings.Contains(st.Reason, "outside") || len(m2.Leases()) != 0 {
 		t.Fatalf("stale %+v %v, leases %v", st, ok, m2.Leases())
 	}
-	if _, err := os.Stat(filepath.Join(dir, "stale", "10.128.0.2.json")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "stale", staleFileName(&st.Lease))); err != nil || !strings.HasPrefix(staleFileName(&st.Lease), "10.128.0.2_") {
 		t.Error(err)
 	}
 	m3, err := OpenIPAM(dir, netip.MustParsePrefix("10.128.0.8/29"), 1000)
@@ -111,5 +111,54 @@ func TestDelRacingResubnet(t *testing.T) {
 	}
 	if r := call(t, sock, "CHECK", "c1", testConf); code(r) != types.ErrUnknownContainer {
 		t.Errorf("CHECK after DEL: %+v, want unknown container", r.Error)
+	}
+}
+
+// Two attachments that had the same address in turn (the node lost its
+// subnet, got it back, and gave the address to a new pod before the first
+// pod was deleted) both go stale: each keeps its own record on disk, and
+// dropping one leaves the other.
+func TestStaleSameAddressTwice(t *testing.T) {
+	dir := t.TempDir()
+	a, b := netip.MustParsePrefix("10.128.0.0/29"), netip.MustParsePrefix("10.128.0.8/29")
+	m, err := OpenIPAM(dir, a, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"x", "y"} {
+		l, err := m.Allocate(Lease{ContainerID: id, IfName: "eth0"})
+		if err != nil || l.IP != netip.MustParseAddr("10.128.0.2") {
+			t.Fatalf("%s: %v %v, want 10.128.0.2", id, l.IP, err)
+		}
+		if _, err := m.Resubnet(b, "lost "+id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Resubnet(a, "back"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reopen := func() *IPAM {
+		t.Helper()
+		m, err := OpenIPAM(dir, a, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	m = reopen()
+	for _, id := range []string{"x", "y"} {
+		if st, ok := m.Stale(id, "eth0"); !ok || st.Reason != "lost "+id {
+			t.Errorf("after reopening, stale record of %s: %+v %v", id, st, ok)
+		}
+	}
+	if err := m.DropStale("x", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	m = reopen()
+	if _, ok := m.Stale("x", "eth0"); ok {
+		t.Error("x's stale record came back")
+	}
+	if _, ok := m.Stale("y", "eth0"); !ok {
+		t.Error("dropping x's stale record removed y's")
 	}
 }
