@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 )
 
 // Chunk types.
@@ -100,6 +101,11 @@ func Open(ctx context.Context, socket string, req Request, out any) (*StreamConn
 		return nil, fmt.Errorf("cannot reach gvs-switchd at %s (is it running? -s names the socket): %w", socket, err)
 	}
 	uc := c.(*net.UnixConn)
+	// ctx bounds the request and the response line (a daemon that accepts
+	// but never answers); the stream after it has no deadline.
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
 	if err := json.NewEncoder(c).Encode(req); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("control: sending request: %w", err)
@@ -125,5 +131,6 @@ func Open(ctx context.Context, socket string, req Request, out any) (*StreamConn
 			return nil, fmt.Errorf("control: decoding result: %w", err)
 		}
 	}
+	_ = c.SetDeadline(time.Time{})
 	return &StreamConn{UnixConn: uc, r: r}, nil
 }

@@ -125,3 +125,39 @@ func FuzzReadChunk(f *testing.F) {
 		}
 	})
 }
+
+// Open gives up at ctx's deadline when the daemon accepts the connection
+// but never answers, rather than waiting forever.
+func TestOpenDeadline(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "mute.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c) // reads the request, answers nothing
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		s, err := Open(ctx, sock, Request{Command: "capture"}, nil)
+		if s != nil {
+			s.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("Open succeeded without a response")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Open still waits for a daemon that never answers")
+	}
+}
