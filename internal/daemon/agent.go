@@ -203,18 +203,34 @@ func (a *agent) keepAlive(ctx context.Context) {
 			return
 		}
 		a.log.Warn("node lease lost; registering again", "lease", int64(lease))
+		var last string
 		for ctx.Err() == nil {
 			err := a.reregister(ctx)
 			if err == nil {
 				break
 			}
-			a.log.Debug("register", "err", err)
+			last = logRetry(a.log, last, err)
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second):
 			}
 		}
 	}
+}
+
+// logRetry logs a failed attempt to register again: at Warn when its
+// message differs from the previous attempt's (last), so that an error
+// that needs the operator (registry.ErrClaimMismatch says what to repair)
+// is seen, at Debug while etcd keeps answering the same (unreachable). It
+// returns the message for the next call.
+func logRetry(log *slog.Logger, last string, err error) string {
+	msg := err.Error()
+	if msg != last {
+		log.Warn("registering again failed; retrying every second", "err", err)
+	} else {
+		log.Debug("register", "err", err)
+	}
+	return msg
 }
 
 // reregister registers the node again on a fresh lease, asking for the

@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -286,5 +288,19 @@ func TestAgentReregisterAfterLeaseExpiry(t *testing.T) {
 	r, err := c.Get(ctx, registry.ClaimKey(s0))
 	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "b" {
 		t.Errorf("claim of %v: %v %v, want b", s0, r, err)
+	}
+}
+
+// A failure to register again is logged at Warn when it is new, and at
+// Debug while it repeats (etcd unreachable, once a second).
+func TestLogRetry(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	last := ""
+	for _, e := range []string{"context deadline exceeded", "context deadline exceeded", "subnet record and claim disagree", "subnet record and claim disagree"} {
+		last = logRetry(log, last, errors.New(e))
+	}
+	if n := strings.Count(buf.String(), "level=WARN"); n != 2 || !strings.Contains(buf.String(), "claim disagree") {
+		t.Errorf("%d warnings, want 2 (one per distinct error):\n%s", n, buf.String())
 	}
 }
