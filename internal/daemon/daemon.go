@@ -412,7 +412,7 @@ func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *
 	if err != nil {
 		return nil, err
 	}
-	d.capPodGSO(nsPath, ifName)
+	d.capPodGSO(nsPath, ifName, d.node.MTU)
 	if pc.ContainerID != "" {
 		// A CNI pod's TAP outlives the daemon (restart.go). Set after the
 		// rename, so that a TAP left by a crash is always found as IfName.

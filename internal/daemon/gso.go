@@ -14,9 +14,10 @@ import (
 // TCP at MTU 1450 is 46 segments, one UDP GSO datagram train at most 44).
 // Measured: 5-20 % less gvs-switchd CPU per Gbit and 3-19 % more
 // throughput for one TCP stream (docs/benchmarks.md). Only with offloads;
-// a failure is logged, not fatal (the pod works, one sendmsg more).
-func (d *Daemon) capPodGSO(nsPath, ifName string) {
-	segs := vxlan.GSOSegments(d.node.MTU)
+// a failure is logged, not fatal (the pod works, one sendmsg more). mtu is
+// the node's overlay MTU, read by the caller under d.mu.
+func (d *Daemon) capPodGSO(nsPath, ifName string, mtu int) {
+	segs := vxlan.GSOSegments(mtu)
 	if !d.offload() || segs == 0 {
 		return
 	}

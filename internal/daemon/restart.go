@@ -143,6 +143,7 @@ func (b *cniBackend) Reattach(_ context.Context, l cniplugin.Lease) error {
 		dev.Close()
 		return err
 	}
+	d.capPodGSO(l.Netns, l.IfName, node.MTU) // offloads may have been turned on since ADD
 	if err := d.adoptPod(l, dev); err != nil {
 		dev.Close() // still persistent: a later restart or DEL deals with it
 		return err
