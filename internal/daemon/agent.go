@@ -262,13 +262,13 @@ func (a *agent) reregister(ctx context.Context) error {
 			a.log.Info("registered again; the node kept its subnet", "subnet", s.Subnet)
 			return nil
 		}
-		a.resubnet(have, s.Subnet)
+		a.resubnet(ctx, have, s.Subnet)
 		return nil
 	}
 	if have.IsValid() {
 		a.log.Error("this node's subnet was given to another node while it was cut off past its lease; withdrawing it",
 			"subnet", have)
-		a.resubnet(have, netip.Prefix{})
+		a.resubnet(ctx, have, netip.Prefix{})
 	}
 	// Wait for gvs-master's allocation, renewing the new lease meanwhile;
 	// if the lease is lost again, give up and let keepAlive start over.
@@ -288,17 +288,32 @@ func (a *agent) reregister(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.resubnet(netip.Prefix{}, s.Subnet)
+	a.resubnet(ctx, netip.Prefix{}, s.Subnet)
 	return nil
 }
 
 // resubnet moves the daemon from subnet from to subnet to (invalid: none)
 // and re-applies the remote nodes it had to refuse because their subnets
-// overlapped the one it held. A failure to reconfigure is logged: the
-// registry's word stands, so the agent follows it anyway.
-func (a *agent) resubnet(from, to netip.Prefix) {
-	if err := a.d.ChangeSubnet(to); err != nil {
-		a.log.Error("reconfiguring the node for its new subnet", "old", subnetString(from), "new", subnetString(to), "err", err)
+// overlapped the one it held. The old subnet may belong to another node by
+// now, so the move is not optional: ChangeSubnet changes nothing when it
+// fails, and resubnet tries again, with backoff, until it succeeds or ctx
+// ends, logging every failure. The registry's word stands, so the agent
+// records the new subnet either way.
+func (a *agent) resubnet(ctx context.Context, from, to netip.Prefix) {
+	backoff := 100 * time.Millisecond
+	for {
+		err := a.d.ChangeSubnet(to)
+		if err == nil {
+			break
+		}
+		a.log.Error("reconfiguring the node for its new subnet; retrying", "old", subnetString(from), "new", subnetString(to), "in", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		break
 	}
 	a.mu.Lock()
 	a.subnet = to
