@@ -43,6 +43,8 @@ import (
 var (
 	// ErrCaptureBusy: the port already has a capture running.
 	ErrCaptureBusy = errors.New("vswitch: a capture is already running on this port")
+	// ErrTooManyCaptures: MaxCaptures captures are running on the switch.
+	ErrTooManyCaptures = errors.New("vswitch: too many captures running")
 	// ErrCaptureStopped: the capture ended and every queued frame was read.
 	ErrCaptureStopped = errors.New("vswitch: capture stopped")
 )
@@ -98,6 +100,10 @@ const (
 	// DefaultCaptureQueue is the default number of frames in flight
 	// between the workers and the reader.
 	DefaultCaptureQueue = 4096
+	// MaxCaptures is the most captures one switch runs at a time. Each
+	// may hold its queue of buffers (up to ≈ 40 MiB with the defaults), so
+	// the total is bounded, whatever the number of ports.
+	MaxCaptures = 8
 	// captureSmallBuf is the size of the recycled buffers; larger frames
 	// (super-frames, jumbo frames) get buffers of their own, bounded by
 	// captureMaxBigBytes in flight.
@@ -184,7 +190,8 @@ func (s *Switch) CaptureTotals() CaptureTotals {
 }
 
 // StartCapture starts capturing on port no. Only one capture may run on a
-// port at a time (ErrCaptureBusy). The capture ends with Stop, or when the
+// port at a time (ErrCaptureBusy), and MaxCaptures on the switch
+// (ErrTooManyCaptures). The capture ends with Stop, or when the
 // port is removed or the switch closed.
 func (s *Switch) StartCapture(no uint32, cfg CaptureConfig) (*Capture, error) {
 	if cfg.Dir == 0 {
@@ -212,6 +219,9 @@ func (s *Switch) StartCapture(no uint32, cfg CaptureConfig) (*Capture, error) {
 	e, ok := (*s.ports.Load())[no]
 	if !ok {
 		return nil, fmt.Errorf("%w: %d", ErrNoSuchPort, no)
+	}
+	if n := s.capTotals.active.Load(); n >= MaxCaptures {
+		return nil, fmt.Errorf("%w: %d of %d; stop one first", ErrTooManyCaptures, n, MaxCaptures)
 	}
 	c := &Capture{
 		s: s, e: e, dir: cfg.Dir, snap: cfg.Snaplen, local: cfg.Local, tunnel: e.tunnel != nil,

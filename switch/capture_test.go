@@ -229,6 +229,41 @@ func TestCaptureEndsWithPort(t *testing.T) {
 	}
 }
 
+// TestCaptureLimit: at most MaxCaptures captures run on a switch; stopping
+// one makes room for another.
+func TestCaptureLimit(t *testing.T) {
+	sw, err := New(Config{Table: flowtable.New(flowtable.Config{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sw.Close()
+	var caps []*Capture
+	for no := uint32(3); no < 3+MaxCaptures+1; no++ {
+		if err := sw.AddPort(no, &blockingPort{closed: make(chan struct{})}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := sw.StartCapture(no, CaptureConfig{Queue: 4})
+		if no < 3+MaxCaptures {
+			if err != nil {
+				t.Fatalf("capture %d: %v", no, err)
+			}
+			caps = append(caps, c)
+			continue
+		}
+		if !errors.Is(err, ErrTooManyCaptures) {
+			t.Fatalf("capture beyond MaxCaptures: %v, want ErrTooManyCaptures", err)
+		}
+		caps[0].Stop()
+		if c, err = sw.StartCapture(no, CaptureConfig{Queue: 4}); err != nil {
+			t.Fatalf("after stopping one: %v", err)
+		}
+		c.Stop()
+	}
+	if got := sw.CaptureTotals().Active; got != MaxCaptures-1 {
+		t.Errorf("%d captures active, want %d", got, MaxCaptures-1)
+	}
+}
+
 func TestParseCaptureDir(t *testing.T) {
 	for in, want := range map[string]CaptureDir{"in": CaptureRx, "rx": CaptureRx, "out": CaptureTx, "tx": CaptureTx, "both": CaptureBoth, "": CaptureBoth} {
 		if d, err := ParseCaptureDir(in); err != nil || d != want || (in != "" && in != "rx" && in != "tx" && d.String() != in) {
