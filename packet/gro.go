@@ -27,36 +27,43 @@ type TCPCoalescer struct {
 	size      int // payload bytes of the first segment (gso_size)
 	segs      int
 	nextSeq   uint32
-	can       bool // the first segment may be extended
-	checked   bool // the first segment's checksum was verified
+	can       bool // the first segment may be extended (its checksum is valid)
 	closed    bool
 	lastFlags uint8
 }
 
 // Start begins a new frame in out with seg (a complete Ethernet frame),
-// copied to out[0:]. It returns false, copying nothing, if out is too
-// small.
+// copied to out[0:]. A TCP segment that could be extended has its
+// checksum verified during the copy; if it is wrong, the frame is not
+// extended. It returns false, copying nothing, if out is too small.
 func (c *TCPCoalescer) Start(out, seg []byte) bool {
 	if len(out) < len(seg) {
 		return false
 	}
-	copy(out, seg)
 	*c = TCPCoalescer{out: out, n: len(seg), segs: 1}
 	ver, ipLen, tcpLen, ok := tcpHeaders(seg)
 	if !ok || ver != 4 {
+		copy(out, seg)
 		return true
 	}
 	ip := seg[EthernetLen:]
 	tot := int(binary.BigEndian.Uint16(ip[2:4]))
-	if EthernetLen+tot != len(seg) {
-		return true // padding or truncation: leave alone
-	}
 	tcp := ip[ipLen:]
 	payload := tot - ipLen - tcpLen
-	if payload <= 0 || tcp[13] != TCPFlagACK {
+	if EthernetLen+tot != len(seg) || // padding or truncation: leave alone
+		payload <= 0 || tcp[13] != TCPFlagACK {
+		copy(out, seg)
 		return true
 	}
-	c.ipLen, c.hdr, c.size = ipLen, EthernetLen+ipLen+tcpLen, payload
+	// A segment that may be extended has its checksum verified while it
+	// is copied; a bad one is passed on alone, as received.
+	hdr := EthernetLen + ipLen + tcpLen
+	copy(out, seg[:hdr])
+	hs := Checksum(tcp[:tcpLen], PseudoHeaderSum(ip[12:16], ip[16:20], ProtoTCP, tot-ipLen))
+	if CopyChecksum(out[hdr:], seg[hdr:], hs) != 0xffff {
+		return true
+	}
+	c.ipLen, c.hdr, c.size = ipLen, hdr, payload
 	c.nextSeq = binary.BigEndian.Uint32(tcp[4:8]) + uint32(payload)
 	c.can = true
 	return true
@@ -97,17 +104,14 @@ func (c *TCPCoalescer) Append(seg []byte) bool {
 		!bytes.Equal(tcp[18:c.hdr-EthernetLen-c.ipLen], stcp[18:c.hdr-EthernetLen-c.ipLen]) { // urg ptr + options
 		return false
 	}
-	if !TCPChecksumValid(seg) {
+	// Verify seg's checksum while copying its payload behind the frame:
+	// on a mismatch the copied bytes lie beyond c.n and the frame is
+	// unchanged.
+	tcpLen := c.hdr - EthernetLen - c.ipLen
+	hs := Checksum(stcp[:tcpLen], PseudoHeaderSum(sip[12:16], sip[16:20], ProtoTCP, tcpLen+payload))
+	if CopyChecksum(c.out[c.n:], seg[c.hdr:], hs) != 0xffff {
 		return false
 	}
-	if !c.checked {
-		if !TCPChecksumValid(c.out[:c.n]) {
-			c.can = false
-			return false
-		}
-		c.checked = true
-	}
-	copy(c.out[c.n:], seg[c.hdr:])
 	c.n += payload
 	c.segs++
 	c.nextSeq += uint32(payload)

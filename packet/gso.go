@@ -214,7 +214,10 @@ func SegmentTCP(dst, frame []byte, g GSO, pre int, sizes []int) (int, error) {
 		off += pre
 		seg := dst[off : off+hdr+len(chunk)]
 		copy(seg, frame[:hdr])
-		copy(seg[hdr:], chunk)
+		// The payload's sum, taken while copying it; the TCP header
+		// (tcpLen, a multiple of 4) keeps it at an even offset of the
+		// L4 data, so it adds to the header's sum as is.
+		psum := CopyChecksum(seg[hdr:], chunk, 0)
 		sip := seg[EthernetLen:]
 		tcp := sip[ipLen:]
 		l4len := tcpLen + len(chunk)
@@ -241,7 +244,7 @@ func SegmentTCP(dst, frame []byte, g GSO, pre int, sizes []int) (int, error) {
 		} else {
 			ph = PseudoHeaderSum(sip[8:24], sip[24:40], ProtoTCP, l4len)
 		}
-		binary.BigEndian.PutUint16(tcp[16:18], ^Checksum(tcp[:l4len], ph))
+		binary.BigEndian.PutUint16(tcp[16:18], ^Checksum(tcp[:tcpLen], AddChecksum(ph, psum)))
 		sizes[k] = len(seg)
 		off += len(seg)
 	}

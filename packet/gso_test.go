@@ -135,6 +135,23 @@ func TestCoalesceRefuses(t *testing.T) {
 	if n, g := c.Finish(); n != len(orig) || g.Type != GSOTCPv4 {
 		t.Errorf("finish %d %+v", n, g)
 	}
+	// A first segment with a bad checksum is passed on alone, as is.
+	bad0 := bytes.Clone(s0)
+	bad0[len(bad0)-3] ^= 0x10
+	c.Start(out, bad0)
+	if c.Append(s1) {
+		t.Error("extended a first segment with a bad checksum")
+	}
+	if n, g := c.Finish(); n != len(bad0) || g.IsGSO() || !bytes.Equal(out[:n], bad0) {
+		t.Errorf("bad first segment: finish %d %+v", n, g)
+	}
+	// A refused segment leaves the frame as it was.
+	c.Start(out, s0)
+	badsum := bytes.Clone(s1)
+	badsum[EthernetLen+20+16] ^= 0x01 // the checksum field itself
+	if c.Append(badsum) || c.Len() != len(s0) || !bytes.Equal(out[:c.Len()], s0) {
+		t.Error("a refused segment changed the frame")
+	}
 	// A SYN is never extended.
 	syn := superFrame(100, TCPFlagSYN|TCPFlagACK)
 	c.Start(out, syn)
@@ -218,6 +235,26 @@ func BenchmarkCoalesceTCP(b *testing.B) {
 	}
 }
 
+// refTCPValid is TCPChecksumValid computed with the RFC 1071 reference
+// sum, for the fuzz targets.
+func refTCPValid(frame []byte) bool {
+	ver, ipLen, _, ok := tcpHeaders(frame)
+	if !ok || ver != 4 {
+		return false
+	}
+	ip := frame[EthernetLen:]
+	tot := int(binary.BigEndian.Uint16(ip[2:4]))
+	if tot < ipLen || EthernetLen+tot > len(frame) {
+		return false
+	}
+	l4 := ip[ipLen:tot]
+	var ph [12]byte
+	copy(ph[0:8], ip[12:20])
+	ph[9] = ProtoTCP
+	binary.BigEndian.PutUint16(ph[10:12], uint16(len(l4)))
+	return refChecksum(l4, refChecksum(ph[:], 0)) == 0xffff
+}
+
 func FuzzSegmentTCP(f *testing.F) {
 	f.Add(superFrame(3000, TCPFlagACK|TCPFlagFIN), uint16(1000))
 	f.Add(superFrame(10, TCPFlagSYN), uint16(1))
@@ -228,6 +265,12 @@ func FuzzSegmentTCP(f *testing.F) {
 		if err != nil {
 			return
 		}
+		ver, ipLen, tcpLen, _ := tcpHeaders(frame)
+		hdr := EthernetLen + ipLen + tcpLen
+		var payload []byte
+		if ver == 4 {
+			payload = frame[hdr : EthernetLen+int(binary.BigEndian.Uint16(frame[EthernetLen+2:]))]
+		}
 		var c TCPCoalescer
 		out := make([]byte, MaxSuperFrame)
 		off := 0
@@ -235,6 +278,17 @@ func FuzzSegmentTCP(f *testing.F) {
 			off += 8
 			seg := dst[off : off+sizes[k]]
 			off += sizes[k]
+			if ver == 4 {
+				// Every segment carries a correct checksum and the next
+				// piece of the payload.
+				if !refTCPValid(seg) {
+					t.Fatalf("segment %d of %d: bad TCP checksum", k, n)
+				}
+				if !bytes.HasPrefix(payload, seg[hdr:]) {
+					t.Fatalf("segment %d of %d: payload differs", k, n)
+				}
+				payload = payload[len(seg)-hdr:]
+			}
 			if k == 0 {
 				c.Start(out, seg)
 			} else {
@@ -247,13 +301,39 @@ func FuzzSegmentTCP(f *testing.F) {
 
 func FuzzTCPCoalescer(f *testing.F) {
 	f.Add(superFrame(100, TCPFlagACK), superFrame(100, TCPFlagACK))
+	{
+		dst := make([]byte, 4096)
+		sizes := make([]int, 4)
+		if n, err := SegmentTCP(dst, superFrame(2001, TCPFlagACK), GSO{Type: GSOTCPv4, Size: 1001}, 0, sizes); err == nil && n == 2 {
+			a, b := dst[:sizes[0]], dst[sizes[0]:sizes[0]+sizes[1]]
+			f.Add(bytes.Clone(a), bytes.Clone(b))
+			bad := bytes.Clone(b)
+			bad[len(bad)-1] ^= 0x80
+			f.Add(bytes.Clone(a), bad)
+			f.Add(bad, bytes.Clone(b))
+		}
+	}
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		var c TCPCoalescer
 		out := make([]byte, MaxSuperFrame)
 		if !c.Start(out, a) {
 			return
 		}
-		c.Append(b)
+		if !bytes.Equal(out[:c.Len()], a) {
+			t.Fatal("Start did not copy the segment")
+		}
+		if c.Append(b) {
+			// Never launder a bad checksum into a super-frame.
+			if !refTCPValid(a) || !refTCPValid(b) {
+				t.Fatalf("coalesced a segment with a bad checksum (a %v, b %v)", refTCPValid(a), refTCPValid(b))
+			}
+			hdr := len(a) - c.size
+			if c.Len() != len(a)+len(b)-hdr || !bytes.Equal(out[:len(a)], a) || !bytes.Equal(out[len(a):c.Len()], b[hdr:]) {
+				t.Fatal("coalesced frame is not a followed by b's payload")
+			}
+		} else if !bytes.Equal(out[:c.Len()], a) {
+			t.Fatal("a refused Append changed the frame")
+		}
 		n, g := c.Finish()
 		if n > len(out) || (g.IsGSO() && int(g.HdrLen) > n) {
 			t.Fatalf("n %d g %+v", n, g)

@@ -1,0 +1,67 @@
+package packet
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// CopyChecksum copies src to the start of dst, as copy does, and returns
+// Checksum(src, initial): the copy and the one's-complement sum are one
+// pass over src, so segmentation and coalescing read each payload byte
+// once. dst must hold len(src) bytes (it panics otherwise, before writing
+// anything); src and dst must not overlap. It does not allocate.
+//
+// The words are loaded little-endian, without a byte swap per word: the
+// one's-complement sum of byte-swapped 16-bit words is the byte-swapped
+// sum (RFC 1071 §2(B)), so one swap at the end gives the big-endian sum.
+func CopyChecksum(dst, src []byte, initial uint16) uint16 {
+	dst = dst[:len(src)]
+	var sum, carry uint64
+	n := len(src)
+	i := 0
+	for ; i+32 <= n; i += 32 {
+		s, d := src[i:i+32:i+32], dst[i:i+32:i+32]
+		a := binary.LittleEndian.Uint64(s[0:8])
+		b := binary.LittleEndian.Uint64(s[8:16])
+		c := binary.LittleEndian.Uint64(s[16:24])
+		e := binary.LittleEndian.Uint64(s[24:32])
+		binary.LittleEndian.PutUint64(d[0:8], a)
+		binary.LittleEndian.PutUint64(d[8:16], b)
+		binary.LittleEndian.PutUint64(d[16:24], c)
+		binary.LittleEndian.PutUint64(d[24:32], e)
+		sum, carry = bits.Add64(sum, a, carry)
+		sum, carry = bits.Add64(sum, b, carry)
+		sum, carry = bits.Add64(sum, c, carry)
+		sum, carry = bits.Add64(sum, e, carry)
+	}
+	for ; i+8 <= n; i += 8 {
+		a := binary.LittleEndian.Uint64(src[i : i+8])
+		binary.LittleEndian.PutUint64(dst[i:i+8], a)
+		sum, carry = bits.Add64(sum, a, carry)
+	}
+	src, dst = src[i:], dst[i:]
+	sum, carry = bits.Add64(sum, 0, carry)
+	sum += carry
+	if len(src) > 0 {
+		// The tail starts at an offset that is a multiple of 8, so its
+		// even bytes are low bytes of little-endian words, as above.
+		var t [8]byte
+		copy(t[:], src)
+		copy(dst, src)
+		sum, carry = bits.Add64(sum, binary.LittleEndian.Uint64(t[:]), 0)
+		sum += carry
+	}
+	sum = (sum >> 32) + (sum & 0xffffffff)
+	sum = (sum >> 32) + (sum & 0xffffffff)
+	sum = (sum >> 16) + (sum & 0xffff)
+	sum = (sum >> 16) + (sum & 0xffff)
+	return AddChecksum(bits.ReverseBytes16(uint16(sum)), initial)
+}
+
+// AddChecksum returns the one's-complement sum of two folded sums a and b
+// (as Checksum returns them): Checksum(x, Checksum(y, 0)) equals
+// AddChecksum(Checksum(x, 0), Checksum(y, 0)) when y has an even length.
+func AddChecksum(a, b uint16) uint16 {
+	s := uint32(a) + uint32(b)
+	return uint16(s>>16 + s&0xffff)
+}
