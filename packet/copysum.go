@@ -19,7 +19,34 @@ func CopyChecksum(dst, src []byte, initial uint16) uint16 {
 	var sum, carry uint64
 	n := len(src)
 	i := 0
-	for ; i+32 <= n; i += 32 {
+	for ; i+64 <= n; i += 64 {
+		s, d := src[i:i+64:i+64], dst[i:i+64:i+64]
+		a := binary.LittleEndian.Uint64(s[0:8])
+		b := binary.LittleEndian.Uint64(s[8:16])
+		c := binary.LittleEndian.Uint64(s[16:24])
+		e := binary.LittleEndian.Uint64(s[24:32])
+		binary.LittleEndian.PutUint64(d[0:8], a)
+		binary.LittleEndian.PutUint64(d[8:16], b)
+		binary.LittleEndian.PutUint64(d[16:24], c)
+		binary.LittleEndian.PutUint64(d[24:32], e)
+		sum, carry = bits.Add64(sum, a, carry)
+		sum, carry = bits.Add64(sum, b, carry)
+		sum, carry = bits.Add64(sum, c, carry)
+		sum, carry = bits.Add64(sum, e, carry)
+		a = binary.LittleEndian.Uint64(s[32:40])
+		b = binary.LittleEndian.Uint64(s[40:48])
+		c = binary.LittleEndian.Uint64(s[48:56])
+		e = binary.LittleEndian.Uint64(s[56:64])
+		binary.LittleEndian.PutUint64(d[32:40], a)
+		binary.LittleEndian.PutUint64(d[40:48], b)
+		binary.LittleEndian.PutUint64(d[48:56], c)
+		binary.LittleEndian.PutUint64(d[56:64], e)
+		sum, carry = bits.Add64(sum, a, carry)
+		sum, carry = bits.Add64(sum, b, carry)
+		sum, carry = bits.Add64(sum, c, carry)
+		sum, carry = bits.Add64(sum, e, carry)
+	}
+	if i+32 <= n {
 		s, d := src[i:i+32:i+32], dst[i:i+32:i+32]
 		a := binary.LittleEndian.Uint64(s[0:8])
 		b := binary.LittleEndian.Uint64(s[8:16])
@@ -33,6 +60,7 @@ func CopyChecksum(dst, src []byte, initial uint16) uint16 {
 		sum, carry = bits.Add64(sum, b, carry)
 		sum, carry = bits.Add64(sum, c, carry)
 		sum, carry = bits.Add64(sum, e, carry)
+		i += 32
 	}
 	for ; i+8 <= n; i += 8 {
 		a := binary.LittleEndian.Uint64(src[i : i+8])
