@@ -27,7 +27,8 @@ type TCPCoalescer struct {
 	size      int // payload bytes of the first segment (gso_size)
 	segs      int
 	nextSeq   uint32
-	can       bool // the first segment may be extended (its checksum is valid)
+	addrSum   uint16 // pseudo-header sum of the addresses and protocol (same for every segment)
+	can       bool   // the first segment may be extended (its checksum is valid)
 	closed    bool
 	lastFlags uint8
 }
@@ -59,11 +60,12 @@ func (c *TCPCoalescer) Start(out, seg []byte) bool {
 	// is copied; a bad one is passed on alone, as received.
 	hdr := EthernetLen + ipLen + tcpLen
 	copy(out, seg[:hdr])
-	hs := Checksum(tcp[:tcpLen], PseudoHeaderSum(ip[12:16], ip[16:20], ProtoTCP, tot-ipLen))
+	addrSum := Checksum(ip[12:20], ProtoTCP)
+	hs := Checksum(tcp[:tcpLen], AddChecksum(addrSum, uint16(tot-ipLen)))
 	if CopyChecksum(out[hdr:], seg[hdr:], hs) != 0xffff {
 		return true
 	}
-	c.ipLen, c.hdr, c.size = ipLen, hdr, payload
+	c.ipLen, c.hdr, c.size, c.addrSum = ipLen, hdr, payload, addrSum
 	c.nextSeq = binary.BigEndian.Uint32(tcp[4:8]) + uint32(payload)
 	c.can = true
 	return true
@@ -108,7 +110,7 @@ func (c *TCPCoalescer) Append(seg []byte) bool {
 	// on a mismatch the copied bytes lie beyond c.n and the frame is
 	// unchanged.
 	tcpLen := c.hdr - EthernetLen - c.ipLen
-	hs := Checksum(stcp[:tcpLen], PseudoHeaderSum(sip[12:16], sip[16:20], ProtoTCP, tcpLen+payload))
+	hs := Checksum(stcp[:tcpLen], AddChecksum(c.addrSum, uint16(tcpLen+payload)))
 	if CopyChecksum(c.out[c.n:], seg[c.hdr:], hs) != 0xffff {
 		return false
 	}

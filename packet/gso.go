@@ -208,6 +208,14 @@ func SegmentTCP(dst, frame []byte, g GSO, pre int, sizes []int) (int, error) {
 	if ver == 4 {
 		id = binary.BigEndian.Uint16(ip[4:6])
 	}
+	// The pseudo-header's addresses and protocol are the same for every
+	// segment; only the length is added per segment.
+	var addrSum uint16
+	if ver == 4 {
+		addrSum = Checksum(ip[12:20], ProtoTCP)
+	} else {
+		addrSum = Checksum(ip[8:40], ProtoTCP)
+	}
 	off := 0
 	for k := range n {
 		chunk := payload[min(k*mss, len(payload)):min((k+1)*mss, len(payload))]
@@ -238,12 +246,7 @@ func SegmentTCP(dst, frame []byte, g GSO, pre int, sizes []int) (int, error) {
 		}
 		tcp[13] = f
 		tcp[16], tcp[17] = 0, 0
-		var ph uint16
-		if ver == 4 {
-			ph = PseudoHeaderSum(sip[12:16], sip[16:20], ProtoTCP, l4len)
-		} else {
-			ph = PseudoHeaderSum(sip[8:24], sip[24:40], ProtoTCP, l4len)
-		}
+		ph := AddChecksum(addrSum, uint16(l4len))
 		binary.BigEndian.PutUint16(tcp[16:18], ^Checksum(tcp[:tcpLen], AddChecksum(ph, psum)))
 		sizes[k] = len(seg)
 		off += len(seg)
