@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -193,18 +192,6 @@ type Device struct {
 	rwait  bool
 	readFn func(fd uintptr) bool
 
-	// Write state: wmu serializes writers (the descriptor's write lock
-	// would anyway) so that one RawConn.Write callback, writeFn =
-	// d.writeRaw, writes a whole batch with bare write(2) calls.
-	wmu     sync.Mutex
-	wbufs   [][]byte
-	wgso    []packet.GSO
-	woff    int
-	wn      int // frames of wbufs written
-	wbytes  uint64
-	werr    error
-	writeFn func(fd uintptr) bool
-
 	stats counters
 }
 
@@ -263,7 +250,6 @@ func open(cfg Config, create bool) (*Device, error) {
 	}
 	d := &Device{name: name, fd: fd, file: file, rc: rc, batch: batch, log: log}
 	d.readFn = d.readRaw
-	d.writeFn = d.writeRaw
 	log.Debug("tap opened", "name", name, "create", create, "multiqueue", cfg.MultiQueue,
 		"offloads", cfg.Offloads)
 	return d, nil
@@ -552,67 +538,38 @@ func (d *Device) write(bufs [][]byte, gso []packet.GSO, offset int) (int, error)
 	if offset < VnetHdrLen {
 		return 0, ErrHeadroom
 	}
-	// One RawConn.Write (the descriptor's write lock and the netpoller's
-	// bookkeeping) per batch, not per frame as os.File.Write would do.
-	d.wmu.Lock()
-	d.wbufs, d.wgso, d.woff = bufs, gso, offset
-	d.wn, d.wbytes, d.werr = 0, 0, nil
-	err := d.rc.Write(d.writeFn)
-	n, bytes := d.wn, d.wbytes
-	if err == nil {
-		err = d.werr
-	}
-	d.wbufs, d.wgso, d.werr = nil, nil, nil
-	d.wmu.Unlock()
-	if err != nil && err != ErrHeadroom {
-		d.stats.txErrors.Add(1)
-		if d.closed.Load() || errors.Is(err, os.ErrClosed) {
-			err = ErrClosed
-		} else {
-			err = fmt.Errorf("tap %s: write: %w", d.name, err)
+	var bytes uint64
+	n := 0
+	var err error
+	for i, b := range bufs {
+		if len(b) < offset {
+			err = ErrHeadroom
+			break
 		}
-	}
-	if n > 0 {
-		d.stats.txPackets.Add(uint64(n))
-		d.stats.txBytes.Add(bytes)
-	}
-	return n, err
-}
-
-// writeRaw is the RawConn callback of write: it writes d.wbufs from frame
-// d.wn on, one write(2) each, and returns false (wait until writable, then
-// continue) only on EAGAIN.
-func (d *Device) writeRaw(fd uintptr) bool {
-	for d.wn < len(d.wbufs) {
-		b := d.wbufs[d.wn]
-		if len(b) < d.woff {
-			d.werr = ErrHeadroom
-			return true
-		}
-		pkt := b[d.woff-VnetHdrLen:]
+		pkt := b[offset-VnetHdrLen:]
 		h := VnetHdr(pkt)
 		h.Reset()
-		if d.wn < len(d.wgso) {
-			if g := d.wgso[d.wn]; g.IsGSO() || g.NeedsCsum {
+		if i < len(gso) {
+			if g := gso[i]; g.IsGSO() || g.NeedsCsum {
 				h.SetGSO(g.Type, g.HdrLen, g.Size)
 				if g.NeedsCsum {
 					h.SetPartialCsum(g.CsumStart, g.CsumOffset)
 				}
 			}
 		}
-		_, err := unix.Write(int(fd), pkt)
-		switch err {
-		case nil:
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return false
-		default:
-			d.werr = err
-			return true
+		if _, err = d.file.Write(pkt); err != nil {
+			d.stats.txErrors.Add(1)
+			if d.closed.Load() || errors.Is(err, os.ErrClosed) {
+				err = ErrClosed
+			}
+			break
 		}
-		d.wbytes += uint64(len(b) - d.woff)
-		d.wn++
+		bytes += uint64(len(b) - offset)
+		n++
 	}
-	return true
+	if n > 0 {
+		d.stats.txPackets.Add(uint64(n))
+		d.stats.txBytes.Add(bytes)
+	}
+	return n, err
 }
