@@ -108,9 +108,7 @@ func (w *worker) process(n int) {
 	if c := in.capture.Load(); c != nil {
 		c.rx(w, n)
 	}
-	// The switch-wide lookup and cache-hit counters are shared by every
-	// worker: they are added to once per batch, not per frame.
-	var rxBytes, lookups, hits uint64
+	var rxBytes uint64
 	for i := 0; i < n; i++ {
 		size := w.sizes[i]
 		rxBytes += uint64(size)
@@ -124,10 +122,10 @@ func (w *worker) process(n int) {
 			w.drop(DropMalformed)
 			continue
 		}
-		lookups++
+		s.lookups.n.Add(1)
 		if w.cache != nil {
 			if w.cache.Run(snap, &w.f, &w.v) {
-				hits++
+				s.cacheHits.n.Add(1)
 			}
 		} else {
 			snap.Run(&w.f, &w.v)
@@ -139,12 +137,6 @@ func (w *worker) process(n int) {
 			continue
 		}
 		w.route(i, size)
-	}
-	if lookups > 0 {
-		s.lookups.n.Add(lookups)
-	}
-	if hits > 0 {
-		s.cacheHits.n.Add(hits)
 	}
 	in.stats.rxPackets.n.Add(uint64(n))
 	in.stats.rxBytes.n.Add(rxBytes)
