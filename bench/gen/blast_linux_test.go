@@ -86,7 +86,10 @@ func TestBlastRateAndFlows(t *testing.T) {
 		var next uint64
 		for {
 			n, err := unix.Read(peer, buf)
-			if err == unix.EAGAIN && !senderDone.Load() {
+			// With SO_RCVTIMEO set, a read interrupted by a signal (the Go
+			// runtime's preemption signal, say) fails with EINTR instead of
+			// restarting: read again.
+			if err == unix.EINTR || err == unix.EAGAIN && !senderDone.Load() {
 				continue
 			}
 			if err != nil {
