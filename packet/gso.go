@@ -257,15 +257,22 @@ func SegmentTCP(dst, frame []byte, g GSO, pre int, sizes []int) (int, error) {
 // TCPChecksumValid reports whether frame (Ethernet + IPv4 + TCP) carries a
 // correct TCP checksum.
 func TCPChecksumValid(frame []byte) bool {
+	ip, l4, ok := tcpv4Segment(frame)
+	return ok && Checksum(l4, PseudoHeaderSum(ip[12:16], ip[16:20], ProtoTCP, len(l4))) == 0xffff
+}
+
+// tcpv4Segment returns frame's IPv4 header onwards and its TCP segment (up
+// to the IP total length), or ok false if frame is not Ethernet + IPv4 +
+// TCP with a total length that fits.
+func tcpv4Segment(frame []byte) (ip, l4 []byte, ok bool) {
 	ver, ipLen, _, ok := tcpHeaders(frame)
 	if !ok || ver != 4 {
-		return false
+		return nil, nil, false
 	}
-	ip := frame[EthernetLen:]
+	ip = frame[EthernetLen:]
 	tot := int(binary.BigEndian.Uint16(ip[2:4]))
 	if tot < ipLen || EthernetLen+tot > len(frame) {
-		return false
+		return nil, nil, false
 	}
-	l4 := ip[ipLen:tot]
-	return Checksum(l4, PseudoHeaderSum(ip[12:16], ip[16:20], ProtoTCP, len(l4))) == 0xffff
+	return ip, ip[ipLen:tot], true
 }

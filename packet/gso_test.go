@@ -238,16 +238,10 @@ func BenchmarkCoalesceTCP(b *testing.B) {
 // refTCPValid is TCPChecksumValid computed with the RFC 1071 reference
 // sum, for the fuzz targets.
 func refTCPValid(frame []byte) bool {
-	ver, ipLen, _, ok := tcpHeaders(frame)
-	if !ok || ver != 4 {
+	ip, l4, ok := tcpv4Segment(frame)
+	if !ok {
 		return false
 	}
-	ip := frame[EthernetLen:]
-	tot := int(binary.BigEndian.Uint16(ip[2:4]))
-	if tot < ipLen || EthernetLen+tot > len(frame) {
-		return false
-	}
-	l4 := ip[ipLen:tot]
 	var ph [12]byte
 	copy(ph[0:8], ip[12:20])
 	ph[9] = ProtoTCP
