@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/utils"
+	"github.com/gvswitch/gvs/internal/accept"
 )
 
 // Sentinel errors a Backend returns for conditions with their own codes.
@@ -141,20 +142,11 @@ func dirOf(p string) string {
 
 // Serve answers requests on l until ctx is done.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
-	go func() {
-		<-ctx.Done()
-		l.Close()
-	}()
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("cniplugin: accept: %w", err)
-		}
-		go s.serveConn(ctx, c)
+	err := accept.Loop(ctx, l, func(c net.Conn) { s.serveConn(ctx, c) })
+	if err != nil {
+		return fmt.Errorf("cniplugin: accept: %w", err)
 	}
+	return nil
 }
 
 func (s *Server) serveConn(ctx context.Context, c net.Conn) {

@@ -23,29 +23,18 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gvswitch/gvs/internal/accept"
 )
 
 // Serve accepts TCP clients on l until ctx is done.
 func Serve(ctx context.Context, l net.Listener, log *slog.Logger) error {
-	go func() {
-		<-ctx.Done()
-		l.Close()
-	}()
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+	return accept.Loop(ctx, l, func(c net.Conn) {
+		defer c.Close()
+		if err := serveConn(c); err != nil && log != nil {
+			log.Warn("tcp client", "remote", c.RemoteAddr(), "err", err)
 		}
-		go func() {
-			defer c.Close()
-			if err := serveConn(c); err != nil && log != nil {
-				log.Warn("tcp client", "remote", c.RemoteAddr(), "err", err)
-			}
-		}()
-	}
+	})
 }
 
 func serveConn(c net.Conn) error {

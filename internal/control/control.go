@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/gvswitch/gvs/internal/accept"
 )
 
 // DefaultSocket is where gvs-switchd listens unless configured otherwise.
@@ -49,20 +51,11 @@ var ErrUnknownCommand = errors.New("unknown command")
 // Serve accepts connections on l until ctx is done, answering each request
 // with h. Each connection carries one request.
 func Serve(ctx context.Context, l net.Listener, h Handler, log *slog.Logger) error {
-	go func() {
-		<-ctx.Done()
-		l.Close()
-	}()
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("control: accept: %w", err)
-		}
-		go serveConn(ctx, c, h, log)
+	err := accept.Loop(ctx, l, func(c net.Conn) { serveConn(ctx, c, h, log) })
+	if err != nil {
+		return fmt.Errorf("control: accept: %w", err)
 	}
+	return nil
 }
 
 func serveConn(ctx context.Context, c net.Conn, h Handler, log *slog.Logger) {
