@@ -63,6 +63,27 @@ func runShim(t *testing.T, bin, cmd, conf string) shimResult {
 	return r
 }
 
+// startServer serves the CNI socket sock with a cniplugin.Server whose
+// leases live under dir and whose pods are in memory (memBackend), until
+// the test ends. It returns the server's IPAM.
+func startServer(t *testing.T, dir, sock string) *cniplugin.IPAM {
+	t.Helper()
+	ipam, err := cniplugin.OpenIPAM(filepath.Join(dir, "ipam"), netip.MustParsePrefix("10.128.0.0/23"), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := cniplugin.NewServer(cniplugin.ServerConfig{IPAM: ipam, Backend: memBackend{}})
+	l, err := cniplugin.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Serve(ctx, l); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ipam
+}
+
 func TestShim(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the plugin")
@@ -85,19 +106,7 @@ func TestShim(t *testing.T) {
 		t.Errorf("ADD with a relative socket: %+v, want code 7", r.err)
 	}
 
-	ipam, err := cniplugin.OpenIPAM(filepath.Join(dir, "ipam"), netip.MustParsePrefix("10.128.0.0/23"), 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := cniplugin.NewServer(cniplugin.ServerConfig{IPAM: ipam, Backend: memBackend{}})
-	l, err := cniplugin.Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Serve(ctx, l); close(done) }()
-	defer func() { cancel(); <-done }()
+	startServer(t, dir, sock)
 
 	if r := runShim(t, bin, "STATUS", conf("1.1.0")); r.err != nil {
 		t.Errorf("STATUS: %v", r.err)

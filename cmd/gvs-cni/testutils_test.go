@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
-	"net/netip"
 	"path/filepath"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/testutils"
-	"github.com/gvswitch/gvs/cniplugin"
 )
 
 // TestInProcess drives the shim's verbs in-process with the reference
@@ -18,19 +15,7 @@ import (
 func TestInProcess(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "cni.sock")
-	ipam, err := cniplugin.OpenIPAM(filepath.Join(dir, "ipam"), netip.MustParsePrefix("10.128.0.0/23"), 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := cniplugin.NewServer(cniplugin.ServerConfig{IPAM: ipam, Backend: memBackend{}})
-	l, err := cniplugin.Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Serve(ctx, l); close(done) }()
-	defer func() { cancel(); <-done }()
+	ipam := startServer(t, dir, sock)
 
 	args := &skel.CmdArgs{ContainerID: "ctr-ip", Netns: "/run/netns/none", IfName: "eth0",
 		StdinData: []byte(`{"cniVersion":"1.0.0","name":"pods","type":"gvs","socket":"` + sock + `"}`)}
