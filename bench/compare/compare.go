@@ -66,7 +66,10 @@ type Config struct {
 // blast-sink: delivered to the pod's interface), which the dataplane
 // cannot slow down. The rtt_* keys without "ping" are the UDP prober's
 // (gvs-bench udp-probe → udp-echo); rtt_ping_* are ICMP echo (iputils
-// ping), taken at the same time on the same pod pair.
+// ping), taken at the same time on the same pod pair, except
+// rtt_ping_sparse_*: ping alone, one request every 200 ms, the way ping is
+// run by hand (SPEC §7's idle reference, ≈0.12 ms for the kernel, is of
+// this kind: between two requests every CPU goes idle).
 type Metrics struct {
 	TCP1Gbps     float64 `json:"tcp1_gbps"`
 	TCP4Gbps     float64 `json:"tcp4_gbps"`
@@ -95,6 +98,9 @@ type Metrics struct {
 	RTTPingIdleP99us float64 `json:"rtt_ping_idle_p99_us"`
 	RTTPingLoadP50us float64 `json:"rtt_ping_load_p50_us"`
 	RTTPingLoadP99us float64 `json:"rtt_ping_load_p99_us"`
+	// Sparse ping: one request every 200 ms, nothing else running.
+	RTTPingSparseP50us float64 `json:"rtt_ping_sparse_p50_us"`
+	RTTPingSparseP99us float64 `json:"rtt_ping_sparse_p99_us"`
 	// CPUSecPerGbit is the machine's busy CPU time (all processes and
 	// softirq, from /proc/stat) per Gbit carried during the 1-stream TCP
 	// workload.

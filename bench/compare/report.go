@@ -37,6 +37,8 @@ var rows = []row{
 	{"RTT UDP probe idle p99, µs", func(m Metrics) float64 { return m.RTTIdleP99us }, true, "", true},
 	{"RTT ping idle p50, µs", func(m Metrics) float64 { return m.RTTPingIdleP50us }, true, "≤2× kernel", true},
 	{"RTT ping idle p99, µs", func(m Metrics) float64 { return m.RTTPingIdleP99us }, true, "", true},
+	{"RTT ping sparse (200 ms) p50, µs", func(m Metrics) float64 { return m.RTTPingSparseP50us }, true, "≤2× kernel", true},
+	{"RTT ping sparse (200 ms) p99, µs", func(m Metrics) float64 { return m.RTTPingSparseP99us }, true, "", true},
 	{"RTT UDP probe under load p50, µs", func(m Metrics) float64 { return m.RTTLoadP50us }, true, "", true},
 	{"RTT UDP probe under load p99, µs", func(m Metrics) float64 { return m.RTTLoadP99us }, true, "", true},
 	{"RTT ping under load p50, µs", func(m Metrics) float64 { return m.RTTPingLoadP50us }, true, "", true},

@@ -28,6 +28,8 @@ const (
 	blastPort = 9002
 	probeStep = time.Millisecond
 	pingStep  = 2 * time.Millisecond
+	// sparseStep is the sparse ping's interval: CPUs go idle in between.
+	sparseStep = 200 * time.Millisecond
 )
 
 // env is one dataplane's running cluster. Traffic goes from node 0's pods
@@ -112,6 +114,12 @@ func (e *env) run(ctx context.Context, run int) (Metrics, error) {
 	}
 	m.RTTIdleP50us, m.RTTIdleP99us = idle.P50us, idle.P99us
 	m.RTTPingIdleP50us, m.RTTPingIdleP99us = us(ping.P50), us(ping.P99)
+	step("RTT (ping, one request every 200 ms)")
+	sparse, err := e.ping(ctx, psrc, pdst, sparseStep)
+	if err != nil {
+		return m, err
+	}
+	m.RTTPingSparseP50us, m.RTTPingSparseP99us = us(sparse.P50), us(sparse.P99)
 	step("RTT (UDP probe and ping), under TCP load")
 	var tcpErr error
 	var wg sync.WaitGroup
@@ -325,18 +333,18 @@ func (e *env) latency(ctx context.Context, src, dst cluster.Pod) (gen.LatencyRes
 	var ping lab.PingResult
 	var pingErr error
 	var wg sync.WaitGroup
-	wg.Go(func() { ping, pingErr = e.ping(ctx, src, dst) })
+	wg.Go(func() { ping, pingErr = e.ping(ctx, src, dst, pingStep) })
 	probe, err := e.probe(ctx, src, dst)
 	wg.Wait()
 	return probe, ping, errors.Join(err, pingErr)
 }
 
-// ping runs iputils ping from src to dst, one echo request every pingStep
-// for the configured duration (intervals under 0.2 s need root, which
-// compare has), and parses every reply's time.
-func (e *env) ping(ctx context.Context, src, dst cluster.Pod) (lab.PingResult, error) {
-	n := max(int(e.cfg.Duration/pingStep), 10)
-	out, err := e.c.Lab.Exec(ctx, src.NS, "ping", "-n", "-i", strconv.FormatFloat(pingStep.Seconds(), 'f', -1, 64),
+// ping runs iputils ping from src to dst, one echo request every step for
+// the configured duration but at least 10 (intervals under 0.2 s need
+// root, which compare has), and parses every reply's time.
+func (e *env) ping(ctx context.Context, src, dst cluster.Pod, step time.Duration) (lab.PingResult, error) {
+	n := max(int(e.cfg.Duration/step), 10)
+	out, err := e.c.Lab.Exec(ctx, src.NS, "ping", "-n", "-i", strconv.FormatFloat(step.Seconds(), 'f', -1, 64),
 		"-c", strconv.Itoa(n), "-W", "1", dst.IP.String())
 	r, perr := lab.ParsePing(out)
 	var ee *exec.ExitError

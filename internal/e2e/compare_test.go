@@ -63,7 +63,8 @@ func TestCompare(t *testing.T) {
 		}
 		for _, k := range []string{"tcp1_gbps", "tcp4_gbps", "udp64_kpps", "udp1400_kpps", "rtt_idle_p50_us", "rtt_idle_p99_us",
 			"udp64_blast_kpps", "udp64_blast_offered_kpps", "udp1400_blast_kpps", "udp1400_blast_offered_kpps",
-			"rtt_ping_idle_p50_us", "rtt_ping_idle_p99_us", "rtt_ping_load_p50_us", "rtt_ping_load_p99_us"} {
+			"rtt_ping_idle_p50_us", "rtt_ping_idle_p99_us", "rtt_ping_load_p50_us", "rtt_ping_load_p99_us",
+			"rtt_ping_sparse_p50_us", "rtt_ping_sparse_p99_us"} {
 			if v, ok := d[k].(float64); !ok || v <= 0 {
 				t.Errorf("%s: %s = %v, want > 0", name, k, d[k])
 			}
@@ -86,8 +87,10 @@ func TestCompare(t *testing.T) {
 				t.Errorf("%s: %s B blast delivered %v kpps of %v offered", name, size, got, offered)
 			}
 		}
-		if p50, p99 := d["rtt_ping_idle_p50_us"].(float64), d["rtt_ping_idle_p99_us"].(float64); p50 > p99 {
-			t.Errorf("%s: ping p50 %v > p99 %v", name, p50, p99)
+		for _, k := range []string{"rtt_ping_idle", "rtt_ping_sparse"} {
+			if p50, p99 := d[k+"_p50_us"].(float64), d[k+"_p99_us"].(float64); p50 > p99 {
+				t.Errorf("%s: %s p50 %v > p99 %v", name, k, p50, p99)
+			}
 		}
 	}
 	var table, svg bytes.Buffer
