@@ -13,6 +13,7 @@ const (
 	GSONone  = 0 // a complete frame
 	GSOTCPv4 = 1 // TCP over IPv4 super-frame
 	GSOTCPv6 = 4 // TCP over IPv6 super-frame
+	GSOUDPL4 = 5 // UDP super-frame (USO), over IPv4 or IPv6
 )
 
 // TCP flag bits used by segmentation and coalescing.
@@ -36,14 +37,15 @@ const MaxSuperFrame = EthernetLen + 65535
 // The zero value is a complete frame with a complete checksum. Offsets
 // count from the start of the Ethernet header.
 type GSO struct {
-	// Type is GSONone, GSOTCPv4 or GSOTCPv6.
+	// Type is GSONone, GSOTCPv4, GSOTCPv6 or GSOUDPL4.
 	Type uint8
 	// NeedsCsum says the L4 checksum field at CsumStart+CsumOffset holds
 	// only the pseudo-header sum (VIRTIO_NET_HDR_F_NEEDS_CSUM).
 	NeedsCsum bool
-	// HdrLen is the length of the Ethernet, IP and TCP headers.
+	// HdrLen is the length of the Ethernet, IP and TCP (UDP) headers.
 	HdrLen uint16
-	// Size is the payload bytes per segment (the MSS).
+	// Size is the payload bytes per segment (the MSS, or the UDP
+	// datagram payload size).
 	Size uint16
 	// CsumStart and CsumOffset locate the partial checksum.
 	CsumStart, CsumOffset uint16
@@ -119,11 +121,12 @@ func ipv4HeaderChecksum(ip []byte, ihl int) {
 	binary.BigEndian.PutUint16(ip[10:12], ^Checksum(ip[:ihl], 0))
 }
 
-// tcpHeaders locates the headers of an Ethernet/IP/TCP frame: the IP
-// version (4 or 6), the IP header length and the TCP header length. It
-// reports false for anything else: VLAN tags, IPv6 extension headers,
-// IPv4 fragments or options longer than the frame.
-func tcpHeaders(frame []byte) (ver, ipLen, tcpLen int, ok bool) {
+// ipHeaders locates the IP header of an Ethernet/IP frame carrying
+// protocol proto: the IP version (4 or 6), the IP header length and the
+// end of the IP datagram in frame (from its length field). It reports
+// false for anything else: VLAN tags, IPv6 extension headers or
+// jumbograms, IPv4 fragments, options or a length field past the frame.
+func ipHeaders(frame []byte, proto uint8) (ver, ipLen, end int, ok bool) {
 	if len(frame) < EthernetLen+20 {
 		return 0, 0, 0, false
 	}
@@ -134,23 +137,40 @@ func tcpHeaders(frame []byte) (ver, ipLen, tcpLen int, ok bool) {
 			return 0, 0, 0, false
 		}
 		ipLen = int(ip[0]&0x0f) * 4
-		if ipLen < 20 || ip[9] != ProtoTCP || binary.BigEndian.Uint16(ip[6:8])&0x3fff != 0 {
+		if ipLen < 20 || len(ip) < ipLen || ip[9] != proto || binary.BigEndian.Uint16(ip[6:8])&0x3fff != 0 {
 			return 0, 0, 0, false
 		}
-		ver = 4
+		ver, end = 4, EthernetLen+int(binary.BigEndian.Uint16(ip[2:4]))
+		if end < EthernetLen+ipLen {
+			return 0, 0, 0, false
+		}
 	case EtherTypeIPv6:
-		if len(ip) < 40 || ip[0]>>4 != 6 || ip[6] != ProtoTCP {
+		if len(ip) < 40 || ip[0]>>4 != 6 || ip[6] != proto {
 			return 0, 0, 0, false
 		}
-		ipLen, ver = 40, 6
+		// A jumbogram (payload length 0) is not supported.
+		ipLen, ver, end = 40, 6, EthernetLen+40+int(binary.BigEndian.Uint16(ip[4:6]))
 	default:
 		return 0, 0, 0, false
 	}
-	if len(ip) < ipLen+20 {
+	if end > len(frame) {
 		return 0, 0, 0, false
 	}
-	tcpLen = int(ip[ipLen+12]>>4) * 4
-	if tcpLen < 20 || len(ip) < ipLen+tcpLen {
+	return ver, ipLen, end, true
+}
+
+// tcpHeaders locates the headers of an Ethernet/IP/TCP frame: the IP
+// version (4 or 6), the IP header length and the TCP header length. It
+// reports false for anything ipHeaders refuses and for a TCP header that
+// does not fit in the IP datagram.
+func tcpHeaders(frame []byte) (ver, ipLen, tcpLen int, ok bool) {
+	ver, ipLen, end, ok := ipHeaders(frame, ProtoTCP)
+	l4 := EthernetLen + ipLen
+	if !ok || end < l4+20 {
+		return 0, 0, 0, false
+	}
+	tcpLen = int(frame[l4+12]>>4) * 4
+	if tcpLen < 20 || end < l4+tcpLen {
 		return 0, 0, 0, false
 	}
 	return ver, ipLen, tcpLen, true
@@ -248,6 +268,79 @@ func SegmentTCP(dst, frame []byte, g GSO, pre int, sizes []int) (int, error) {
 		tcp[16], tcp[17] = 0, 0
 		ph := AddChecksum(addrSum, uint16(l4len))
 		binary.BigEndian.PutUint16(tcp[16:18], ^Checksum(tcp[:tcpLen], AddChecksum(ph, psum)))
+		sizes[k] = len(seg)
+		off += len(seg)
+	}
+	return n, nil
+}
+
+// Segment splits the super-frame frame described by g into segments, as
+// SegmentTCP (TCP types) or SegmentUDP (GSOUDPL4) does.
+func Segment(dst, frame []byte, g GSO, pre int, sizes []int) (int, error) {
+	if g.Type == GSOUDPL4 {
+		return SegmentUDP(dst, frame, g, pre, sizes)
+	}
+	return SegmentTCP(dst, frame, g, pre, sizes)
+}
+
+// SegmentUDP splits the UDP super-frame frame (Ethernet + IPv4 or IPv6 +
+// UDP + payload, its UDP checksum complete or partial, as a socket with
+// UDP_SEGMENT hands it to a device with USO) into datagrams of g.Size
+// payload bytes, the last maybe shorter, as the kernel's UDP GSO would:
+// each gets the headers with its own IPv4 total length, ID (incremented
+// per datagram) and header checksum (or IPv6 payload length), its UDP
+// length and a complete UDP checksum (0xffff where the sum is 0). The
+// layout in dst and the results are those of SegmentTCP. It does not
+// allocate.
+func SegmentUDP(dst, frame []byte, g GSO, pre int, sizes []int) (int, error) {
+	ver, ipLen, end, ok := ipHeaders(frame, ProtoUDP)
+	const udpLen = 8
+	hdr := EthernetLen + ipLen + udpLen
+	if !ok || end < hdr || g.Size == 0 || pre < 0 {
+		return 0, ErrGSOFrame
+	}
+	ip := frame[EthernetLen:]
+	payload := frame[hdr:end]
+	size := int(g.Size)
+	n := max((len(payload)+size-1)/size, 1)
+	if n > len(sizes) || len(dst) < n*(pre+hdr)+len(payload) {
+		return 0, ErrGSOSpace
+	}
+	var id uint16
+	var addrSum uint16
+	if ver == 4 {
+		id = binary.BigEndian.Uint16(ip[4:6])
+		addrSum = Checksum(ip[12:20], ProtoUDP)
+	} else {
+		addrSum = Checksum(ip[8:40], ProtoUDP)
+	}
+	off := 0
+	for k := range n {
+		chunk := payload[min(k*size, len(payload)):min((k+1)*size, len(payload))]
+		off += pre
+		seg := dst[off : off+hdr+len(chunk)]
+		copy(seg, frame[:hdr])
+		// The UDP header is 8 bytes, so the payload starts at an even
+		// offset of the L4 data and its sum adds as is.
+		psum := CopyChecksum(seg[hdr:], chunk, 0)
+		sip := seg[EthernetLen:]
+		udp := sip[ipLen:]
+		l4len := udpLen + len(chunk)
+		if ver == 4 {
+			binary.BigEndian.PutUint16(sip[2:4], uint16(ipLen+l4len))
+			binary.BigEndian.PutUint16(sip[4:6], id+uint16(k))
+			ipv4HeaderChecksum(sip, ipLen)
+		} else {
+			binary.BigEndian.PutUint16(sip[4:6], uint16(l4len))
+		}
+		binary.BigEndian.PutUint16(udp[4:6], uint16(l4len))
+		udp[6], udp[7] = 0, 0
+		ph := AddChecksum(addrSum, uint16(l4len))
+		c := ^Checksum(udp[:udpLen], AddChecksum(ph, psum))
+		if c == 0 {
+			c = 0xffff
+		}
+		binary.BigEndian.PutUint16(udp[6:8], c)
 		sizes[k] = len(seg)
 		off += len(seg)
 	}
