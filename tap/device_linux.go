@@ -36,15 +36,22 @@ const DefaultBatchSize = 64
 // tunPath is the TUN/TAP clone device.
 const tunPath = "/dev/net/tun"
 
-// supportedOffloads are the TUN_F_* bits gvs can handle: checksum offload
-// and TCP segmentation offload (the switch passes super-frames on with
-// ReadGSO/WriteGSO and the tunnel port segments them). USO (TUN_F_USO4/6)
-// is not accepted: nothing segments UDP super-frames yet.
-const supportedOffloads = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6 | unix.TUN_F_TSO_ECN
+// supportedOffloads are the TUN_F_* bits gvs can handle: checksum offload,
+// TCP segmentation offload and UDP segmentation offload (the switch passes
+// super-frames on with ReadGSO/WriteGSO and the tunnel port segments them,
+// packet.Segment).
+const supportedOffloads = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6 | unix.TUN_F_TSO_ECN |
+	unix.TUN_F_USO4 | unix.TUN_F_USO6
 
 // OffloadsTSO is the offload set for a pod TAP whose frames are read with
 // ReadGSO: checksum offload and TSO for IPv4 and IPv6.
 const OffloadsTSO = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6
+
+// OffloadsUSO are the UDP segmentation offload bits (Linux 6.2 and later;
+// the kernel takes them only together). Or them into OffloadsTSO: a kernel
+// without USO refuses them, and Create then opens the device without them
+// (Device.Offloads tells).
+const OffloadsUSO = unix.TUN_F_USO4 | unix.TUN_F_USO6
 
 // Errors a Device returns that callers act on.
 var (
@@ -90,6 +97,9 @@ func (c Config) Validate() error {
 	}
 	if c.Offloads&^supportedOffloads != 0 {
 		return fmt.Errorf("%w: %#x (GSO splitting is not implemented)", ErrUnsupportedOffload, c.Offloads&^supportedOffloads)
+	}
+	if u := c.Offloads & OffloadsUSO; u != 0 && u != OffloadsUSO {
+		return fmt.Errorf("%w: USO needs both TUN_F_USO4 and TUN_F_USO6 (the kernel takes them only together)", ErrUnsupportedOffload)
 	}
 	if c.BatchSize < 0 {
 		return fmt.Errorf("tap: negative batch size %d", c.BatchSize)
@@ -176,13 +186,16 @@ type counters struct {
 // called from several; Close may be called at any time and makes a blocked
 // Read return ErrClosed.
 type Device struct {
-	name   string
-	fd     int
-	file   *os.File
-	rc     syscall.RawConn
-	batch  int
-	log    *slog.Logger
-	closed atomic.Bool
+	name  string
+	fd    int
+	file  *os.File
+	rc    syscall.RawConn
+	batch int
+	log   *slog.Logger
+	// offloads are the TUN_F_* bits in effect (Config.Offloads, without
+	// the USO bits if the kernel has no USO).
+	offloads uint
+	closed   atomic.Bool
 
 	// Read state, touched only by the reading goroutine. readFn is the
 	// method value d.readRaw, made once so that Read does not allocate.
@@ -231,7 +244,7 @@ func open(cfg Config, create bool) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tap: open %s: %w", tunPath, err)
 	}
-	name, err := setup(fd, cfg, create)
+	name, offloads, err := setup(fd, cfg, create)
 	if err != nil {
 		unix.Close(fd)
 		return nil, err
@@ -248,19 +261,20 @@ func open(cfg Config, create bool) (*Device, error) {
 	if batch == 0 {
 		batch = DefaultBatchSize
 	}
-	d := &Device{name: name, fd: fd, file: file, rc: rc, batch: batch, log: log}
+	d := &Device{name: name, fd: fd, file: file, rc: rc, batch: batch, log: log, offloads: offloads}
 	d.readFn = d.readRaw
 	log.Debug("tap opened", "name", name, "create", create, "multiqueue", cfg.MultiQueue,
-		"offloads", cfg.Offloads)
+		"offloads", offloads)
 	return d, nil
 }
 
-// setup attaches fd to the TAP and configures the virtio_net_hdr. It
-// returns the interface name the kernel used.
-func setup(fd int, cfg Config, create bool) (string, error) {
+// setup attaches fd to the TAP and configures the virtio_net_hdr and the
+// offloads. It returns the interface name the kernel used and the offloads
+// in effect.
+func setup(fd int, cfg Config, create bool) (string, uint, error) {
 	ifr, err := unix.NewIfreq(cfg.Name)
 	if err != nil {
-		return "", fmt.Errorf("tap: name %q: %w", cfg.Name, err)
+		return "", 0, fmt.Errorf("tap: name %q: %w", cfg.Name, err)
 	}
 	flags := uint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
 	if cfg.MultiQueue {
@@ -272,24 +286,31 @@ func setup(fd int, cfg Config, create bool) (string, error) {
 	ifr.SetUint16(flags)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		if errors.Is(err, unix.EBUSY) && create {
-			return "", fmt.Errorf("tap %s: %w: %w", cfg.Name, ErrExists, err)
+			return "", 0, fmt.Errorf("tap %s: %w: %w", cfg.Name, ErrExists, err)
 		}
-		return "", fmt.Errorf("tap %s: TUNSETIFF: %w", cfg.Name, err)
+		return "", 0, fmt.Errorf("tap %s: TUNSETIFF: %w", cfg.Name, err)
 	}
 	name := ifr.Name()
 	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, VnetHdrLen); err != nil {
-		return "", fmt.Errorf("tap %s: TUNSETVNETHDRSZ: %w", name, err)
+		return "", 0, fmt.Errorf("tap %s: TUNSETVNETHDRSZ: %w", name, err)
 	}
 	// VnetHdr is little-endian. The legacy header is in host order unless
 	// TUNSETVNETLE says otherwise; on a little-endian host a failure of the
 	// ioctl is harmless.
 	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETLE, 1); err != nil && !hostLittleEndian() {
-		return "", fmt.Errorf("tap %s: TUNSETVNETLE: %w", name, err)
+		return "", 0, fmt.Errorf("tap %s: TUNSETVNETLE: %w", name, err)
 	}
-	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(cfg.Offloads)); err != nil {
-		return "", fmt.Errorf("tap %s: TUNSETOFFLOAD %#x: %w", name, cfg.Offloads, err)
+	off := cfg.Offloads
+	err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(off))
+	if errors.Is(err, unix.EINVAL) && off&OffloadsUSO != 0 {
+		// A kernel before 6.2 has no USO: go on without it.
+		off &^= OffloadsUSO
+		err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(off))
 	}
-	return name, nil
+	if err != nil {
+		return "", 0, fmt.Errorf("tap %s: TUNSETOFFLOAD %#x: %w", name, off, err)
+	}
+	return name, off, nil
 }
 
 func hostLittleEndian() bool {
@@ -323,6 +344,10 @@ func (d *Device) Name() string { return d.name }
 
 // BatchSize returns the preferred number of buffers per Read and Write.
 func (d *Device) BatchSize() int { return d.batch }
+
+// Offloads returns the TUN_F_* offload bits in effect: Config.Offloads,
+// less OffloadsUSO on a kernel without USO.
+func (d *Device) Offloads() uint { return d.offloads }
 
 // Fd returns the TAP file descriptor, for setup calls the package does not
 // wrap. The Device owns it: do not close it, do not make it blocking, and do
@@ -495,7 +520,7 @@ func (d *Device) check(raw []byte, m int, gso []packet.GSO, i int) (DropReason, 
 	}
 	if h.IsGSO() {
 		t := h.GSOType() &^ GSOECN
-		if gso == nil || (t != GSOTCPv4 && t != GSOTCPv6) {
+		if gso == nil || (t != GSOTCPv4 && t != GSOTCPv6 && t != GSOUDPL4) {
 			return DropGSO, false
 		}
 		gso[i] = packet.GSO{

@@ -471,7 +471,13 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("TSO: %v", err)
 	}
 	if err := (tap.Config{Offloads: unix.TUN_F_USO4}).Validate(); !errors.Is(err, tap.ErrUnsupportedOffload) {
-		t.Errorf("USO: %v", err)
+		t.Errorf("USO4 without USO6: %v", err)
+	}
+	if err := (tap.Config{Offloads: tap.OffloadsTSO | tap.OffloadsUSO}).Validate(); err != nil {
+		t.Errorf("TSO and USO: %v", err)
+	}
+	if err := (tap.Config{Offloads: unix.TUN_F_UFO}).Validate(); !errors.Is(err, tap.ErrUnsupportedOffload) {
+		t.Errorf("UFO: %v", err)
 	}
 }
 

@@ -337,10 +337,10 @@ func (s *gsoScratch) send(fd uintptr) bool {
 	}
 }
 
-// WriteTunnelGSO is WriteTunnel for frames with offload metadata: a TCP
-// super-frame (gso[i].Type GSOTCPv4 or GSOTCPv6) is cut into segments of
-// gso[i].Size payload bytes, each sent as its own VXLAN datagram (with UDP
-// GSO where the kernel has it); a frame with only a partial checksum has
+// WriteTunnelGSO is WriteTunnel for frames with offload metadata: a TCP or
+// UDP super-frame (gso[i].Type GSOTCPv4, GSOTCPv6 or GSOUDPL4) is cut into
+// segments (datagrams) of gso[i].Size payload bytes, each sent as its own
+// VXLAN datagram (with UDP GSO where the kernel has it); a frame with only a partial checksum has
 // it completed; other frames are sent as by WriteTunnel. It returns the
 // number of frames (not segments) sent.
 func (p *Port) WriteTunnelGSO(bufs [][]byte, gso []packet.GSO, eps []Endpoint, offset int) (int, error) {
@@ -518,7 +518,7 @@ func completeCsum(frame []byte, g packet.GSO) {
 func (p *Port) writeSuper(frame []byte, g packet.GSO, ep Endpoint) error {
 	s := p.gsoPool.Get().(*gsoScratch)
 	defer p.gsoPool.Put(s)
-	cnt, err := packet.SegmentTCP(s.buf, frame, g, HeaderLen, s.sizes)
+	cnt, err := packet.Segment(s.buf, frame, g, HeaderLen, s.sizes)
 	if err != nil {
 		return fmt.Errorf("vxlan: segment: %w", err)
 	}

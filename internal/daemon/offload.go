@@ -22,7 +22,7 @@ func (d *Daemon) maxFrame() int {
 // podOffloads are the TUN_F_* bits of a pod TAP.
 func (d *Daemon) podOffloads() uint {
 	if d.offload() {
-		return tap.OffloadsTSO
+		return tap.OffloadsTSO | tap.OffloadsUSO
 	}
 	return 0
 }

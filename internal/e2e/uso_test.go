@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gvswitch/gvs/bench/cluster"
+	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/internal/netconf"
+	"golang.org/x/sys/unix"
+)
+
+// TestUSO: a pod's eth0 offers UDP segmentation offload, so a socket with
+// UDP_SEGMENT hands gvs one UDP super-frame per send; gvs segments it into
+// VXLAN datagrams for a pod on another node and passes it whole to a pod
+// on the same node. Every datagram must arrive once, intact, with a valid
+// checksum (the receiving kernels drop bad ones), and the sender's switch
+// port must have read super-frames, not datagrams.
+func TestUSO(t *testing.T) {
+	c := up(t, "us", cluster.Spec{
+		Lab:  lab.Spec{Nodes: 2, PodsPerNode: 2, Projects: []string{"default"}},
+		Mode: "subnet",
+	})
+	a, local, remote := c.Nodes[0].Pods[0], c.Nodes[0].Pods[1], c.Nodes[1].Pods[0]
+	out, err := c.Lab.Exec(ctx(t), a.NS, "ethtool", "-k", "eth0")
+	if err != nil {
+		t.Fatalf("ethtool -k: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "tx-udp-segmentation: on") {
+		if kernelAtLeast(t, 6, 2) {
+			t.Fatalf("pod eth0 has no USO on a kernel that offers it on TAPs:\n%s", out)
+		}
+		t.Skipf("the kernel has no USO on TAPs (Linux 6.2+):\n%s", out)
+	}
+	const size, count = 1000, 40
+	before := portRxPackets(t, c, 0, 3)
+	for _, dst := range []cluster.Pod{remote, local} {
+		got := usoExchange(t, a, dst, size, count)
+		if len(got) != count {
+			t.Errorf("%s → %s: %d of %d datagrams arrived", a.Name, dst.Name, len(got), count)
+		}
+		for i, d := range got {
+			if len(d) != size || int(binary.BigEndian.Uint32(d)) >= count || !bytes.Equal(d[4:], pattern(binary.BigEndian.Uint32(d), size-4)) {
+				t.Errorf("%s → %s: datagram %d (%d bytes) damaged", a.Name, dst.Name, i, len(d))
+			}
+		}
+	}
+	// Two sends of 40 datagrams each; ARP and neighbour traffic add a few
+	// frames. Without USO the port would have read 80.
+	if n := portRxPackets(t, c, 0, 3) - before; n >= count {
+		t.Errorf("the sender's port read %v frames for 2 UDP GSO sends of %d datagrams: no USO", n, count)
+	}
+}
+
+// pattern is the payload of datagram seq after its 4-byte sequence number.
+func pattern(seq uint32, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(int(seq)*31 + i)
+	}
+	return b
+}
+
+// usoExchange sends count datagrams of size bytes from src to dst in one
+// sendmsg with UDP_SEGMENT and returns what dst's socket received.
+func usoExchange(t *testing.T, src, dst cluster.Pod, size, count int) [][]byte {
+	t.Helper()
+	var rx *net.UDPConn
+	if err := netconf.Do(dst.NSPath, func() (err error) {
+		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: dst.IP.AsSlice(), Port: 9400})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	var buf []byte
+	for seq := range count {
+		d := make([]byte, 4, size)
+		binary.BigEndian.PutUint32(d, uint32(seq))
+		buf = append(buf, append(d, pattern(uint32(seq), size-4)...)...)
+	}
+	err := netconf.Do(src.NSPath, func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err := unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT, size); err != nil {
+			return fmt.Errorf("UDP_SEGMENT: %w", err)
+		}
+		to := &unix.SockaddrInet4{Port: 9400, Addr: dst.IP.As4()}
+		// The first send may wait for ARP; a datagram the neighbour
+		// queue dropped would show up as missing, so warm it up first.
+		if err := unix.Sendto(fd, []byte("warm-up"), 0, to); err != nil {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+		return unix.Sendto(fd, buf, 0, to)
+	})
+	if err != nil {
+		t.Fatalf("send %s → %s: %v", src.Name, dst.Name, err)
+	}
+	var got [][]byte
+	b := make([]byte, 65536)
+	for {
+		_ = rx.SetReadDeadline(time.Now().Add(time.Second))
+		n, err := rx.Read(b)
+		if err != nil {
+			return got
+		}
+		if string(b[:n]) != "warm-up" {
+			got = append(got, bytes.Clone(b[:n]))
+		}
+	}
+}
+
+// portRxPackets returns node i's gvs_port_rx_packets_total of switch port
+// no (a static pod's port is named after its TAP, gvs<no>).
+func portRxPackets(t *testing.T, c *cluster.Cluster, i, no int) float64 {
+	t.Helper()
+	body := httpGet(t, c.Nodes[i].NSPath, "127.0.0.1:9101", "/metrics")
+	return metricValue(t, body, fmt.Sprintf(`gvs_port_rx_packets_total{name="gvs%d",port="%d"}`, no, no))
+}
+
+// kernelAtLeast reports whether the running kernel is major.minor or later.
+func kernelAtLeast(t *testing.T, major, minor int) bool {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	var ma, mi int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi); err != nil {
+		t.Fatalf("kernel release %q: %v", u.Release, err)
+	}
+	return ma > major || ma == major && mi >= minor
+}
