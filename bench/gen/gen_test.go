@@ -86,3 +86,36 @@ func TestPercentile(t *testing.T) {
 		t.Error("empty")
 	}
 }
+
+func TestSendGSO(t *testing.T) {
+	conn := listen(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan SinkResult, 1)
+	go func() {
+		r, err := Sink(ctx, conn)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	s, err := Send(context.Background(), FlowConfig{Addr: conn.LocalAddr().String(), Frame: 1000, Flows: 2, GSO: 8, Duration: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	r := <-done
+	if s.Packets == 0 || s.Packets%8 != 0 || s.Errors != 0 {
+		t.Errorf("sent %d datagrams (%d errors), want a multiple of 8", s.Packets, s.Errors)
+	}
+	// The kernel cuts each send into 8 datagrams of the frame's payload.
+	if r.Packets == 0 || r.Packets > s.Packets || r.Bytes != r.Packets*1000 {
+		t.Errorf("received %d datagrams, %d bytes, of %d sent", r.Packets, r.Bytes, s.Packets)
+	}
+	for _, c := range []FlowConfig{{Frame: 1000, GSO: MaxGSO + 1}, {Frame: 1000, GSO: 8, Rate: 1000}} {
+		c.Addr = conn.LocalAddr().String()
+		if _, err := Send(context.Background(), c); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"golang.org/x/net/ipv4"
+	"golang.org/x/sys/unix"
 )
 
 // Packet sizes the generator accepts: UDP payload bytes plus the 42 bytes
@@ -42,7 +43,15 @@ type FlowConfig struct {
 	Rate int
 	// Duration is how long to send.
 	Duration time.Duration
+	// GSO, when above 1, sends GSO datagrams per system call as one UDP
+	// GSO message (UDP_SEGMENT; the kernel, or a device with USO, cuts
+	// it), like QUIC stacks do; at most MaxGSO, and only with Rate 0.
+	GSO int
 }
+
+// MaxGSO is the most datagrams of one UDP GSO message (UDP_MAX_SEGMENTS
+// of older kernels).
+const MaxGSO = 64
 
 // SendResult is what Send sent.
 type SendResult struct {
@@ -63,6 +72,10 @@ func Send(ctx context.Context, cfg FlowConfig) (SendResult, error) {
 	if cfg.Frame < MinFrame || cfg.Frame > MaxFrame {
 		return SendResult{}, fmt.Errorf("%w: %d", ErrFrameSize, cfg.Frame)
 	}
+	gso := max(cfg.GSO, 1)
+	if gso > MaxGSO || (gso > 1 && cfg.Rate > 0) {
+		return SendResult{}, fmt.Errorf("gen: GSO %d: 0…%d datagrams per send, without a rate", cfg.GSO, MaxGSO)
+	}
 	flows := max(cfg.Flows, 1)
 	conns := make([]*ipv4.PacketConn, 0, flows)
 	defer func() {
@@ -76,11 +89,17 @@ func Send(ctx context.Context, cfg FlowConfig) (SendResult, error) {
 			return SendResult{}, fmt.Errorf("gen: %w", err)
 		}
 		conns = append(conns, ipv4.NewPacketConn(c.(*net.UDPConn)))
+		if gso > 1 {
+			if err := setUDPSegment(c.(*net.UDPConn), cfg.Frame-frameHeader); err != nil {
+				return SendResult{}, err
+			}
+		}
 	}
 	size := cfg.Frame - frameHeader
-	msgs := make([]ipv4.Message, batch)
+	// A message is gso datagrams back to back; a batch about 64 datagrams.
+	msgs := make([]ipv4.Message, max(batch/gso, 1))
 	for i := range msgs {
-		msgs[i].Buffers = [][]byte{make([]byte, size)}
+		msgs[i].Buffers = [][]byte{make([]byte, size*gso)}
 	}
 	var res SendResult
 	start := time.Now()
@@ -91,7 +110,7 @@ func Send(ctx context.Context, cfg FlowConfig) (SendResult, error) {
 		if now.After(end) || ctx.Err() != nil {
 			break
 		}
-		n := batch
+		n := len(msgs)
 		if cfg.Rate > 0 {
 			due := uint64(now.Sub(start).Seconds() * float64(cfg.Rate))
 			if due <= res.Packets {
@@ -101,10 +120,11 @@ func Send(ctx context.Context, cfg FlowConfig) (SendResult, error) {
 			n = int(min(due-res.Packets, batch))
 		}
 		for i := range n {
-			b := msgs[i].Buffers[0]
-			if len(b) >= 12 {
-				binary.BigEndian.PutUint32(b, uint32(flow))
-				binary.BigEndian.PutUint64(b[4:], seq+uint64(i))
+			for k := range gso {
+				if b := msgs[i].Buffers[0][k*size : (k+1)*size]; len(b) >= 12 {
+					binary.BigEndian.PutUint32(b, uint32(flow))
+					binary.BigEndian.PutUint64(b[4:], seq+uint64(i*gso+k))
+				}
 			}
 		}
 		sent, err := conns[flow].WriteBatch(msgs[:n], 0)
@@ -112,9 +132,9 @@ func Send(ctx context.Context, cfg FlowConfig) (SendResult, error) {
 			res.Errors++
 		}
 		if sent > 0 {
-			seq += uint64(sent)
-			res.Packets += uint64(sent)
-			res.Bytes += uint64(sent * cfg.Frame)
+			seq += uint64(sent * gso)
+			res.Packets += uint64(sent * gso)
+			res.Bytes += uint64(sent * gso * cfg.Frame)
 		}
 	}
 	res.Duration = time.Since(start)
@@ -171,4 +191,22 @@ func perSecond(n uint64, d time.Duration) float64 {
 		return 0
 	}
 	return float64(n) / d.Seconds()
+}
+
+// setUDPSegment sets UDP_SEGMENT (the GSO datagram size) on c.
+func setUDPSegment(c *net.UDPConn, size int) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("gen: %w", err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT, size)
+	}); err != nil {
+		return fmt.Errorf("gen: %w", err)
+	}
+	if serr != nil {
+		return fmt.Errorf("gen: UDP_SEGMENT: %w", serr)
+	}
+	return nil
 }

@@ -90,6 +90,7 @@ func udpTool(ctx context.Context, name string, args []string) error {
 	size := fs.Int("size", 64, "frame size on the wire, 64..9000 (udp-send)")
 	flows := fs.Int("flows", 1, "flows: distinct source ports (udp-send)")
 	rate := fs.Int("rate", 0, "packets per second, 0: as fast as possible (udp-send)")
+	gso := fs.Int("gso", 0, fmt.Sprintf("datagrams per UDP GSO send (UDP_SEGMENT), 2..%d; 0: none (udp-send)", gen.MaxGSO))
 	count := fs.Int("n", 1000, "probes (udp-probe)")
 	interval := fs.Duration("i", time.Millisecond, "probe interval (udp-probe)")
 	if err := fs.Parse(args); err != nil {
@@ -116,7 +117,7 @@ func udpTool(ctx context.Context, name string, args []string) error {
 			return err
 		}
 	case "udp-send":
-		r, err := gen.Send(ctx, gen.FlowConfig{Addr: *addr, Frame: *size, Flows: *flows, Rate: *rate, Duration: *dur})
+		r, err := gen.Send(ctx, gen.FlowConfig{Addr: *addr, Frame: *size, Flows: *flows, Rate: *rate, Duration: *dur, GSO: *gso})
 		if err != nil {
 			return err
 		}

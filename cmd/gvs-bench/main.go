@@ -31,7 +31,7 @@ commands:
                           measure gvs, the kernel and Open vSwitch on the same topology (as root):
                           TCP, UDP pps from sockets and from the frame blaster, UDP-probe and ping RTT
   udp-sink -l ADDR -t D   count UDP datagrams for D, print JSON
-  udp-send -c ADDR [-size B] [-flows N] [-rate PPS] -t D
+  udp-send -c ADDR [-size B] [-flows N] [-rate PPS] [-gso N] -t D
                           send UDP frames of B bytes over N flows, print JSON
   udp-echo -l ADDR -t D   echo UDP datagrams for D
   udp-probe -c ADDR [-n N] [-i INTERVAL]
