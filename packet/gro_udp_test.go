@@ -1,0 +1,193 @@
+package packet
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+)
+
+// splitUDP segments a UDP super-frame into its datagrams.
+func splitUDP(t testing.TB, frame []byte, size int) [][]byte {
+	t.Helper()
+	dst := make([]byte, 2*len(frame)+MaxUDPCoalesce*64)
+	sizes := make([]int, 2*MaxUDPCoalesce)
+	n, err := SegmentUDP(dst, frame, GSO{Type: GSOUDPL4, Size: uint16(size)}, 0, sizes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	off := 0
+	for k := range n {
+		out = append(out, dst[off:off+sizes[k]])
+		off += sizes[k]
+	}
+	return out
+}
+
+func TestUDPCoalesceRoundTrip(t *testing.T) {
+	const size = 1000
+	for _, payload := range []int{size, size + 1, 10 * size, 63*size + 17, 64 * size} {
+		orig := udpSuperFrame(4, payload, false)
+		dgrams := splitUDP(t, orig, size)
+		var c Coalescer
+		c.UDP = true
+		out := make([]byte, MaxSuperFrame)
+		c.Start(out, dgrams[0])
+		for k, d := range dgrams[1:] {
+			if !c.Append(d) {
+				t.Fatalf("payload %d: datagram %d not merged", payload, k+1)
+			}
+		}
+		n, g := c.Finish()
+		res := out[:n]
+		if len(dgrams) == 1 {
+			if g.IsGSO() || !bytes.Equal(res, orig) {
+				t.Fatalf("payload %d: one datagram came back changed (%+v)", payload, g)
+			}
+			continue
+		}
+		if g.Type != GSOUDPL4 || !g.NeedsCsum || g.Size != size || g.HdrLen != 42 || g.CsumStart != 34 || g.CsumOffset != 6 {
+			t.Fatalf("payload %d: gso %+v", payload, g)
+		}
+		// Complete the partial checksum as the receiving kernel would: the
+		// frame must then be the original (whose IP ID is the first
+		// datagram's).
+		cs := ^Checksum(res[g.CsumStart:], 0)
+		binary.BigEndian.PutUint16(res[g.CsumStart+g.CsumOffset:], cs)
+		if !bytes.Equal(res, orig) {
+			t.Fatalf("payload %d: merged frame differs from the original", payload)
+		}
+		// And it segments back into the same datagrams.
+		for k, d := range splitUDP(t, res, int(g.Size)) {
+			if !bytes.Equal(d, dgrams[k]) {
+				t.Fatalf("payload %d: datagram %d differs after the round trip", payload, k)
+			}
+		}
+	}
+}
+
+func TestUDPCoalesceRefuses(t *testing.T) {
+	const size = 500
+	base := splitUDP(t, udpSuperFrame(4, 3*size, false), size)
+	mod := func(f func(d []byte)) []byte {
+		d := bytes.Clone(base[1])
+		f(d)
+		return d
+	}
+	fixIP := func(d []byte) { ipv4HeaderChecksum(d[EthernetLen:], 20) }
+	long := splitUDP(t, udpSuperFrame(4, 3*size, false), size+1)[0]
+	for name, d := range map[string][]byte{
+		"other port":   mod(func(d []byte) { d[EthernetLen+20+1]++ }),
+		"bad checksum": mod(func(d []byte) { d[len(d)-1]++ }),
+		"no checksum":  mod(func(d []byte) { d[EthernetLen+26], d[EthernetLen+27] = 0, 0 }),
+		"other TTL":    mod(func(d []byte) { d[EthernetLen+8]--; fixIP(d) }),
+		"fragment":     mod(func(d []byte) { d[EthernetLen+6] |= 0x20; fixIP(d) }),
+		"other MAC":    mod(func(d []byte) { d[0] ^= 2 }),
+		"longer":       long,
+		"padded":       append(bytes.Clone(base[1]), 0),
+		"tcp":          superFrame(size, TCPFlagACK),
+	} {
+		var c UDPCoalescer
+		out := make([]byte, MaxSuperFrame)
+		c.Start(out, base[0])
+		if c.Append(d) {
+			t.Errorf("%s: merged", name)
+		}
+		if n, g := c.Finish(); n != len(base[0]) || g.IsGSO() || !bytes.Equal(out[:n], base[0]) {
+			t.Errorf("%s: a refused datagram changed the frame", name)
+		}
+	}
+	// A shorter datagram ends the frame.
+	short := splitUDP(t, udpSuperFrame(4, 2*size+10, false), size)
+	var c UDPCoalescer
+	c.Start(make([]byte, MaxSuperFrame), short[0])
+	if !c.Append(short[1]) || !c.Append(short[2]) || c.Append(base[1]) {
+		t.Error("a datagram was merged after a shorter one")
+	}
+	// A bad first datagram is passed on alone.
+	bad := bytes.Clone(base[0])
+	bad[len(bad)-1]++
+	c.Start(make([]byte, MaxSuperFrame), bad)
+	if c.Append(base[1]) {
+		t.Error("merged into a datagram with a bad checksum")
+	}
+	// MaxUDPCoalesce datagrams at most.
+	many := splitUDP(t, udpSuperFrame(4, (MaxUDPCoalesce+1)*100, false), 100)
+	c.Start(make([]byte, MaxSuperFrame), many[0])
+	for k, d := range many[1:] {
+		if got, want := c.Append(d), k+1 < MaxUDPCoalesce; got != want {
+			t.Fatalf("datagram %d: merged %v", k+1, got)
+		}
+	}
+	// Without Coalescer.UDP nothing UDP is merged.
+	var off Coalescer
+	off.Start(make([]byte, MaxSuperFrame), base[0])
+	if off.Append(base[1]) {
+		t.Error("Coalescer merged UDP with UDP unset")
+	}
+}
+
+func TestUDPCoalesceAllocs(t *testing.T) {
+	dgrams := splitUDP(t, udpSuperFrame(4, 20*1000, false), 1000)
+	out := make([]byte, MaxSuperFrame)
+	c := Coalescer{UDP: true}
+	a := testing.AllocsPerRun(100, func() {
+		c.Start(out, dgrams[0])
+		for _, d := range dgrams[1:] {
+			c.Append(d)
+		}
+		c.Finish()
+	})
+	if a != 0 {
+		t.Errorf("%v allocations per frame", a)
+	}
+}
+
+func BenchmarkCoalesceUDP(b *testing.B) {
+	dgrams := splitUDP(b, udpSuperFrame(4, 44*1358, false), 1358)
+	out := make([]byte, MaxSuperFrame)
+	var c UDPCoalescer
+	b.SetBytes(44 * 1358)
+	b.ReportAllocs()
+	for b.Loop() {
+		c.Start(out, dgrams[0])
+		for _, d := range dgrams[1:] {
+			c.Append(d)
+		}
+		c.Finish()
+	}
+}
+
+func FuzzUDPCoalescer(f *testing.F) {
+	d := splitUDP(f, udpSuperFrame(4, 300, false), 100)
+	f.Add(d[0], d[1])
+	f.Add(d[0], d[2][:len(d[2])-1])
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		out := make([]byte, MaxSuperFrame)
+		var c UDPCoalescer
+		if !c.Start(out, a) {
+			return
+		}
+		merged := c.Append(b)
+		n, g := c.Finish()
+		if !merged {
+			if n != len(a) || g.IsGSO() || !bytes.Equal(out[:n], a) {
+				t.Fatal("a lone datagram changed")
+			}
+			return
+		}
+		// A merged frame, its checksum completed, segments back into two
+		// datagrams with valid checksums carrying a's and b's payloads.
+		res := out[:n]
+		binary.BigEndian.PutUint16(res[g.CsumStart+g.CsumOffset:], ^Checksum(res[g.CsumStart:], 0))
+		parts := splitUDP(t, res, int(g.Size))
+		if len(parts) != 2 {
+			t.Fatalf("%d datagrams from a merge of 2", len(parts))
+		}
+		for k, want := range [][]byte{a, b} {
+			if !refUDPValid(t, parts[k]) || !bytes.Equal(parts[k][udpHdrEnd:], want[udpHdrEnd:]) {
+				t.Fatalf("datagram %d differs after the round trip", k)
+			}
+		}
+	})
+}
