@@ -130,3 +130,16 @@ func DeletePersistent(name string) error {
 	}
 	return d.Destroy()
 }
+
+// ProbeUSO reports whether the kernel offers UDP segmentation offload on
+// TAPs (TUN_F_USO4|6, Linux 6.2 and later), and so takes UDP super-frames
+// written with a GSOUDPL4 header. It creates a TAP with a name the kernel
+// chooses in the calling thread's network namespace and closes it at once.
+func ProbeUSO() (bool, error) {
+	d, err := Create(Config{Offloads: OffloadsTSO | OffloadsUSO})
+	if err != nil {
+		return false, err
+	}
+	defer d.Close()
+	return d.Offloads()&OffloadsUSO == OffloadsUSO, nil
+}

@@ -15,7 +15,9 @@ package vxlan
 // length) and its inner frame copied into the caller's buffer; with
 // ReadTunnelGSO, consecutive inner TCP segments of one flow are merged
 // into one super-frame (packet.TCPCoalescer) described by a GSOTCPv4
-// packet.GSO, so a TAP hands the pod one large segment. What does not fit
+// packet.GSO, so a TAP hands the pod one large segment; with
+// Config.CoalesceUDP, consecutive UDP datagrams of one flow likewise
+// (packet.UDPCoalescer, GSOUDPL4). What does not fit
 // in the caller's buffers stays for the next call.
 //
 // Transmit (WriteTunnelGSO): complete frames go the sendmmsg way of
@@ -73,7 +75,7 @@ type rxState struct {
 	rn    int
 	rerr  error
 	fn    func(fd uintptr) bool
-	co    packet.TCPCoalescer
+	co    packet.Coalescer
 }
 
 func (p *Port) initRx(gro bool) error {

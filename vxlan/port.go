@@ -93,6 +93,11 @@ type Config struct {
 	// and sent on its own (WriteTunnelGSO still segments super-frames,
 	// sending them with sendmmsg).
 	Offload bool
+	// CoalesceUDP makes ReadTunnelGSO merge consecutive UDP datagrams of
+	// one inner flow into UDP super-frames (GSOUDPL4), as it merges TCP
+	// segments. Set it only if every port such frames go to takes them:
+	// a TAP on Linux 6.2 or later (tap.ProbeUSO).
+	CoalesceUDP bool
 	// Logger receives setup and teardown messages, never per-packet ones;
 	// nil discards them.
 	Logger *slog.Logger
@@ -229,10 +234,11 @@ func Listen(cfg Config) (*Port, error) {
 		p.Close()
 		return nil, err
 	}
+	p.rxs.co.UDP = cfg.CoalesceUDP
 	p.txPool.New = func() any { return newTxScratch(cfg.Batch) }
 	p.gsoPool.New = func() any { return newGSOScratch() }
 	log.Info("vxlan: tunnel port open", "local", laddr.String(), "send_sockets", len(p.tx), "batch", cfg.Batch,
-		"udp_gro", p.groOn, "udp_gso", p.gso.Load())
+		"udp_gro", p.groOn, "udp_gso", p.gso.Load(), "coalesce_udp", cfg.CoalesceUDP)
 	return p, nil
 }
 

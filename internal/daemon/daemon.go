@@ -155,9 +155,18 @@ func (d *Daemon) setup(ctx context.Context) error {
 	if err := d.applyText(nil, sdn.SetupRules(d.node)); err != nil {
 		return fmt.Errorf("setup rules: %w", err)
 	}
-	// vxlan0, port 1.
+	// vxlan0, port 1. UDP datagrams are merged toward the pods only if
+	// their TAPs take UDP super-frames.
+	coalesceUDP := false
+	if d.offload() {
+		ok, err := tap.ProbeUSO()
+		if err != nil {
+			d.log.Warn("cannot probe USO on TAPs; UDP datagrams are not merged toward pods", "err", err)
+		}
+		coalesceUDP = ok
+	}
 	vx, err := vxlan.Listen(vxlan.Config{Local: d.node.NodeIP, Port: d.cfg.VXLANPort, Peers: d.peers,
-		Offload: d.offload(), Logger: d.log})
+		Offload: d.offload(), CoalesceUDP: coalesceUDP, Logger: d.log})
 	if err != nil {
 		return fmt.Errorf("vxlan0: %w", err)
 	}

@@ -17,10 +17,12 @@ import (
 
 // TestUSO: a pod's eth0 offers UDP segmentation offload, so a socket with
 // UDP_SEGMENT hands gvs one UDP super-frame per send; gvs segments it into
-// VXLAN datagrams for a pod on another node and passes it whole to a pod
-// on the same node. Every datagram must arrive once, intact, with a valid
-// checksum (the receiving kernels drop bad ones), and the sender's switch
-// port must have read super-frames, not datagrams.
+// VXLAN datagrams for a pod on another node, where gvs merges them again
+// into a super-frame for the pod's TAP, and passes it whole to a pod on the
+// same node. Every datagram must arrive once, intact, with a valid checksum
+// (the receiving kernels drop bad ones), the sender's switch port must
+// have read super-frames, not datagrams, and the receiver's pod port
+// written super-frames.
 func TestUSO(t *testing.T) {
 	c := up(t, "us", cluster.Spec{
 		Lab:  lab.Spec{Nodes: 2, PodsPerNode: 2, Projects: []string{"default"}},
@@ -38,7 +40,8 @@ func TestUSO(t *testing.T) {
 		t.Skipf("the kernel has no USO on TAPs (Linux 6.2+):\n%s", out)
 	}
 	const size, count = 1000, 40
-	before := portRxPackets(t, c, 0, 3)
+	before := portPackets(t, c, 0, 3, "rx")
+	beforeRemote := portPackets(t, c, 1, 3, "tx")
 	for _, dst := range []cluster.Pod{remote, local} {
 		got := usoExchange(t, a, dst, size, count)
 		if len(got) != count {
@@ -52,8 +55,13 @@ func TestUSO(t *testing.T) {
 	}
 	// Two sends of 40 datagrams each; ARP and neighbour traffic add a few
 	// frames. Without USO the port would have read 80.
-	if n := portRxPackets(t, c, 0, 3) - before; n >= count {
+	if n := portPackets(t, c, 0, 3, "rx") - before; n >= count {
 		t.Errorf("the sender's port read %v frames for 2 UDP GSO sends of %d datagrams: no USO", n, count)
+	}
+	// The remote node merged the datagrams again toward its pod (vxlan
+	// CoalesceUDP): far fewer writes than datagrams.
+	if n := portPackets(t, c, 1, 3, "tx") - beforeRemote; n >= count/2 {
+		t.Errorf("the receiver's pod port wrote %v frames for %d datagrams: not merged", n, count)
 	}
 }
 
@@ -119,12 +127,13 @@ func usoExchange(t *testing.T, src, dst cluster.Pod, size, count int) [][]byte {
 	}
 }
 
-// portRxPackets returns node i's gvs_port_rx_packets_total of switch port
-// no (a static pod's port is named after its TAP, gvs<no>).
-func portRxPackets(t *testing.T, c *cluster.Cluster, i, no int) float64 {
+// portPackets returns node i's gvs_port_<dir>_packets_total (dir rx or
+// tx) of switch port no (a static pod's port is named after its TAP,
+// gvs<no>).
+func portPackets(t *testing.T, c *cluster.Cluster, i, no int, dir string) float64 {
 	t.Helper()
 	body := httpGet(t, c.Nodes[i].NSPath, "127.0.0.1:9101", "/metrics")
-	return metricValue(t, body, fmt.Sprintf(`gvs_port_rx_packets_total{name="gvs%d",port="%d"}`, no, no))
+	return metricValue(t, body, fmt.Sprintf(`gvs_port_%s_packets_total{name="gvs%d",port="%d"}`, dir, no, no))
 }
 
 // kernelAtLeast reports whether the running kernel is major.minor or later.
