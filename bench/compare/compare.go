@@ -71,16 +71,20 @@ type Config struct {
 // run by hand (SPEC §7's idle reference, ≈0.12 ms for the kernel, is of
 // this kind: between two requests every CPU goes idle).
 type Metrics struct {
-	TCP1Gbps     float64 `json:"tcp1_gbps"`
-	TCP4Gbps     float64 `json:"tcp4_gbps"`
-	UDP64Kpps    float64 `json:"udp64_kpps"`
-	UDP64Loss    float64 `json:"udp64_loss"`
-	UDP1400Kpps  float64 `json:"udp1400_kpps"`
-	UDP1400Loss  float64 `json:"udp1400_loss"`
-	RTTIdleP50us float64 `json:"rtt_idle_p50_us"`
-	RTTIdleP99us float64 `json:"rtt_idle_p99_us"`
-	RTTLoadP50us float64 `json:"rtt_load_p50_us"`
-	RTTLoadP99us float64 `json:"rtt_load_p99_us"`
+	TCP1Gbps    float64 `json:"tcp1_gbps"`
+	TCP4Gbps    float64 `json:"tcp4_gbps"`
+	UDP64Kpps   float64 `json:"udp64_kpps"`
+	UDP64Loss   float64 `json:"udp64_loss"`
+	UDP1400Kpps float64 `json:"udp1400_kpps"`
+	UDP1400Loss float64 `json:"udp1400_loss"`
+	// The socket generator with UDP GSO: 44 datagrams of 1400 B frames per
+	// UDP_SEGMENT send (a QUIC-like sender; gvs takes it with USO).
+	UDP1400GSOKpps float64 `json:"udp1400_gso_kpps"`
+	UDP1400GSOLoss float64 `json:"udp1400_gso_loss"`
+	RTTIdleP50us   float64 `json:"rtt_idle_p50_us"`
+	RTTIdleP99us   float64 `json:"rtt_idle_p99_us"`
+	RTTLoadP50us   float64 `json:"rtt_load_p50_us"`
+	RTTLoadP99us   float64 `json:"rtt_load_p99_us"`
 	// Blaster workloads: delivered and offered kpps, loss = 1 − delivered
 	// ÷ offered.
 	UDP64BlastKpps          float64 `json:"udp64_blast_kpps"`

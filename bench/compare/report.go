@@ -25,6 +25,8 @@ var rows = []row{
 	{"UDP 64 B socket, loss %", func(m Metrics) float64 { return 100 * m.UDP64Loss }, true, "", false},
 	{"UDP 1400 B socket, delivered kpps", func(m Metrics) float64 { return m.UDP1400Kpps }, false, "", true},
 	{"UDP 1400 B socket, loss %", func(m Metrics) float64 { return 100 * m.UDP1400Loss }, true, "", false},
+	{"UDP 1400 B GSO sender, delivered kpps", func(m Metrics) float64 { return m.UDP1400GSOKpps }, false, "", true},
+	{"UDP 1400 B GSO sender, loss %", func(m Metrics) float64 { return 100 * m.UDP1400GSOLoss }, true, "", false},
 	{"UDP 64 B blast, delivered kpps", func(m Metrics) float64 { return m.UDP64BlastKpps }, false, "≥0.5× kernel, ≥4× ovs", true},
 	{"UDP 64 B blast, offered kpps", func(m Metrics) float64 { return m.UDP64BlastOfferedKpps }, false, "", false},
 	{"UDP 64 B blast, loss %", func(m Metrics) float64 { return 100 * m.UDP64BlastLoss }, true, "", false},

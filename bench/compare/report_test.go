@@ -74,7 +74,7 @@ func TestMetricsKeys(t *testing.T) {
 	if err := json.Unmarshal(j, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"tcp1_gbps", "tcp4_gbps", "udp64_kpps", "udp1400_kpps", "rtt_idle_p50_us", "rtt_idle_p99_us",
+	for _, k := range []string{"tcp1_gbps", "tcp4_gbps", "udp64_kpps", "udp1400_kpps", "udp1400_gso_kpps", "rtt_idle_p50_us", "rtt_idle_p99_us",
 		"udp64_blast_kpps", "udp64_blast_offered_kpps", "udp64_blast_loss", "udp1400_blast_kpps", "udp1400_blast_loss",
 		"rtt_ping_idle_p50_us", "rtt_ping_idle_p99_us", "rtt_ping_load_p50_us", "rtt_ping_load_p99_us",
 		"rtt_ping_sparse_p50_us", "rtt_ping_sparse_p99_us", "cpu_s_per_gbit",

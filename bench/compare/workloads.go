@@ -30,6 +30,9 @@ const (
 	pingStep  = 2 * time.Millisecond
 	// sparseStep is the sparse ping's interval: CPUs go idle in between.
 	sparseStep = 200 * time.Millisecond
+	// gsoDatagrams is the GSO sender's datagrams per send: 44 of 1358 B
+	// fill one 64 KiB message and a gvs pod's gso_max_segs at MTU 1450.
+	gsoDatagrams = 44
 )
 
 // env is one dataplane's running cluster. Traffic goes from node 0's pods
@@ -88,6 +91,10 @@ func (e *env) run(ctx context.Context, run int) (Metrics, error) {
 	}
 	step("UDP 1400 B")
 	if m.UDP1400Kpps, m.UDP1400Loss, err = e.udp(ctx, src, dst, 1400); err != nil {
+		return m, err
+	}
+	step("UDP 1400 B, GSO sender")
+	if m.UDP1400GSOKpps, m.UDP1400GSOLoss, err = e.udpGSO(ctx, src, dst, 1400, gsoDatagrams); err != nil {
 		return m, err
 	}
 	step("UDP 64 B, frame blaster")
@@ -221,6 +228,12 @@ func (e *env) ownTCP(ctx context.Context, src, dst cluster.Pod, streams int, d t
 // can for the configured duration, over cfg.Flows flows, and returns the
 // delivered kpps and the loss fraction.
 func (e *env) udp(ctx context.Context, src, dst cluster.Pod, frame int) (kpps, loss float64, err error) {
+	return e.udpGSO(ctx, src, dst, frame, 0)
+}
+
+// udpGSO is udp with a sender that puts gso datagrams in each UDP_SEGMENT
+// message (0: none).
+func (e *env) udpGSO(ctx context.Context, src, dst cluster.Pod, frame, gso int) (kpps, loss float64, err error) {
 	d := e.cfg.Duration
 	var sink gen.SinkResult
 	var sinkErr error
@@ -232,7 +245,7 @@ func (e *env) udp(ctx context.Context, src, dst cluster.Pod, frame int) (kpps, l
 	time.Sleep(300 * time.Millisecond)
 	var sent gen.SendResult
 	out, err := e.c.Lab.Exec(ctx, src.NS, e.bin(), "udp-send", "-c", fmt.Sprintf("%s:%d", dst.IP, udpPort),
-		"-size", strconv.Itoa(frame), "-flows", strconv.Itoa(e.cfg.Flows), "-t", d.String())
+		"-size", strconv.Itoa(frame), "-flows", strconv.Itoa(e.cfg.Flows), "-gso", strconv.Itoa(gso), "-t", d.String())
 	sendErr := decode(out, err, &sent)
 	wg.Wait()
 	if err := errors.Join(sendErr, sinkErr); err != nil {

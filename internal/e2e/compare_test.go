@@ -61,7 +61,7 @@ func TestCompare(t *testing.T) {
 			t.Errorf("%s: status %q: %v", name, status, d["error"])
 			continue
 		}
-		for _, k := range []string{"tcp1_gbps", "tcp4_gbps", "udp64_kpps", "udp1400_kpps", "rtt_idle_p50_us", "rtt_idle_p99_us",
+		for _, k := range []string{"tcp1_gbps", "tcp4_gbps", "udp64_kpps", "udp1400_kpps", "udp1400_gso_kpps", "rtt_idle_p50_us", "rtt_idle_p99_us",
 			"udp64_blast_kpps", "udp64_blast_offered_kpps", "udp1400_blast_kpps", "udp1400_blast_offered_kpps",
 			"rtt_ping_idle_p50_us", "rtt_ping_idle_p99_us", "rtt_ping_load_p50_us", "rtt_ping_load_p99_us",
 			"rtt_ping_sparse_p50_us", "rtt_ping_sparse_p99_us"} {
@@ -76,7 +76,7 @@ func TestCompare(t *testing.T) {
 				t.Errorf("%s: %s = %v, want ≥ 0", name, k, d[k])
 			}
 		}
-		for _, k := range []string{"udp64_loss", "udp1400_loss", "udp64_blast_loss", "udp1400_blast_loss"} {
+		for _, k := range []string{"udp64_loss", "udp1400_loss", "udp1400_gso_loss", "udp64_blast_loss", "udp1400_blast_loss"} {
 			if v, ok := d[k].(float64); !ok || v < 0 || v > 1 {
 				t.Errorf("%s: %s = %v, want a fraction", name, k, d[k])
 			}
