@@ -14,9 +14,9 @@ import (
 // header, same IPv4 header except ID, length and checksum (no options
 // beyond what the first carried, no fragments), same ports, ACK, window
 // and TCP options, a sequence number that follows on, only ACK (and PSH on
-// the last) set, a payload no longer than the first one's, and a valid
-// TCP checksum (checksums are verified because the result is handed on as
-// already checked). A segment shorter than the first, or with PSH, ends
+// the last) set, a payload no longer than the first one's, and valid IPv4
+// header and TCP checksums (checksums are verified because the result is
+// handed on as already checked, with a new IPv4 header checksum). A segment shorter than the first, or with PSH, ends
 // the super-frame. Finish fixes the headers and returns the frame's GSO
 // metadata. It does not allocate.
 type TCPCoalescer struct {
@@ -52,7 +52,8 @@ func (c *TCPCoalescer) Start(out, seg []byte) bool {
 	tcp := ip[ipLen:]
 	payload := tot - ipLen - tcpLen
 	if EthernetLen+tot != len(seg) || // padding or truncation: leave alone
-		payload <= 0 || tcp[13] != TCPFlagACK {
+		payload <= 0 || tcp[13] != TCPFlagACK ||
+		Checksum(ip[:ipLen], 0) != 0xffff { // merged, it would get a valid one
 		copy(out, seg)
 		return true
 	}
@@ -93,7 +94,8 @@ func (c *TCPCoalescer) Append(seg []byte) bool {
 	if !bytes.Equal(head[:EthernetLen+2], seg[:EthernetLen+2]) ||
 		binary.BigEndian.Uint16(sip[2:4]) != uint16(len(seg)-EthernetLen) ||
 		sip[6] != ip[6] || sip[7] != ip[7] || sip[8] != ip[8] || sip[9] != ip[9] ||
-		!bytes.Equal(ip[12:c.ipLen], sip[12:c.ipLen]) {
+		!bytes.Equal(ip[12:c.ipLen], sip[12:c.ipLen]) ||
+		Checksum(sip[:c.ipLen], 0) != 0xffff {
 		return false
 	}
 	tcp, stcp := ip[c.ipLen:], sip[c.ipLen:]

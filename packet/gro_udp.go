@@ -23,8 +23,8 @@ const udpHdrEnd = EthernetLen + 20 + 8
 // further datagram's payload when it belongs to the same flow: same
 // Ethernet header, same IPv4 header except ID, length and checksum (no
 // options, no fragments), same ports, a payload no longer than the
-// first's, and a valid, non-zero UDP checksum (checksums are verified
-// because the merged frame's is recomputed). A datagram shorter than the
+// first's, and valid IPv4 header and non-zero UDP checksums (checksums are
+// verified because the merged frame's are recomputed). A datagram shorter than the
 // first ends the frame, as does the MaxUDPCoalesce-th. Finish fixes the
 // headers and returns the frame's GSO metadata. It does not allocate.
 //
@@ -42,8 +42,10 @@ type UDPCoalescer struct {
 }
 
 // udpv4Datagram reports whether frame is an Ethernet/IPv4/UDP datagram the
-// coalescer can extend: no IP options, not a fragment, lengths that match
-// the frame exactly, a payload and a checksum.
+// coalescer can extend: no IP options, a valid IP header checksum (the
+// merged frame gets a new one, so a damaged header must not be merged),
+// not a fragment, lengths that match the frame exactly, a payload and a
+// UDP checksum.
 func udpv4Datagram(frame []byte) bool {
 	if len(frame) <= udpHdrEnd || binary.BigEndian.Uint16(frame[12:14]) != EtherTypeIPv4 {
 		return false
@@ -53,7 +55,8 @@ func udpv4Datagram(frame []byte) bool {
 		binary.BigEndian.Uint16(ip[6:8])&0x3fff == 0 &&
 		int(binary.BigEndian.Uint16(ip[2:4])) == len(ip) &&
 		int(binary.BigEndian.Uint16(ip[24:26])) == len(ip)-20 &&
-		binary.BigEndian.Uint16(ip[26:28]) != 0
+		binary.BigEndian.Uint16(ip[26:28]) != 0 &&
+		Checksum(ip[:20], 0) == 0xffff
 }
 
 // Start begins a new frame in out with d (a complete Ethernet frame),
@@ -105,7 +108,8 @@ func (c *UDPCoalescer) Append(d []byte) bool {
 		sip[6] != ip[6] || sip[7] != ip[7] || sip[8] != ip[8] || sip[9] != ip[9] ||
 		!bytes.Equal(ip[12:24], sip[12:24]) ||
 		int(binary.BigEndian.Uint16(sip[24:26])) != 8+payload ||
-		binary.BigEndian.Uint16(sip[26:28]) == 0 {
+		binary.BigEndian.Uint16(sip[26:28]) == 0 ||
+		Checksum(sip[:20], 0) != 0xffff {
 		return false
 	}
 	// Verify d's checksum while copying its payload behind the frame: on

@@ -83,6 +83,14 @@ func TestUDPCoalesceRefuses(t *testing.T) {
 		"other TTL":    mod(func(d []byte) { d[EthernetLen+8]--; fixIP(d) }),
 		"fragment":     mod(func(d []byte) { d[EthernetLen+6] |= 0x20; fixIP(d) }),
 		"other MAC":    mod(func(d []byte) { d[0] ^= 2 }),
+		"bad IP csum":  mod(func(d []byte) { d[EthernetLen+5]++ }), // ID: not compared, but covered by the header checksum
+		"other TOS":    mod(func(d []byte) { d[EthernetLen+1] = 0x02; fixIP(d) }),
+		"other DF":     mod(func(d []byte) { d[EthernetLen+6] ^= 0x40; fixIP(d) }),
+		"other source": mod(func(d []byte) { d[EthernetLen+15]++; fixIP(d) }),
+		"other dest":   mod(func(d []byte) { d[EthernetLen+19]++; fixIP(d) }),
+		"IP options":   mod(func(d []byte) { d[EthernetLen] = 0x46; fixIP(d) }),
+		"IP length":    mod(func(d []byte) { binary.BigEndian.PutUint16(d[EthernetLen+2:], uint16(len(d)-EthernetLen-1)); fixIP(d) }),
+		"ipv6":         splitUDP(t, udpSuperFrame(6, 3*size, false), size)[1],
 		"longer":       long,
 		"padded":       append(bytes.Clone(base[1]), 0),
 		"tcp":          superFrame(size, TCPFlagACK),
@@ -110,6 +118,12 @@ func TestUDPCoalesceRefuses(t *testing.T) {
 	c.Start(make([]byte, MaxSuperFrame), bad)
 	if c.Append(base[1]) {
 		t.Error("merged into a datagram with a bad checksum")
+	}
+	badIP := bytes.Clone(base[0])
+	badIP[EthernetLen+8]--
+	c.Start(make([]byte, MaxSuperFrame), badIP)
+	if c.Append(base[1]) {
+		t.Error("merged into a datagram with a bad IPv4 header checksum")
 	}
 	// MaxUDPCoalesce datagrams at most.
 	many := splitUDP(t, udpSuperFrame(4, (MaxUDPCoalesce+1)*100, false), 100)
@@ -176,18 +190,36 @@ func FuzzUDPCoalescer(f *testing.F) {
 			}
 			return
 		}
-		// A merged frame, its checksum completed, segments back into two
-		// datagrams with valid checksums carrying a's and b's payloads.
+		// Both inputs were valid: their checksums are what allowed the merge.
+		for k, d := range [][]byte{a, b} {
+			if !refUDPValid(t, d) || !ipv4HeaderValid(d[EthernetLen:]) {
+				t.Fatalf("merged input %d has a bad checksum", k)
+			}
+		}
+		// A merged frame, its checksum completed, segments back into a and
+		// b, byte for byte except b's IP ID and the checksums that depend
+		// on it (the kernel renumbers IDs from the first datagram's).
 		res := out[:n]
+		if got, want := binary.BigEndian.Uint16(res[40:42]), PseudoHeaderSum(res[26:30], res[30:34], ProtoUDP, n-34); got != want {
+			t.Fatalf("partial checksum %#x, want the pseudo-header sum %#x", got, want)
+		}
 		binary.BigEndian.PutUint16(res[g.CsumStart+g.CsumOffset:], ^Checksum(res[g.CsumStart:], 0))
 		parts := splitUDP(t, res, int(g.Size))
 		if len(parts) != 2 {
 			t.Fatalf("%d datagrams from a merge of 2", len(parts))
 		}
-		for k, want := range [][]byte{a, b} {
-			if !refUDPValid(t, parts[k]) || !bytes.Equal(parts[k][udpHdrEnd:], want[udpHdrEnd:]) {
-				t.Fatalf("datagram %d differs after the round trip", k)
+		if !bytes.Equal(parts[0], a) {
+			t.Fatal("the first datagram differs after the round trip")
+		}
+		mask := func(d []byte) []byte {
+			d = bytes.Clone(d)
+			for _, i := range []int{18, 19, 24, 25, 40, 41} {
+				d[i] = 0
 			}
+			return d
+		}
+		if !bytes.Equal(mask(parts[1]), mask(b)) {
+			t.Fatal("the second datagram differs after the round trip")
 		}
 	})
 }

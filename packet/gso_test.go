@@ -152,6 +152,20 @@ func TestCoalesceRefuses(t *testing.T) {
 	if c.Append(badsum) || c.Len() != len(s0) || !bytes.Equal(out[:c.Len()], s0) {
 		t.Error("a refused segment changed the frame")
 	}
+	// A damaged IPv4 header (ID changed, header checksum not) is neither
+	// appended nor extended: merged, it would get a valid checksum.
+	badIP := bytes.Clone(s1)
+	badIP[EthernetLen+5]++
+	c.Start(out, s0)
+	if c.Append(badIP) {
+		t.Error("appended a segment with a bad IPv4 header checksum")
+	}
+	badIP0 := bytes.Clone(s0)
+	badIP0[EthernetLen+8]--
+	c.Start(out, badIP0)
+	if c.Append(s1) {
+		t.Error("extended a first segment with a bad IPv4 header checksum")
+	}
 	// A SYN is never extended.
 	syn := superFrame(100, TCPFlagSYN|TCPFlagACK)
 	c.Start(out, syn)
