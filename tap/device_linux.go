@@ -98,8 +98,8 @@ func (c Config) Validate() error {
 	if c.Offloads&^supportedOffloads != 0 {
 		return fmt.Errorf("%w: %#x (GSO splitting is not implemented)", ErrUnsupportedOffload, c.Offloads&^supportedOffloads)
 	}
-	if u := c.Offloads & OffloadsUSO; u != 0 && u != OffloadsUSO {
-		return fmt.Errorf("%w: USO needs both TUN_F_USO4 and TUN_F_USO6 (the kernel takes them only together)", ErrUnsupportedOffload)
+	if u := c.Offloads & OffloadsUSO; u != 0 && (u != OffloadsUSO || c.Offloads&unix.TUN_F_CSUM == 0) {
+		return fmt.Errorf("%w: USO needs TUN_F_USO4, TUN_F_USO6 and TUN_F_CSUM together (as the kernel does)", ErrUnsupportedOffload)
 	}
 	if c.BatchSize < 0 {
 		return fmt.Errorf("tap: negative batch size %d", c.BatchSize)
@@ -301,16 +301,22 @@ func setup(fd int, cfg Config, create bool) (string, uint, error) {
 		return "", 0, fmt.Errorf("tap %s: TUNSETVNETLE: %w", name, err)
 	}
 	off := cfg.Offloads
-	err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(off))
+	err = setOffload(fd, off)
 	if errors.Is(err, unix.EINVAL) && off&OffloadsUSO != 0 {
 		// A kernel before 6.2 has no USO: go on without it.
 		off &^= OffloadsUSO
-		err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(off))
+		err = setOffload(fd, off)
 	}
 	if err != nil {
 		return "", 0, fmt.Errorf("tap %s: TUNSETOFFLOAD %#x: %w", name, off, err)
 	}
 	return name, off, nil
+}
+
+// setOffload issues TUNSETOFFLOAD; a variable so that a test can play a
+// kernel without USO.
+var setOffload = func(fd int, off uint) error {
+	return unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(off))
 }
 
 func hostLittleEndian() bool {

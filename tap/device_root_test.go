@@ -479,6 +479,9 @@ func TestConfigValidate(t *testing.T) {
 	if err := (tap.Config{Offloads: unix.TUN_F_UFO}).Validate(); !errors.Is(err, tap.ErrUnsupportedOffload) {
 		t.Errorf("UFO: %v", err)
 	}
+	if err := (tap.Config{Offloads: tap.OffloadsUSO}).Validate(); !errors.Is(err, tap.ErrUnsupportedOffload) {
+		t.Errorf("USO without TUN_F_CSUM: %v", err)
+	}
 }
 
 // TestTAPTruncated reads a frame into a buffer too small for it: Read must
