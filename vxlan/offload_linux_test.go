@@ -262,6 +262,17 @@ func TestOffloadRoundTripUDP(t *testing.T) {
 		frames, merged := 0, 0
 		dst := make([]byte, 2*packet.MaxSuperFrame)
 		sizes := make([]int, 128)
+		// The datagrams the sender put on the wire (inner frames).
+		sentBuf := make([]byte, 2*packet.MaxSuperFrame)
+		sn, err := packet.SegmentUDP(sentBuf, orig, g, 0, sizes)
+		if err != nil || sn != count {
+			t.Fatalf("segment the original: %d, %v", sn, err)
+		}
+		var sent, want [][]byte
+		for j, off := 0, 0; j < sn; j++ {
+			sent = append(sent, bytes.Clone(sentBuf[off:off+sizes[j]]))
+			off += sizes[j]
+		}
 		for len(payload) < count*size {
 			n, err := b.ReadTunnelGSO(bb.bufs, bb.sizes, gsos, bb.eps, headroom)
 			if err != nil {
@@ -270,16 +281,30 @@ func TestOffloadRoundTripUDP(t *testing.T) {
 			for i := range n {
 				frames++
 				f := bb.frame(i)
+				ip := f[packet.EthernetLen:]
 				if gsos[i].IsGSO() {
 					merged++
 					if gsos[i].Type != packet.GSOUDPL4 || gsos[i].Size != size {
 						t.Fatalf("frame %d: gso %+v", i, gsos[i])
 					}
+					// The field holds the pseudo-header sum over the whole
+					// UDP length, as the kernel's USO expects.
+					if got, want := binary.BigEndian.Uint16(ip[26:28]), packet.PseudoHeaderSum(ip[12:16], ip[16:20], packet.ProtoUDP, len(ip)-20); got != want {
+						t.Fatalf("frame %d: partial checksum %#x, want %#x", i, got, want)
+					}
 					c := ^packet.Checksum(f[gsos[i].CsumStart:], 0)
 					binary.BigEndian.PutUint16(f[gsos[i].CsumStart+gsos[i].CsumOffset:], c)
 				}
-				// Cut back into datagrams (one for a plain frame); each
-				// must carry a valid checksum.
+				// The frame as delivered (merged frames completed) carries
+				// valid IPv4 header and UDP checksums.
+				if packet.Checksum(ip[:20], 0) != 0xffff ||
+					packet.Checksum(ip[20:], packet.PseudoHeaderSum(ip[12:16], ip[16:20], packet.ProtoUDP, len(ip)-20)) != 0xffff {
+					t.Fatalf("frame %d (%+v): bad checksum", i, gsos[i])
+				}
+				// Cut back into datagrams (one for a plain frame): they
+				// must be the sender's datagrams byte for byte (a merged
+				// frame keeps the first datagram's IP ID, so the rest
+				// follow on).
 				k, err := packet.SegmentUDP(dst, f, packet.GSO{Type: packet.GSOUDPL4, Size: size}, 0, sizes)
 				if err != nil {
 					t.Fatal(err)
@@ -288,10 +313,10 @@ func TestOffloadRoundTripUDP(t *testing.T) {
 				for j := range k {
 					d := dst[off : off+sizes[j]]
 					off += sizes[j]
-					ip := d[packet.EthernetLen:]
-					if packet.Checksum(ip[20:], packet.PseudoHeaderSum(ip[12:16], ip[16:20], packet.ProtoUDP, len(ip)-20)) != 0xffff {
-						t.Fatalf("frame %d datagram %d: bad UDP checksum", i, j)
+					if w := len(want); w >= len(sent) || !bytes.Equal(d, sent[w]) {
+						t.Fatalf("frame %d datagram %d (datagram %d of the send) differs", i, j, w)
 					}
+					want = append(want, d)
 					payload = append(payload, d[42:]...)
 				}
 			}

@@ -47,10 +47,17 @@ func TestUSO(t *testing.T) {
 		if len(got) != count {
 			t.Errorf("%s → %s: %d of %d datagrams arrived", a.Name, dst.Name, len(got), count)
 		}
+		seen := map[uint32]bool{}
 		for i, d := range got {
-			if len(d) != size || int(binary.BigEndian.Uint32(d)) >= count || !bytes.Equal(d[4:], pattern(binary.BigEndian.Uint32(d), size-4)) {
+			seq := binary.BigEndian.Uint32(d)
+			if int(seq) >= count || len(d) != datagramSize(int(seq), size, count) || !bytes.Equal(d[4:], pattern(seq, len(d)-4)) {
 				t.Errorf("%s → %s: datagram %d (%d bytes) damaged", a.Name, dst.Name, i, len(d))
+				continue
 			}
+			if seen[seq] {
+				t.Errorf("%s → %s: datagram %d arrived twice", a.Name, dst.Name, seq)
+			}
+			seen[seq] = true
 		}
 	}
 	// Two sends of 40 datagrams each; ARP and neighbour traffic add a few
@@ -74,8 +81,18 @@ func pattern(seq uint32, n int) []byte {
 	return b
 }
 
-// usoExchange sends count datagrams of size bytes from src to dst in one
-// sendmsg with UDP_SEGMENT and returns what dst's socket received.
+// datagramSize is the length of datagram seq of a send: size, except the
+// last one, which is shorter (so that the kernel's and gvs's handling of
+// a short last segment is tested too).
+func datagramSize(seq, size, count int) int {
+	if seq == count-1 {
+		return size / 2
+	}
+	return size
+}
+
+// usoExchange sends count datagrams (the last one shorter) from src to dst
+// in one sendmsg with UDP_SEGMENT and returns what dst's socket received.
 func usoExchange(t *testing.T, src, dst cluster.Pod, size, count int) [][]byte {
 	t.Helper()
 	var rx *net.UDPConn
@@ -88,9 +105,10 @@ func usoExchange(t *testing.T, src, dst cluster.Pod, size, count int) [][]byte {
 	defer rx.Close()
 	var buf []byte
 	for seq := range count {
-		d := make([]byte, 4, size)
+		n := datagramSize(seq, size, count)
+		d := make([]byte, 4, n)
 		binary.BigEndian.PutUint32(d, uint32(seq))
-		buf = append(buf, append(d, pattern(uint32(seq), size-4)...)...)
+		buf = append(buf, append(d, pattern(uint32(seq), n-4)...)...)
 	}
 	err := netconf.Do(src.NSPath, func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
