@@ -223,3 +223,80 @@ func FuzzUDPCoalescer(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCoalescer feeds three frames through a Coalescer with UDP on, the way
+// vxlan's read does (Start, Append while it merges, Finish, Start again),
+// and checks that every input comes out exactly once: alone and unchanged,
+// or inside a merged frame whose payload is the merged inputs' payloads in
+// order, with the first input's headers.
+func FuzzCoalescer(f *testing.F) {
+	u := splitUDP(f, udpSuperFrame(4, 300, false), 100)
+	tcp := superFrame(3000, TCPFlagACK)
+	dst := make([]byte, 8192)
+	sizes := make([]int, 8)
+	n, err := SegmentTCP(dst, tcp, GSO{Type: GSOTCPv4, Size: 1000}, 0, sizes)
+	if err != nil || n != 3 {
+		f.Fatal(n, err)
+	}
+	t0, t1 := bytes.Clone(dst[:sizes[0]]), bytes.Clone(dst[sizes[0]:sizes[0]+sizes[1]])
+	f.Add(u[0], u[1], u[2])
+	f.Add(t0, t1, u[0])
+	f.Add(u[0], t0, t1)
+	f.Add(u[0], u[1], t0)
+	f.Fuzz(func(t *testing.T, a, b, c []byte) {
+		in := [][]byte{a, b, c}
+		var co Coalescer
+		co.UDP = true
+		type out struct {
+			frame []byte
+			g     GSO
+			from  []int // inputs merged into it
+		}
+		var outs []out
+		buf := make([]byte, MaxSuperFrame)
+		var cur []int
+		finish := func() {
+			n, g := co.Finish()
+			outs = append(outs, out{bytes.Clone(buf[:n]), g, cur})
+		}
+		for i, fr := range in {
+			if len(cur) > 0 && co.Append(fr) {
+				cur = append(cur, i)
+				continue
+			}
+			if len(cur) > 0 {
+				finish()
+			}
+			if !co.Start(buf, fr) {
+				t.Fatalf("Start refused a %d-byte frame", len(fr))
+			}
+			cur = []int{i}
+		}
+		finish()
+		seen := 0
+		for _, o := range outs {
+			seen += len(o.from)
+			first := in[o.from[0]]
+			if len(o.from) == 1 {
+				if o.g.IsGSO() || !bytes.Equal(o.frame, first) {
+					t.Fatalf("input %d came out changed", o.from[0])
+				}
+				continue
+			}
+			hdr := int(o.g.HdrLen)
+			if !o.g.IsGSO() || hdr > len(first) || !bytes.Equal(o.frame[:12], first[:12]) {
+				t.Fatalf("merged frame of %v: gso %+v", o.from, o.g)
+			}
+			var payload []byte
+			for _, k := range o.from {
+				payload = append(payload, in[k][hdr:]...)
+			}
+			if !bytes.Equal(o.frame[hdr:], payload) {
+				t.Fatalf("merged frame of %v: payload differs", o.from)
+			}
+		}
+		if seen != len(in) {
+			t.Fatalf("%d inputs came out as %d", len(in), seen)
+		}
+	})
+}
