@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -76,6 +77,9 @@ type rxState struct {
 	rerr  error
 	fn    func(fd uintptr) bool
 	co    packet.Coalescer
+	// coalesceUDP is co.UDP as set from outside (SetCoalesceUDP); the
+	// reader copies it into co at each read.
+	coalesceUDP atomic.Bool
 }
 
 func (p *Port) initRx(gro bool) error {
@@ -172,6 +176,7 @@ func (p *Port) read(bufs [][]byte, sizes []int, gso []packet.GSO, eps []Endpoint
 		return 0, ErrHeadroom
 	}
 	st := p.rxs
+	st.co.UDP = st.coalesceUDP.Load()
 	limit := min(len(bufs), len(sizes), len(eps))
 	if gso != nil {
 		limit = min(limit, len(gso))

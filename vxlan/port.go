@@ -96,7 +96,8 @@ type Config struct {
 	// CoalesceUDP makes ReadTunnelGSO merge consecutive UDP datagrams of
 	// one inner flow into UDP super-frames (GSOUDPL4), as it merges TCP
 	// segments. Set it only if every port such frames go to takes them:
-	// a TAP on Linux 6.2 or later (tap.ProbeUSO).
+	// a TAP on Linux 6.2 or later (tap.ProbeUSO, or a TAP's Offloads).
+	// SetCoalesceUDP changes it later.
 	CoalesceUDP bool
 	// Logger receives setup and teardown messages, never per-packet ones;
 	// nil discards them.
@@ -234,7 +235,7 @@ func Listen(cfg Config) (*Port, error) {
 		p.Close()
 		return nil, err
 	}
-	p.rxs.co.UDP = cfg.CoalesceUDP
+	p.rxs.coalesceUDP.Store(cfg.CoalesceUDP)
 	p.txPool.New = func() any { return newTxScratch(cfg.Batch) }
 	p.gsoPool.New = func() any { return newGSOScratch() }
 	log.Info("vxlan: tunnel port open", "local", laddr.String(), "send_sockets", len(p.tx), "batch", cfg.Batch,
@@ -255,6 +256,10 @@ func newTxScratch(n int) *txScratch {
 	}
 	return s
 }
+
+// SetCoalesceUDP turns the merging of UDP datagrams toward the pods
+// (Config.CoalesceUDP) on or off; the next read applies it.
+func (p *Port) SetCoalesceUDP(on bool) { p.rxs.coalesceUDP.Store(on) }
 
 // Name returns "vxlan0".
 func (p *Port) Name() string { return "vxlan0" }

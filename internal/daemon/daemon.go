@@ -155,18 +155,10 @@ func (d *Daemon) setup(ctx context.Context) error {
 	if err := d.applyText(nil, sdn.SetupRules(d.node)); err != nil {
 		return fmt.Errorf("setup rules: %w", err)
 	}
-	// vxlan0, port 1. UDP datagrams are merged toward the pods only if
-	// their TAPs take UDP super-frames.
-	coalesceUDP := false
-	if d.offload() {
-		ok, err := tap.ProbeUSO()
-		if err != nil {
-			d.log.Warn("cannot probe USO on TAPs; UDP datagrams are not merged toward pods", "err", err)
-		}
-		coalesceUDP = ok
-	}
+	// vxlan0, port 1. UDP datagrams are merged toward the pods once a pod
+	// TAP shows that the kernel takes UDP super-frames (usoSeen).
 	vx, err := vxlan.Listen(vxlan.Config{Local: d.node.NodeIP, Port: d.cfg.VXLANPort, Peers: d.peers,
-		Offload: d.offload(), CoalesceUDP: coalesceUDP, Logger: d.log})
+		Offload: d.offload(), Logger: d.log})
 	if err != nil {
 		return fmt.Errorf("vxlan0: %w", err)
 	}
@@ -387,6 +379,7 @@ func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *
 		}
 	}
 	tapName, podDev := dev.Name(), dev
+	d.usoSeen(dev)
 	if err := d.sw.AddPort(port, d.podPort(pc, dev)); err != nil {
 		return nil, err
 	}

@@ -26,3 +26,13 @@ func (d *Daemon) podOffloads() uint {
 	}
 	return 0
 }
+
+// usoSeen turns on the merging of UDP datagrams toward the pods (vxlan
+// CoalesceUDP) once a pod TAP has USO in effect: the kernel then takes
+// UDP super-frames on every TAP, pods' and tun0 alike. Before that, or on
+// a kernel without USO (before 6.2), datagrams go to the pods one by one.
+func (d *Daemon) usoSeen(dev *tap.Device) {
+	if d.vx != nil && dev.Offloads()&tap.OffloadsUSO == tap.OffloadsUSO {
+		d.vx.SetCoalesceUDP(true)
+	}
+}

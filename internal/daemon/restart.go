@@ -209,6 +209,7 @@ func (d *Daemon) adoptPod(l cniplugin.Lease, dev *tap.Device) (err error) {
 	if err := d.node.CheckPod(sp); err != nil {
 		return err
 	}
+	d.usoSeen(dev)
 	pt := &podTAP{Device: dev, d: d}
 	if err := d.sw.AddPort(l.Port, pt); err != nil {
 		return err
