@@ -195,68 +195,21 @@ func SegmentTCP(dst, frame []byte, g GSO, pre int, sizes []int) (int, error) {
 	if !ok || g.Size == 0 || pre < 0 {
 		return 0, ErrGSOFrame
 	}
-	hdr := EthernetLen + ipLen + tcpLen
-	ip := frame[EthernetLen:]
-	var end int
-	if ver == 4 {
-		tot := int(binary.BigEndian.Uint16(ip[2:4]))
-		if tot < ipLen+tcpLen || EthernetLen+tot > len(frame) {
-			return 0, ErrGSOFrame
-		}
-		end = EthernetLen + tot
-	} else {
-		pl := int(binary.BigEndian.Uint16(ip[4:6]))
-		// A jumbogram (payload length 0) is not supported.
-		if pl < tcpLen || EthernetLen+40+pl > len(frame) {
-			return 0, ErrGSOFrame
-		}
-		end = EthernetLen + 40 + pl
-	}
-	payload := frame[hdr:end]
-	mss := int(g.Size)
-	n := (len(payload) + mss - 1) / mss
-	if n == 0 {
-		n = 1
-	}
-	if n > len(sizes) || len(dst) < n*(pre+hdr)+len(payload) {
-		return 0, ErrGSOSpace
+	// tcpHeaders checked that the IP length covers the headers and lies
+	// within the frame.
+	_, _, end, _ := ipHeaders(frame, ProtoTCP)
+	sg, n, err := newSegmenter(dst, frame, ver, ipLen, tcpLen, end, int(g.Size), pre, ProtoTCP, sizes)
+	if err != nil {
+		return 0, err
 	}
 	tcp0 := frame[EthernetLen+ipLen:]
 	seq := binary.BigEndian.Uint32(tcp0[4:8])
 	flags := tcp0[13]
-	var id uint16
-	if ver == 4 {
-		id = binary.BigEndian.Uint16(ip[4:6])
-	}
-	// The pseudo-header's addresses and protocol are the same for every
-	// segment; only the length is added per segment.
-	var addrSum uint16
-	if ver == 4 {
-		addrSum = Checksum(ip[12:20], ProtoTCP)
-	} else {
-		addrSum = Checksum(ip[8:40], ProtoTCP)
-	}
-	off := 0
 	for k := range n {
-		chunk := payload[min(k*mss, len(payload)):min((k+1)*mss, len(payload))]
-		off += pre
-		seg := dst[off : off+hdr+len(chunk)]
-		copy(seg, frame[:hdr])
-		// The payload's sum, taken while copying it; the TCP header
-		// (tcpLen, a multiple of 4) keeps it at an even offset of the
-		// L4 data, so it adds to the header's sum as is.
-		psum := CopyChecksum(seg[hdr:], chunk, 0)
-		sip := seg[EthernetLen:]
-		tcp := sip[ipLen:]
-		l4len := tcpLen + len(chunk)
-		if ver == 4 {
-			binary.BigEndian.PutUint16(sip[2:4], uint16(ipLen+l4len))
-			binary.BigEndian.PutUint16(sip[4:6], id+uint16(k))
-			ipv4HeaderChecksum(sip, ipLen)
-		} else {
-			binary.BigEndian.PutUint16(sip[4:6], uint16(l4len))
-		}
-		binary.BigEndian.PutUint32(tcp[4:8], seq+uint32(k*mss))
+		// The TCP header (tcpLen, a multiple of 4) keeps the payload at an
+		// even offset of the L4 data, so its sum adds as is.
+		seg, tcp, sum := sg.next(k)
+		binary.BigEndian.PutUint32(tcp[4:8], seq+uint32(k*sg.size))
 		f := flags
 		if k != n-1 {
 			f &^= TCPFlagFIN | TCPFlagPSH
@@ -266,12 +219,69 @@ func SegmentTCP(dst, frame []byte, g GSO, pre int, sizes []int) (int, error) {
 		}
 		tcp[13] = f
 		tcp[16], tcp[17] = 0, 0
-		ph := AddChecksum(addrSum, uint16(l4len))
-		binary.BigEndian.PutUint16(tcp[16:18], ^Checksum(tcp[:tcpLen], AddChecksum(ph, psum)))
+		binary.BigEndian.PutUint16(tcp[16:18], ^Checksum(tcp[:tcpLen], sum))
 		sizes[k] = len(seg)
-		off += len(seg)
 	}
 	return n, nil
+}
+
+// segmenter does the part of SegmentTCP and SegmentUDP that does not
+// depend on the L4 protocol: it lays segment after segment out in dst with
+// a copy of the headers and the next piece of payload, summed while it is
+// copied, and sets each segment's IPv4 total length, ID (incremented per
+// segment) and header checksum, or IPv6 payload length.
+type segmenter struct {
+	dst, frame, payload []byte
+	ver, ipLen, l4hdr   int
+	hdr, size, pre, off int
+	id, addrSum         uint16
+}
+
+// newSegmenter checks that n segments of size payload bytes fit in dst and
+// sizes, and returns the segmenter and n.
+func newSegmenter(dst, frame []byte, ver, ipLen, l4hdr, end, size, pre int, proto uint8, sizes []int) (segmenter, int, error) {
+	hdr := EthernetLen + ipLen + l4hdr
+	payload := frame[hdr:end]
+	n := max((len(payload)+size-1)/size, 1)
+	if n > len(sizes) || len(dst) < n*(pre+hdr)+len(payload) {
+		return segmenter{}, 0, ErrGSOSpace
+	}
+	sg := segmenter{dst: dst, frame: frame, payload: payload, ver: ver, ipLen: ipLen, l4hdr: l4hdr,
+		hdr: hdr, size: size, pre: pre}
+	// The pseudo-header's addresses and protocol are the same for every
+	// segment; only the length is added per segment.
+	ip := frame[EthernetLen:]
+	if ver == 4 {
+		sg.id = binary.BigEndian.Uint16(ip[4:6])
+		sg.addrSum = Checksum(ip[12:20], uint16(proto))
+	} else {
+		sg.addrSum = Checksum(ip[8:40], uint16(proto))
+	}
+	return sg, n, nil
+}
+
+// next lays out segment k (call it for k = 0, 1, … in turn) and returns it,
+// its L4 header onwards, and the sum of its pseudo-header and payload: what
+// the L4 header's own sum is to be added to. The payload must start at an
+// even offset of the L4 data.
+func (sg *segmenter) next(k int) (seg, l4 []byte, sum uint16) {
+	p := sg.payload
+	chunk := p[min(k*sg.size, len(p)):min((k+1)*sg.size, len(p))]
+	sg.off += sg.pre
+	seg = sg.dst[sg.off : sg.off+sg.hdr+len(chunk)]
+	sg.off += len(seg)
+	copy(seg, sg.frame[:sg.hdr])
+	psum := CopyChecksum(seg[sg.hdr:], chunk, 0)
+	ip := seg[EthernetLen:]
+	l4len := sg.l4hdr + len(chunk)
+	if sg.ver == 4 {
+		binary.BigEndian.PutUint16(ip[2:4], uint16(sg.ipLen+l4len))
+		binary.BigEndian.PutUint16(ip[4:6], sg.id+uint16(k))
+		ipv4HeaderChecksum(ip, sg.ipLen)
+	} else {
+		binary.BigEndian.PutUint16(ip[4:6], uint16(l4len))
+	}
+	return seg, ip[sg.ipLen:], AddChecksum(AddChecksum(sg.addrSum, uint16(l4len)), psum)
 }
 
 // Segment splits the super-frame frame described by g into segments, as
@@ -295,54 +305,25 @@ func Segment(dst, frame []byte, g GSO, pre int, sizes []int) (int, error) {
 func SegmentUDP(dst, frame []byte, g GSO, pre int, sizes []int) (int, error) {
 	ver, ipLen, end, ok := ipHeaders(frame, ProtoUDP)
 	const udpLen = 8
-	hdr := EthernetLen + ipLen + udpLen
-	if !ok || end < hdr || g.Size == 0 || pre < 0 {
+	if !ok || end < EthernetLen+ipLen+udpLen || g.Size == 0 || pre < 0 {
 		return 0, ErrGSOFrame
 	}
-	ip := frame[EthernetLen:]
-	payload := frame[hdr:end]
-	size := int(g.Size)
-	n := max((len(payload)+size-1)/size, 1)
-	if n > len(sizes) || len(dst) < n*(pre+hdr)+len(payload) {
-		return 0, ErrGSOSpace
+	sg, n, err := newSegmenter(dst, frame, ver, ipLen, udpLen, end, int(g.Size), pre, ProtoUDP, sizes)
+	if err != nil {
+		return 0, err
 	}
-	var id uint16
-	var addrSum uint16
-	if ver == 4 {
-		id = binary.BigEndian.Uint16(ip[4:6])
-		addrSum = Checksum(ip[12:20], ProtoUDP)
-	} else {
-		addrSum = Checksum(ip[8:40], ProtoUDP)
-	}
-	off := 0
 	for k := range n {
-		chunk := payload[min(k*size, len(payload)):min((k+1)*size, len(payload))]
-		off += pre
-		seg := dst[off : off+hdr+len(chunk)]
-		copy(seg, frame[:hdr])
 		// The UDP header is 8 bytes, so the payload starts at an even
 		// offset of the L4 data and its sum adds as is.
-		psum := CopyChecksum(seg[hdr:], chunk, 0)
-		sip := seg[EthernetLen:]
-		udp := sip[ipLen:]
-		l4len := udpLen + len(chunk)
-		if ver == 4 {
-			binary.BigEndian.PutUint16(sip[2:4], uint16(ipLen+l4len))
-			binary.BigEndian.PutUint16(sip[4:6], id+uint16(k))
-			ipv4HeaderChecksum(sip, ipLen)
-		} else {
-			binary.BigEndian.PutUint16(sip[4:6], uint16(l4len))
-		}
-		binary.BigEndian.PutUint16(udp[4:6], uint16(l4len))
+		seg, udp, sum := sg.next(k)
+		binary.BigEndian.PutUint16(udp[4:6], uint16(udpLen+len(seg)-sg.hdr))
 		udp[6], udp[7] = 0, 0
-		ph := AddChecksum(addrSum, uint16(l4len))
-		c := ^Checksum(udp[:udpLen], AddChecksum(ph, psum))
+		c := ^Checksum(udp[:udpLen], sum)
 		if c == 0 {
 			c = 0xffff
 		}
 		binary.BigEndian.PutUint16(udp[6:8], c)
 		sizes[k] = len(seg)
-		off += len(seg)
 	}
 	return n, nil
 }

@@ -18,8 +18,9 @@ func listen(t *testing.T) *net.UDPConn {
 	return c
 }
 
-func TestSendSink(t *testing.T) {
-	conn := listen(t)
+// sink runs Sink on conn until the returned function is called, which
+// returns what it received (after a 100 ms grace for datagrams in flight).
+func sink(t *testing.T, conn *net.UDPConn) (stop func() SinkResult) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan SinkResult, 1)
 	go func() {
@@ -29,13 +30,21 @@ func TestSendSink(t *testing.T) {
 		}
 		done <- r
 	}()
+	return func() SinkResult {
+		time.Sleep(100 * time.Millisecond)
+		cancel()
+		return <-done
+	}
+}
+
+func TestSendSink(t *testing.T) {
+	conn := listen(t)
+	stop := sink(t, conn)
 	s, err := Send(context.Background(), FlowConfig{Addr: conn.LocalAddr().String(), Frame: 100, Flows: 8, Rate: 20000, Duration: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
-	cancel()
-	r := <-done
+	r := stop()
 	if s.Packets < 2000 || s.Packets > 6000 {
 		t.Errorf("sent %d packets at 20 kpps for 0.2 s", s.Packets)
 	}
@@ -89,22 +98,12 @@ func TestPercentile(t *testing.T) {
 
 func TestSendGSO(t *testing.T) {
 	conn := listen(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan SinkResult, 1)
-	go func() {
-		r, err := Sink(ctx, conn)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- r
-	}()
+	stop := sink(t, conn)
 	s, err := Send(context.Background(), FlowConfig{Addr: conn.LocalAddr().String(), Frame: 1000, Flows: 2, GSO: 8, Duration: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
-	cancel()
-	r := <-done
+	r := stop()
 	if s.Packets == 0 || s.Packets%8 != 0 || s.Errors != 0 {
 		t.Errorf("sent %d datagrams (%d errors), want a multiple of 8", s.Packets, s.Errors)
 	}
