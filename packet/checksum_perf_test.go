@@ -23,6 +23,28 @@ func refChecksum(b []byte, initial uint16) uint16 {
 	return uint16(sum)
 }
 
+// fillTestBytes fills b with the i%4-th of four patterns that exercise the
+// carries of a one's-complement sum: random bytes, all 0xff, all zero, and
+// random bytes with the high nibble set.
+func fillTestBytes(r *rand.Rand, b []byte, i int) {
+	switch i % 4 {
+	case 0:
+		for j := range b {
+			b[j] = byte(r.Uint32())
+		}
+	case 1:
+		for j := range b {
+			b[j] = 0xff
+		}
+	case 2:
+		clear(b)
+	default:
+		for j := range b {
+			b[j] = byte(r.Uint32() | 0xf0)
+		}
+	}
+}
+
 func TestChecksumMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	buf := make([]byte, 70000)
@@ -32,22 +54,7 @@ func TestChecksumMatchesReference(t *testing.T) {
 			n = r.IntN(len(buf))
 		}
 		b := buf[:n]
-		switch i % 4 {
-		case 0:
-			for j := range b {
-				b[j] = byte(r.Uint32())
-			}
-		case 1:
-			for j := range b {
-				b[j] = 0xff
-			}
-		case 2:
-			clear(b)
-		default:
-			for j := range b {
-				b[j] = byte(r.Uint32() | 0xf0)
-			}
-		}
+		fillTestBytes(r, b, i)
 		init := uint16(r.Uint32())
 		if i%3 == 0 {
 			init = 0

@@ -47,22 +47,7 @@ func TestCopyChecksumMatchesReference(t *testing.T) {
 		}
 		// Misaligned sources too.
 		src := buf[i%8 : i%8+n]
-		switch i % 4 {
-		case 0:
-			for j := range src {
-				src[j] = byte(r.Uint32())
-			}
-		case 1:
-			for j := range src {
-				src[j] = 0xff
-			}
-		case 2:
-			clear(src)
-		default:
-			for j := range src {
-				src[j] = byte(r.Uint32() | 0xf0)
-			}
-		}
+		fillTestBytes(r, src, i)
 		init := uint16(r.Uint32())
 		switch i % 5 {
 		case 0:

@@ -42,7 +42,7 @@ func (c *TCPCoalescer) Start(out, seg []byte) bool {
 		return false
 	}
 	*c = TCPCoalescer{out: out, n: len(seg), segs: 1}
-	ver, ipLen, tcpLen, ok := tcpHeaders(seg)
+	ver, ipLen, tcpLen, _, ok := tcpHeaders(seg)
 	if !ok || ver != 4 {
 		copy(out, seg)
 		return true

@@ -160,20 +160,20 @@ func ipHeaders(frame []byte, proto uint8) (ver, ipLen, end int, ok bool) {
 }
 
 // tcpHeaders locates the headers of an Ethernet/IP/TCP frame: the IP
-// version (4 or 6), the IP header length and the TCP header length. It
-// reports false for anything ipHeaders refuses and for a TCP header that
+// version (4 or 6), the IP header length, the TCP header length and the
+// end of the IP datagram in frame. It reports false for anything ipHeaders refuses and for a TCP header that
 // does not fit in the IP datagram.
-func tcpHeaders(frame []byte) (ver, ipLen, tcpLen int, ok bool) {
-	ver, ipLen, end, ok := ipHeaders(frame, ProtoTCP)
+func tcpHeaders(frame []byte) (ver, ipLen, tcpLen, end int, ok bool) {
+	ver, ipLen, end, ok = ipHeaders(frame, ProtoTCP)
 	l4 := EthernetLen + ipLen
 	if !ok || end < l4+20 {
-		return 0, 0, 0, false
+		return 0, 0, 0, 0, false
 	}
 	tcpLen = int(frame[l4+12]>>4) * 4
 	if tcpLen < 20 || end < l4+tcpLen {
-		return 0, 0, 0, false
+		return 0, 0, 0, 0, false
 	}
-	return ver, ipLen, tcpLen, true
+	return ver, ipLen, tcpLen, end, true
 }
 
 // SegmentTCP splits the TCP super-frame frame (Ethernet + IPv4 or IPv6 +
@@ -191,13 +191,10 @@ func tcpHeaders(frame []byte) (ver, ipLen, tcpLen int, ok bool) {
 // whose payload fits one segment comes back as one segment with its
 // checksum completed.
 func SegmentTCP(dst, frame []byte, g GSO, pre int, sizes []int) (int, error) {
-	ver, ipLen, tcpLen, ok := tcpHeaders(frame)
+	ver, ipLen, tcpLen, end, ok := tcpHeaders(frame)
 	if !ok || g.Size == 0 || pre < 0 {
 		return 0, ErrGSOFrame
 	}
-	// tcpHeaders checked that the IP length covers the headers and lies
-	// within the frame.
-	_, _, end, _ := ipHeaders(frame, ProtoTCP)
 	sg, n, err := newSegmenter(dst, frame, ver, ipLen, tcpLen, end, int(g.Size), pre, ProtoTCP, sizes)
 	if err != nil {
 		return 0, err
@@ -335,18 +332,14 @@ func TCPChecksumValid(frame []byte) bool {
 	return ok && Checksum(l4, PseudoHeaderSum(ip[12:16], ip[16:20], ProtoTCP, len(l4))) == 0xffff
 }
 
-// tcpv4Segment returns frame's IPv4 header onwards and its TCP segment (up
-// to the IP total length), or ok false if frame is not Ethernet + IPv4 +
-// TCP with a total length that fits.
+// tcpv4Segment returns frame's IPv4 datagram (up to its total length)
+// and its TCP segment, or ok false if frame is not Ethernet + IPv4 + TCP
+// with a total length that fits.
 func tcpv4Segment(frame []byte) (ip, l4 []byte, ok bool) {
-	ver, ipLen, _, ok := tcpHeaders(frame)
+	ver, ipLen, _, end, ok := tcpHeaders(frame)
 	if !ok || ver != 4 {
 		return nil, nil, false
 	}
-	ip = frame[EthernetLen:]
-	tot := int(binary.BigEndian.Uint16(ip[2:4]))
-	if tot < ipLen || EthernetLen+tot > len(frame) {
-		return nil, nil, false
-	}
-	return ip, ip[ipLen:tot], true
+	ip = frame[EthernetLen:end]
+	return ip, ip[ipLen:], true
 }

@@ -273,7 +273,7 @@ func FuzzSegmentTCP(f *testing.F) {
 		if err != nil {
 			return
 		}
-		ver, ipLen, tcpLen, _ := tcpHeaders(frame)
+		ver, ipLen, tcpLen, _, _ := tcpHeaders(frame)
 		hdr := EthernetLen + ipLen + tcpLen
 		var payload []byte
 		if ver == 4 {

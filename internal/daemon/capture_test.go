@@ -37,7 +37,9 @@ func (p *feedPort) Read(bufs [][]byte, sizes []int, off int) (int, error) {
 	return 1, nil
 }
 
-func testDaemon(t *testing.T) *Daemon {
+// newTestDaemon returns a daemon built from goodConfig, not running, whose
+// switch is closed at cleanup.
+func newTestDaemon(t *testing.T) *Daemon {
 	t.Helper()
 	cfg, err := ParseConfig([]byte(goodConfig))
 	if err != nil {
@@ -48,6 +50,13 @@ func testDaemon(t *testing.T) *Daemon {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.sw.Close() })
+	return d
+}
+
+// testDaemon is newTestDaemon with a port 3 that keeps feeding one frame.
+func testDaemon(t *testing.T) *Daemon {
+	t.Helper()
+	d := newTestDaemon(t)
 	frame := make([]byte, 60)
 	copy(frame, []byte{0x0a, 0x58, 10, 128, 0, 9, 0x0a, 0x58, 10, 128, 0, 3, 0x08, 0x06})
 	if err := d.sw.AddPort(3, &feedPort{frame: frame, closed: make(chan struct{})}); err != nil {

@@ -55,15 +55,7 @@ func cniCount(fams map[string]*dto.MetricFamily, verb, result string) uint64 {
 }
 
 func TestMetricsFamilies(t *testing.T) {
-	cfg, err := ParseConfig([]byte(goodConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.sw.Close()
+	d := newTestDaemon(t)
 	if err := d.sw.AddPort(3, &idlePort{closed: make(chan struct{})}); err != nil {
 		t.Fatal(err)
 	}
