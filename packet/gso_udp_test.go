@@ -63,7 +63,9 @@ func refUDPValid(t *testing.T, seg []byte) bool {
 	var src, dst, udp []byte
 	switch ip[0] >> 4 {
 	case 4:
-		src, dst, udp = ip[12:16], ip[16:20], ip[20:]
+		// The header length comes from IHL: segments copy any IPv4
+		// options from the super-frame.
+		src, dst, udp = ip[12:16], ip[16:20], ip[int(ip[0]&0x0f)*4:]
 	case 6:
 		src, dst, udp = ip[8:24], ip[24:40], ip[40:]
 	default:
