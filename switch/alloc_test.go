@@ -1,9 +1,11 @@
 package vswitch
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/vxlan"
 )
 
@@ -54,12 +56,12 @@ table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.9, actions=` + tunnelActions
 	}
 	out := &discardPort{}
 	m := portMap{
-		3: {no: 3, port: out},
-		4: {no: 4, port: out},
-		1: {no: 1, tunnel: out},
+		3: {no: 3, q: []queue{{port: out}}},
+		4: {no: 4, q: []queue{{port: out}}},
+		1: {no: 1, q: []queue{{tunnel: out}}},
 	}
 	sw.ports.Store(&m)
-	w := sw.newWorker(m[3])
+	w := sw.newWorker(m[3], &m[3].q[0])
 	for i := range w.bufs {
 		dst := byte(4)
 		if i%2 == 1 {
@@ -78,6 +80,25 @@ func TestProcessAllocs(t *testing.T) {
 	}
 	if out.n == 0 {
 		t.Fatal("nothing was written")
+	}
+}
+
+// TestProcessAllocsMultiQueue: spreading frames over the queues of a
+// multi-queue port allocates nothing either, and uses every queue.
+func TestProcessAllocsMultiQueue(t *testing.T) {
+	w, _ := benchWorker(t)
+	q0, q1 := &discardPort{}, &discardPort{}
+	(*w.s.ports.Load())[4] = &portEntry{no: 4, q: []queue{{port: q0}, {port: q1}}, spread: true}
+	// Vary the source port so that the frames make several flows.
+	for i := range w.bufs {
+		binary.BigEndian.PutUint16(w.bufs[i][Headroom+packet.EthernetLen+20:], uint16(1000+i))
+	}
+	w.process(len(w.bufs))
+	if n := testing.AllocsPerRun(100, func() { w.process(len(w.bufs)) }); n != 0 {
+		t.Errorf("processing a batch allocates %.1f times", n)
+	}
+	if q0.n == 0 || q1.n == 0 {
+		t.Fatalf("frames per queue: %d and %d; want both used", q0.n, q1.n)
 	}
 }
 

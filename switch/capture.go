@@ -224,7 +224,7 @@ func (s *Switch) StartCapture(no uint32, cfg CaptureConfig) (*Capture, error) {
 		return nil, fmt.Errorf("%w: %d of %d; stop one first", ErrTooManyCaptures, n, MaxCaptures)
 	}
 	c := &Capture{
-		s: s, e: e, dir: cfg.Dir, snap: cfg.Snaplen, local: cfg.Local, tunnel: e.tunnel != nil,
+		s: s, e: e, dir: cfg.Dir, snap: cfg.Snaplen, local: cfg.Local, tunnel: e.isTunnel(),
 		q:    make(chan CapturedFrame, cfg.Queue),
 		free: make(chan []byte, cfg.Queue),
 		done: make(chan struct{}),

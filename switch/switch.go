@@ -75,7 +75,8 @@ func (c *Config) Validate() error {
 }
 
 // Switch connects ports through a flow table. Ports are added and removed
-// at any time; each has one worker goroutine that reads from it. All methods
+// at any time; each queue of a port has one worker goroutine that reads
+// from it. All methods
 // are safe for concurrent use.
 type Switch struct {
 	cfg   Config
@@ -96,34 +97,43 @@ type Switch struct {
 
 type portMap map[uint32]*portEntry
 
-// portEntry is one attached port. Exactly one of port and tunnel is set.
+// portEntry is one attached port: one or more queues of the same kind, each
+// read by a worker of its own.
 type portEntry struct {
-	no     uint32
-	port   Port
-	tunnel TunnelPort
-	// offload and offTunnel are port or tunnel as their GSO-aware
-	// interfaces, when they implement them.
+	no uint32
+	q  []queue // queue 0 names the port
+	// spread says whether frames toward the port are spread over its queues
+	// by flow (multi-queue ports other than tunnels; see AddPortQueues).
+	spread  bool
+	stats   portCounters
+	capture atomic.Pointer[Capture] // nil unless a capture runs (capture.go)
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when every queue's worker has returned
+}
+
+// queue is one queue of a port. Exactly one of port and tunnel is set;
+// offload and offTunnel are port or tunnel as their GSO-aware interfaces,
+// when they implement them and the switch uses offloads.
+type queue struct {
+	port      Port
+	tunnel    TunnelPort
 	offload   OffloadPort
 	offTunnel OffloadTunnelPort
-	stats     portCounters
-	capture   atomic.Pointer[Capture] // nil unless a capture runs (capture.go)
-	cancel    context.CancelFunc
-	done      chan struct{}
 }
 
-func (e *portEntry) name() string {
-	if e.tunnel != nil {
-		return e.tunnel.Name()
+func (q *queue) name() string {
+	if q.tunnel != nil {
+		return q.tunnel.Name()
 	}
-	return e.port.Name()
+	return q.port.Name()
 }
 
-func (e *portEntry) batchSize() int {
+func (q *queue) batchSize() int {
 	n := 0
-	if e.tunnel != nil {
-		n = e.tunnel.BatchSize()
+	if q.tunnel != nil {
+		n = q.tunnel.BatchSize()
 	} else {
-		n = e.port.BatchSize()
+		n = q.port.BatchSize()
 	}
 	if n <= 0 {
 		n = 1
@@ -131,11 +141,30 @@ func (e *portEntry) batchSize() int {
 	return n
 }
 
-func (e *portEntry) close() error {
-	if e.tunnel != nil {
-		return e.tunnel.Close()
+func (q *queue) close() error {
+	if q.tunnel != nil {
+		return q.tunnel.Close()
 	}
-	return e.port.Close()
+	return q.port.Close()
+}
+
+func (e *portEntry) name() string { return e.q[0].name() }
+
+// isTunnel reports whether the port is a tunnel port.
+func (e *portEntry) isTunnel() bool { return e.q[0].tunnel != nil }
+
+// takesGSO reports whether super-frames may be written to the port.
+func (e *portEntry) takesGSO() bool { return e.q[0].offload != nil || e.q[0].offTunnel != nil }
+
+// close closes every queue.
+func (e *portEntry) close() error {
+	var errs []error
+	for i := range e.q {
+		if err := e.q[i].close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // New returns a switch with no ports.
@@ -158,19 +187,63 @@ func New(cfg Config) (*Switch, error) {
 // AddPort attaches p as port number no and starts its worker. The switch
 // owns p from now on and closes it when the port is removed.
 func (s *Switch) AddPort(no uint32, p Port) error {
-	return s.add(&portEntry{no: no, port: p})
+	return s.AddPortQueues(no, []Port{p})
+}
+
+// AddPortQueues attaches a port with several queues, such as the queues of a
+// multi-queue TAP (tap.Config.MultiQueue), as port number no. Each queue gets
+// a worker of its own that reads it, so the queues are served in parallel.
+// Frames toward the port are spread over the queues by a symmetric hash of
+// their addresses and ports: the frames of one flow, in either direction,
+// always take the same queue, and a multi-queue TAP, which sends a flow's
+// frames to userspace on the queue that flow was last written to, hands the
+// replies to the same worker. The queues must be all of one kind (all or
+// none OffloadPort); queue 0 names the port. The switch owns every queue
+// and closes each when the port is removed.
+func (s *Switch) AddPortQueues(no uint32, queues []Port) error {
+	e := &portEntry{no: no, q: make([]queue, len(queues))}
+	for i, p := range queues {
+		e.q[i].port = p
+	}
+	e.spread = len(queues) > 1
+	return s.add(e)
 }
 
 // AddTunnel attaches a tunnel port as port number no (1 in the OpenShift
 // program) and starts its worker. The switch owns p from now on.
 func (s *Switch) AddTunnel(no uint32, p TunnelPort) error {
-	return s.add(&portEntry{no: no, tunnel: p})
+	return s.AddTunnelQueues(no, []TunnelPort{p})
+}
+
+// AddTunnelQueues attaches a tunnel port with several receive queues (the
+// queues of a vxlan.Port with Config.Readers > 1) as port number no, with
+// one reading worker per queue. A tunnel's queues share one send side, so
+// every frame toward the port is written to queue 0. The switch owns every
+// queue.
+func (s *Switch) AddTunnelQueues(no uint32, queues []TunnelPort) error {
+	e := &portEntry{no: no, q: make([]queue, len(queues))}
+	for i, p := range queues {
+		e.q[i].tunnel = p
+	}
+	return s.add(e)
 }
 
 func (s *Switch) add(e *portEntry) error {
-	if !s.cfg.NoOffload {
-		e.offload, _ = e.port.(OffloadPort)
-		e.offTunnel, _ = e.tunnel.(OffloadTunnelPort)
+	if len(e.q) == 0 {
+		return fmt.Errorf("%w: %d has no queues", ErrInvalidPort, e.no)
+	}
+	for i := range e.q {
+		q := &e.q[i]
+		if q.port == nil && q.tunnel == nil {
+			return fmt.Errorf("%w: %d: queue %d is nil", ErrInvalidPort, e.no, i)
+		}
+		if !s.cfg.NoOffload {
+			q.offload, _ = q.port.(OffloadPort)
+			q.offTunnel, _ = q.tunnel.(OffloadTunnelPort)
+		}
+		if (q.offload != nil || q.offTunnel != nil) != e.takesGSO() {
+			return fmt.Errorf("%w: %d: queue %d differs from queue 0 in offloads", ErrInvalidPort, e.no, i)
+		}
 	}
 	if e.no == flowtable.PortNone || e.no >= flowtable.PortMax {
 		return fmt.Errorf("%w: %d", ErrInvalidPort, e.no)
@@ -194,8 +267,17 @@ func (s *Switch) add(e *portEntry) error {
 	e.done = make(chan struct{})
 	s.ports.Store(&next)
 	s.wg.Add(1)
-	go s.worker(ctx, e)
-	s.log.Info("port added", "port", e.no, "name", e.name())
+	var workers sync.WaitGroup
+	workers.Add(len(e.q))
+	for i := range e.q {
+		go s.worker(ctx, e, i, &workers)
+	}
+	go func() {
+		workers.Wait()
+		close(e.done)
+		s.wg.Done()
+	}()
+	s.log.Info("port added", "port", e.no, "name", e.name(), "queues", len(e.q))
 	return nil
 }
 
@@ -263,7 +345,7 @@ func (s *Switch) Ports() []PortInfo {
 	m := *s.ports.Load()
 	out := make([]PortInfo, 0, len(m))
 	for _, e := range m {
-		out = append(out, PortInfo{No: e.no, Name: e.name(), Tunnel: e.tunnel != nil, Stats: e.stats.snapshot()})
+		out = append(out, PortInfo{No: e.no, Name: e.name(), Tunnel: e.isTunnel(), Stats: e.stats.snapshot()})
 	}
 	return out
 }

@@ -2,6 +2,8 @@ package vswitch
 
 import (
 	"context"
+	"encoding/binary"
+	"sync"
 
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/packet"
@@ -15,6 +17,7 @@ const spareBuffers = 8
 // pending is the frames of one batch queued for one destination port.
 type pending struct {
 	e     *portEntry
+	q     *queue // the queue of e the frames are written to
 	bufs  [][]byte
 	eps   []vxlan.Endpoint
 	gso   []packet.GSO
@@ -26,6 +29,7 @@ type pending struct {
 type worker struct {
 	s      *Switch
 	in     *portEntry
+	q      *queue // the queue of in this worker reads
 	bufs   [][]byte
 	sizes  []int
 	eps    []vxlan.Endpoint
@@ -39,11 +43,12 @@ type worker struct {
 	nPend  int
 }
 
-func (s *Switch) newWorker(e *portEntry) *worker {
-	n := e.batchSize()
+func (s *Switch) newWorker(e *portEntry, q *queue) *worker {
+	n := q.batchSize()
 	w := &worker{
 		s:     s,
 		in:    e,
+		q:     q,
 		bufs:  make([][]byte, n),
 		sizes: make([]int, n),
 		eps:   make([]vxlan.Endpoint, n),
@@ -69,30 +74,31 @@ func (s *Switch) frameSize() int {
 	return DefaultMaxFrame
 }
 
-// worker reads e until its context is cancelled or the port fails.
-func (s *Switch) worker(ctx context.Context, e *portEntry) {
-	defer s.wg.Done()
-	defer close(e.done)
-	w := s.newWorker(e)
+// worker reads queue qi of e until its context is cancelled or the queue
+// fails.
+func (s *Switch) worker(ctx context.Context, e *portEntry, qi int, wg *sync.WaitGroup) {
+	defer wg.Done()
+	q := &e.q[qi]
+	w := s.newWorker(e, q)
 	for {
 		var n int
 		var err error
 		switch {
-		case e.offTunnel != nil:
-			n, err = e.offTunnel.ReadTunnelGSO(w.bufs, w.sizes, w.gso, w.eps, Headroom)
-		case e.offload != nil:
-			n, err = e.offload.ReadGSO(w.bufs, w.sizes, w.gso, Headroom)
-		case e.tunnel != nil:
-			n, err = e.tunnel.ReadTunnel(w.bufs, w.sizes, w.eps, Headroom)
+		case q.offTunnel != nil:
+			n, err = q.offTunnel.ReadTunnelGSO(w.bufs, w.sizes, w.gso, w.eps, Headroom)
+		case q.offload != nil:
+			n, err = q.offload.ReadGSO(w.bufs, w.sizes, w.gso, Headroom)
+		case q.tunnel != nil:
+			n, err = q.tunnel.ReadTunnel(w.bufs, w.sizes, w.eps, Headroom)
 		default:
-			n, err = e.port.Read(w.bufs, w.sizes, Headroom)
+			n, err = q.port.Read(w.bufs, w.sizes, Headroom)
 		}
 		if n > 0 {
 			w.process(n)
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Error("port read failed; worker stops", "port", e.no, "name", e.name(), "err", err)
+				s.log.Error("port read failed; worker stops", "port", e.no, "name", q.name(), "queue", qi, "err", err)
 			}
 			return
 		}
@@ -114,7 +120,7 @@ func (w *worker) process(n int) {
 		rxBytes += uint64(size)
 		frame := w.bufs[i][Headroom : Headroom+size]
 		w.f = flowtable.Fields{InPort: in.no}
-		if in.tunnel != nil {
+		if w.q.tunnel != nil {
 			w.f.TunID = uint64(w.eps[i].VNI)
 			w.f.TunSrc = w.eps[i].Addr
 		}
@@ -175,19 +181,19 @@ func (w *worker) route(i, size int) {
 			copy(buf[Headroom:Headroom+6], out.EthDst[:])
 		}
 		g := w.gso[i]
-		if g.IsGSO() && dst.offload == nil && dst.offTunnel == nil {
+		if g.IsGSO() && !dst.takesGSO() {
 			w.drop(DropGSO)
 			continue
 		}
 		var ep vxlan.Endpoint
-		if dst.tunnel != nil {
+		if dst.isTunnel() {
 			if out.TunDst == ([4]byte{}) {
 				w.drop(DropNoTunnelDst)
 				continue
 			}
 			ep = vxlan.Endpoint{Addr: out.TunDst, VNI: uint32(out.TunID) & 0xffffff}
 		}
-		p := w.pendingFor(dst)
+		p := w.pendingFor(dst, w.queueFor(dst))
 		p.bufs = append(p.bufs, buf[:Headroom+size])
 		p.eps = append(p.eps, ep)
 		p.gso = append(p.gso, g)
@@ -195,9 +201,37 @@ func (w *worker) route(i, size int) {
 	}
 }
 
-func (w *worker) pendingFor(e *portEntry) *pending {
+// queueFor returns the queue of e the current frame (w.f) is written to.
+func (w *worker) queueFor(e *portEntry) *queue {
+	if !e.spread {
+		return &e.q[0]
+	}
+	return &e.q[flowHash(&w.f)%uint32(len(e.q))]
+}
+
+// flowHash is a hash of f's addresses, protocol and ports that is the same
+// for both directions of a flow (it is symmetric in source and destination).
+func flowHash(f *flowtable.Fields) uint32 {
+	a := binary.BigEndian.Uint32(f.NwSrc[:])
+	b := binary.BigEndian.Uint32(f.NwDst[:])
+	pa, pb := uint32(f.TpSrc), uint32(f.TpDst)
+	if a > b || (a == b && pa > pb) {
+		a, b, pa, pb = b, a, pb, pa
+	}
+	h := a*0x9e3779b1 ^ b*0x85ebca77 ^ (pa<<16|pb)*0xc2b2ae3d ^ uint32(f.NwProto)
+	// murmur3's finalizer mixes every input bit into the low bits the
+	// modulo keeps.
+	h ^= h >> 16
+	h *= 0x85ebca6b
+	h ^= h >> 13
+	h *= 0xc2b2ae35
+	h ^= h >> 16
+	return h
+}
+
+func (w *worker) pendingFor(e *portEntry, q *queue) *pending {
 	for j := 0; j < w.nPend; j++ {
-		if w.pend[j].e == e {
+		if w.pend[j].q == q {
 			return &w.pend[j]
 		}
 	}
@@ -211,7 +245,7 @@ func (w *worker) pendingFor(e *portEntry) *pending {
 	}
 	p := &w.pend[w.nPend]
 	w.nPend++
-	p.e = e
+	p.e, p.q = e, q
 	return p
 }
 
@@ -224,15 +258,16 @@ func (w *worker) flush() {
 		}
 		var n int
 		var err error
+		q := p.q
 		switch {
-		case p.e.offTunnel != nil:
-			n, err = p.e.offTunnel.WriteTunnelGSO(p.bufs, p.gso, p.eps, Headroom)
-		case p.e.offload != nil:
-			n, err = p.e.offload.WriteGSO(p.bufs, p.gso, Headroom)
-		case p.e.tunnel != nil:
-			n, err = p.e.tunnel.WriteTunnel(p.bufs, p.eps, Headroom)
+		case q.offTunnel != nil:
+			n, err = q.offTunnel.WriteTunnelGSO(p.bufs, p.gso, p.eps, Headroom)
+		case q.offload != nil:
+			n, err = q.offload.WriteGSO(p.bufs, p.gso, Headroom)
+		case q.tunnel != nil:
+			n, err = q.tunnel.WriteTunnel(p.bufs, p.eps, Headroom)
 		default:
-			n, err = p.e.port.Write(p.bufs, Headroom)
+			n, err = q.port.Write(p.bufs, Headroom)
 		}
 		if n > len(p.bufs) {
 			n = len(p.bufs)
@@ -258,7 +293,7 @@ func (w *worker) flush() {
 		p.eps = p.eps[:0]
 		p.gso = p.gso[:0]
 		p.bytes = 0
-		p.e = nil
+		p.e, p.q = nil, nil
 	}
 	w.nPend = 0
 	w.nSpare = 0

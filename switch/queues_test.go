@@ -1,0 +1,108 @@
+package vswitch
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/gvswitch/gvs/flowtable"
+)
+
+// udpFlowFrame is udpFrame with the given UDP ports.
+func udpFlowFrame(src, dst byte, sport, dport uint16) []byte {
+	f := udpFrame(src, dst)
+	binary.BigEndian.PutUint16(f[34:], sport)
+	binary.BigEndian.PutUint16(f[36:], dport)
+	return f
+}
+
+// TestSwitchMultiQueue: every queue of a multi-queue port is read; frames
+// toward it are spread over its queues by flow, the same flow always on one
+// queue and its replies on the queue its requests took; removing the port
+// closes every queue.
+func TestSwitchMultiQueue(t *testing.T) {
+	sw, _ := newTestSwitch(t, `
+table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.4, actions=output:4
+table=0, priority=100, in_port=4, ip, nw_dst=10.0.0.3, actions=output:3
+`)
+	a := newMemPort("a")
+	b := []*memPort{newMemPort("b0"), newMemPort("b1"), newMemPort("b2")}
+	if err := sw.AddPort(3, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.AddPortQueues(4, []Port{b[0], b[1], b[2]}); err != nil {
+		t.Fatal(err)
+	}
+
+	// 64 flows from a toward b, each sent twice.
+	const flows = 64
+	for round := 0; round < 2; round++ {
+		for i := range flows {
+			a.in <- udpFlowFrame(3, 4, uint16(1000+i), 53)
+		}
+	}
+	queueOf := map[uint16]int{} // source port → queue
+	waitFor(t, "b's queues to receive every frame", func() bool {
+		return len(b[0].written())+len(b[1].written())+len(b[2].written()) == 2*flows
+	})
+	for qi, q := range b {
+		if len(q.written()) == 0 {
+			t.Errorf("queue %d took no frames of %d flows", qi, flows)
+		}
+		for _, f := range q.written() {
+			sport := binary.BigEndian.Uint16(f[34:])
+			if prev, ok := queueOf[sport]; ok && prev != qi {
+				t.Errorf("flow %d on queues %d and %d", sport, prev, qi)
+			}
+			queueOf[sport] = qi
+		}
+	}
+
+	// Replies come in on every queue (a worker per queue reads them) and
+	// reach a; a reply of flow i, written to b, would take flow i's queue.
+	for i := range flows {
+		b[i%3].in <- udpFlowFrame(4, 3, 53, uint16(1000+i))
+	}
+	waitFor(t, "a to receive every reply", func() bool { return len(a.written()) == flows })
+	for i := range flows {
+		var req, rep flowtable.Fields
+		if !flowtable.Extract(udpFlowFrame(3, 4, uint16(1000+i), 53), &req) ||
+			!flowtable.Extract(udpFlowFrame(4, 3, 53, uint16(1000+i)), &rep) {
+			t.Fatal("test frames do not parse")
+		}
+		if flowHash(&req) != flowHash(&rep) {
+			t.Errorf("flow %d: request and reply hash differently", i)
+		}
+		if q := int(flowHash(&rep) % 3); q != queueOf[uint16(1000+i)] {
+			t.Errorf("flow %d: requests on queue %d, a reply would take %d", i, queueOf[uint16(1000+i)], q)
+		}
+	}
+
+	if err := sw.RemovePort(4); err != nil {
+		t.Fatal(err)
+	}
+	for qi, q := range b {
+		select {
+		case <-q.closed:
+		default:
+			t.Errorf("queue %d not closed by RemovePort", qi)
+		}
+	}
+}
+
+func TestSwitchMultiQueueInvalid(t *testing.T) {
+	sw, _ := newTestSwitch(t, "table=0, priority=0, actions=drop\n")
+	if err := sw.AddPortQueues(3, nil); !errors.Is(err, ErrInvalidPort) {
+		t.Errorf("no queues: got %v, want ErrInvalidPort", err)
+	}
+	if err := sw.AddPortQueues(3, []Port{newMemPort("a"), nil}); !errors.Is(err, ErrInvalidPort) {
+		t.Errorf("a nil queue: got %v, want ErrInvalidPort", err)
+	}
+	// Queues must agree on offloads.
+	if err := sw.AddPortQueues(3, []Port{newMemOffloadPort("a"), newMemPort("b")}); !errors.Is(err, ErrInvalidPort) {
+		t.Errorf("mixed offloads: got %v, want ErrInvalidPort", err)
+	}
+	if len(sw.Ports()) != 0 {
+		t.Errorf("ports after failed adds: %v", sw.Ports())
+	}
+}
