@@ -28,6 +28,7 @@ package vxlan
 // sendmmsg, one message per segment.
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -82,11 +83,43 @@ type rxState struct {
 	coalesceUDP atomic.Bool
 }
 
-func (p *Port) initRx(gro bool) error {
-	rc, err := p.rx.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("vxlan: %w", err)
+// listenRx opens a receive socket on laddr, with SO_REUSEPORT if shared.
+func listenRx(laddr *net.UDPAddr, shared bool) (*net.UDPConn, error) {
+	var lc net.ListenConfig
+	if shared {
+		lc.Control = func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			}); err != nil {
+				return err
+			}
+			if serr != nil {
+				return fmt.Errorf("SO_REUSEPORT: %w", serr)
+			}
+			return nil
+		}
 	}
+	c, err := lc.ListenPacket(context.Background(), "udp4", laddr.String())
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.UDPConn), nil
+}
+
+// initRx sets up a receive state for every receive socket.
+func (p *Port) initRx(gro bool) error {
+	for _, rx := range p.rx {
+		rc, err := rx.SyscallConn()
+		if err != nil {
+			return fmt.Errorf("vxlan: %w", err)
+		}
+		p.rxs = append(p.rxs, p.newRxState(rc, gro))
+	}
+	return nil
+}
+
+func (p *Port) newRxState(rc syscall.RawConn, gro bool) *rxState {
 	n, size := p.batch, plainBufLen
 	if gro {
 		n, size = min(p.batch, groMsgs), groBufLen
@@ -110,8 +143,7 @@ func (p *Port) initRx(gro bool) error {
 		h.Control = &st.ctrl[i*ctrlLen]
 	}
 	st.fn = st.recv
-	p.rxs = st
-	return nil
+	return st
 }
 
 // recv is the RawConn callback: one recvmmsg; false means wait.
@@ -168,14 +200,14 @@ func (st *rxState) groSize(i int) int {
 // offset + packet.MaxSuperFrame bytes for full-size super-frames (smaller
 // ones just stop coalescing earlier). It does not allocate.
 func (p *Port) ReadTunnelGSO(bufs [][]byte, sizes []int, gso []packet.GSO, eps []Endpoint, offset int) (int, error) {
-	return p.read(bufs, sizes, gso, eps, offset)
+	return p.read(p.rxs[0], bufs, sizes, gso, eps, offset)
 }
 
-func (p *Port) read(bufs [][]byte, sizes []int, gso []packet.GSO, eps []Endpoint, offset int) (int, error) {
+// read reads from the receive socket whose state is st.
+func (p *Port) read(st *rxState, bufs [][]byte, sizes []int, gso []packet.GSO, eps []Endpoint, offset int) (int, error) {
 	if offset < HeaderLen {
 		return 0, ErrHeadroom
 	}
-	st := p.rxs
 	st.co.UDP = st.coalesceUDP.Load()
 	limit := min(len(bufs), len(sizes), len(eps))
 	if gso != nil {
@@ -604,13 +636,27 @@ func (p *Port) sendSegments(sock *txSocket, s *gsoScratch, pkt []byte, dgram, cn
 	return r.err
 }
 
-// probeOffloads enables UDP GRO on the receive socket and checks for UDP
-// GSO on the first send socket.
+// probeOffloads enables UDP GRO on the receive sockets (in use only if
+// every one takes it) and checks for UDP GSO on the first send socket.
 func (p *Port) probeOffloads() (gro, gso bool) {
-	if rc, err := p.rx.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) {
-			gro = unix.SetsockoptInt(int(fd), unix.SOL_UDP, udpGRO, 1) == nil
-		})
+	gro = true
+	for _, rx := range p.rx {
+		ok := false
+		if rc, err := rx.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) {
+				ok = unix.SetsockoptInt(int(fd), unix.SOL_UDP, udpGRO, 1) == nil
+			})
+		}
+		gro = gro && ok
+	}
+	if !gro {
+		// All or none: a socket left with GRO would hand its reader
+		// batches larger than the plain buffers.
+		for _, rx := range p.rx {
+			if rc, err := rx.SyscallConn(); err == nil {
+				_ = rc.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_UDP, udpGRO, 0) })
+			}
+		}
 	}
 	if len(p.tx) > 0 {
 		_ = p.tx[0].rc.Control(func(fd uintptr) {

@@ -64,7 +64,7 @@ func TestOffloadRoundTrip(t *testing.T) {
 			bb.bufs[i] = make([]byte, headroom+packet.MaxSuperFrame)
 		}
 		gsos := make([]packet.GSO, 8)
-		if err := b.rx.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		if err := b.rx[0].SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.ReadTunnelGSO(bb.bufs, bb.sizes, gsos, bb.eps, headroom); err != nil {
@@ -249,7 +249,7 @@ func TestOffloadRoundTripUDP(t *testing.T) {
 		if _, err := a.WriteTunnelGSO([][]byte{withFrame(udpSuperFrame(10))}, []packet.GSO{{}}, []Endpoint{ep}, headroom); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.rx.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		if err := b.rx[0].SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.ReadTunnelGSO(bb.bufs, bb.sizes, gsos, bb.eps, headroom); err != nil {

@@ -60,6 +60,7 @@ const (
 	DefaultReadBuffer  = 4 << 20
 	maxBatch           = 1024
 	maxSendSockets     = 256
+	maxReaders         = 64
 )
 
 // ErrHeadroom is returned by ReadTunnel and WriteTunnel when offset leaves
@@ -84,9 +85,16 @@ type Config struct {
 	// SendSockets is the number of send sockets, i.e. of distinct outer
 	// source ports; 0 means DefaultSendSockets.
 	SendSockets int
-	// ReadBuffer is SO_RCVBUF for the receive socket (the kernel caps it at
-	// net.core.rmem_max); 0 means DefaultReadBuffer.
+	// ReadBuffer is SO_RCVBUF for each receive socket (the kernel caps it
+	// at net.core.rmem_max); 0 means DefaultReadBuffer.
 	ReadBuffer int
+	// Readers is the number of receive sockets; 0 means 1. With more than
+	// one, they share Local:Port with SO_REUSEPORT, the kernel hashing each
+	// datagram's outer addresses and ports to one of them (a peer's send
+	// sockets give its flows different source ports), and each is read
+	// through a Queue of its own (Queues), so several goroutines can
+	// receive in parallel.
+	Readers int
 	// Offload enables UDP GRO on the receive socket and UDP GSO
 	// (UDP_SEGMENT) on the send sockets, each where the kernel has it
 	// (probed at Listen; see Offloads). Without it every datagram is read
@@ -122,14 +130,19 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("vxlan: Config.SendSockets %d out of range 0..%d", c.SendSockets, maxSendSockets)
 	case c.ReadBuffer < 0:
 		return fmt.Errorf("vxlan: Config.ReadBuffer %d is negative", c.ReadBuffer)
+	case c.Readers < 0 || c.Readers > maxReaders:
+		return fmt.Errorf("vxlan: Config.Readers %d out of range 0..%d", c.Readers, maxReaders)
 	}
 	return nil
 }
 
-// Port is the VXLAN tunnel port. It implements vswitch.TunnelPort.
+// Port is the VXLAN tunnel port. It implements vswitch.TunnelPort and
+// vswitch.OffloadTunnelPort; its reads are those of its first receive
+// socket (Queues()[0]).
 //
-// ReadTunnel must be called by one goroutine at a time; WriteTunnel, Stats,
-// SourcePortFor and the other methods are safe for concurrent use.
+// ReadTunnel must be called by one goroutine at a time (per Queue, with
+// Config.Readers > 1); WriteTunnel, Stats, SourcePortFor and the other
+// methods are safe for concurrent use.
 type Port struct {
 	local   [4]byte
 	dstPort int
@@ -137,11 +150,10 @@ type Port struct {
 	peers   *Peers
 	log     *slog.Logger
 
-	rx  *net.UDPConn
-	rxp *ipv4.PacketConn
-	tx  []txSocket
+	rx []*net.UDPConn // receive sockets (Config.Readers)
+	tx []txSocket
 
-	rxs      *rxState  // owned by the reader
+	rxs      []*rxState // one per receive socket, each owned by its reader
 	txPool   sync.Pool // of *txScratch
 	gsoPool  sync.Pool // of *gsoScratch
 	gso      atomic.Bool
@@ -197,13 +209,17 @@ func Listen(cfg Config) (*Port, error) {
 		log:     log,
 	}
 	laddr := &net.UDPAddr{IP: net.IP(local[:]), Port: int(cfg.Port)}
-	rx, err := net.ListenUDP("udp4", laddr)
-	if err != nil {
-		return nil, fmt.Errorf("vxlan: listen %v: %w", laddr, err)
-	}
-	p.rx, p.rxp = rx, ipv4.NewPacketConn(rx)
-	if err := rx.SetReadBuffer(cfg.ReadBuffer); err != nil {
-		log.Warn("vxlan: cannot set receive buffer", "size", cfg.ReadBuffer, "err", err)
+	readers := max(cfg.Readers, 1)
+	for range readers {
+		rx, err := listenRx(laddr, readers > 1)
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("vxlan: listen %v: %w", laddr, err)
+		}
+		p.rx = append(p.rx, rx)
+		if err := rx.SetReadBuffer(cfg.ReadBuffer); err != nil {
+			log.Warn("vxlan: cannot set receive buffer", "size", cfg.ReadBuffer, "err", err)
+		}
 	}
 	for range cfg.SendSockets {
 		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IP(local[:])})
@@ -235,10 +251,10 @@ func Listen(cfg Config) (*Port, error) {
 		p.Close()
 		return nil, err
 	}
-	p.rxs.coalesceUDP.Store(cfg.CoalesceUDP)
+	p.SetCoalesceUDP(cfg.CoalesceUDP)
 	p.txPool.New = func() any { return newTxScratch(cfg.Batch) }
 	p.gsoPool.New = func() any { return newGSOScratch() }
-	log.Info("vxlan: tunnel port open", "local", laddr.String(), "send_sockets", len(p.tx), "batch", cfg.Batch,
+	log.Info("vxlan: tunnel port open", "local", laddr.String(), "readers", readers, "send_sockets", len(p.tx), "batch", cfg.Batch,
 		"udp_gro", p.groOn, "udp_gso", p.gso.Load(), "coalesce_udp", cfg.CoalesceUDP)
 	return p, nil
 }
@@ -259,7 +275,11 @@ func newTxScratch(n int) *txScratch {
 
 // SetCoalesceUDP turns the merging of UDP datagrams toward the pods
 // (Config.CoalesceUDP) on or off; the next read applies it.
-func (p *Port) SetCoalesceUDP(on bool) { p.rxs.coalesceUDP.Store(on) }
+func (p *Port) SetCoalesceUDP(on bool) {
+	for _, st := range p.rxs {
+		st.coalesceUDP.Store(on)
+	}
+}
 
 // Name returns "vxlan0".
 func (p *Port) Name() string { return "vxlan0" }
@@ -307,7 +327,7 @@ func (p *Port) Stats() Stats { return p.stats.snapshot() }
 // allocated. With Config.Offload, UDP GRO batches are split back into
 // datagrams; ReadTunnel never merges frames (ReadTunnelGSO does).
 func (p *Port) ReadTunnel(bufs [][]byte, sizes []int, eps []Endpoint, offset int) (int, error) {
-	return p.read(bufs, sizes, nil, eps, offset)
+	return p.read(p.rxs[0], bufs, sizes, nil, eps, offset)
 }
 
 // WriteTunnel sends each frame bufs[i][offset:] to eps[i].Addr on the
@@ -416,8 +436,8 @@ func sendAll(pc *ipv4.PacketConn, ms []ipv4.Message) (r sendResult) {
 func (p *Port) Close() error {
 	p.closeMu.Do(func() {
 		var errs []error
-		if p.rx != nil {
-			errs = append(errs, p.rx.Close())
+		for _, rx := range p.rx {
+			errs = append(errs, rx.Close())
 		}
 		for _, s := range p.tx {
 			errs = append(errs, s.conn.Close())

@@ -196,7 +196,7 @@ func withFrame(frame []byte) []byte {
 // readFrames reads until it has want frames or the deadline passes.
 func readFrames(t *testing.T, p *Port, b *batch, want int) []Endpoint {
 	t.Helper()
-	if err := p.rx.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+	if err := p.rx[0].SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	var eps []Endpoint
