@@ -117,11 +117,18 @@ func (d *Device) Destroy() error {
 
 // DeletePersistent removes the persistent TAP name from the calling
 // thread's network namespace, for cleanups that hold no fd of it: it
-// attaches to it (Reopen), then Destroys it. A missing interface is not an
-// error; an interface that is not a persistent gvs TAP is left alone and
-// reported with ErrNotPersistent.
+// attaches to it (Reopen, as a single-queue TAP, else as a multi-queue
+// one), then Destroys it. A missing interface is not an error; an
+// interface that is not a persistent gvs TAP is left alone and reported
+// with ErrNotPersistent. A single-queue TAP that a process holds fails to
+// attach (EBUSY); a multi-queue one does not, so check that none of its
+// queues is attached before (netlink's IFLA_TUN_NUM_QUEUES).
 func DeletePersistent(name string) error {
 	d, err := Reopen(Config{Name: name})
+	if errors.Is(err, unix.EINVAL) {
+		// Not a TAP, or a multi-queue one.
+		d, err = Reopen(Config{Name: name, MultiQueue: true})
+	}
 	if errors.Is(err, ErrNotFound) {
 		return nil
 	}

@@ -115,6 +115,27 @@ func TestPersistentReopen(t *testing.T) {
 		if _, err := net.InterfaceByName("gvst-dp"); err == nil {
 			return errors.New("gvst-dp outlived DeletePersistent")
 		}
+		// A persistent multi-queue TAP whose queues are all closed.
+		mq, err := tap.CreatePersistent(tap.Config{Name: "gvst-mp", MultiQueue: true})
+		if err != nil {
+			return err
+		}
+		q1, err := tap.Open(tap.Config{Name: "gvst-mp", MultiQueue: true})
+		if err != nil {
+			mq.Destroy()
+			return err
+		}
+		q1.Close()
+		mq.Close()
+		if _, err := net.InterfaceByName("gvst-mp"); err != nil {
+			return fmt.Errorf("the persistent multi-queue TAP is gone: %v", err)
+		}
+		if err := tap.DeletePersistent("gvst-mp"); err != nil {
+			return fmt.Errorf("DeletePersistent of a multi-queue TAP: %w", err)
+		}
+		if _, err := net.InterfaceByName("gvst-mp"); err == nil {
+			return errors.New("gvst-mp outlived DeletePersistent")
+		}
 		return tap.DeletePersistent("gvst-dp")
 	})
 	if err != nil {

@@ -154,8 +154,8 @@ type Port struct {
 	tx []txSocket
 
 	rxs      []*rxState // one per receive socket, each owned by its reader
-	txPool   sync.Pool // of *txScratch
-	gsoPool  sync.Pool // of *gsoScratch
+	txPool   sync.Pool  // of *txScratch
+	gsoPool  sync.Pool  // of *gsoScratch
 	gso      atomic.Bool
 	groOn    bool
 	stats    counters

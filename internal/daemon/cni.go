@@ -48,7 +48,7 @@ func (d *Daemon) startCNI(ctx context.Context, errc chan<- error) error {
 	d.mu.Lock()
 	d.ipam = ipam
 	d.mu.Unlock()
-	pool := cniplugin.NewTapPool(d.cfg.TapPool, tap.Config{Offloads: d.podOffloads(), Logger: d.log}, d.log)
+	pool := cniplugin.NewTapPool(d.cfg.TapPool, tap.Config{Offloads: d.podOffloads(), MultiQueue: d.podQueues() > 1, Logger: d.log}, d.log)
 	be := &cniBackend{d: d, pool: pool}
 	srv := cniplugin.NewServer(cniplugin.ServerConfig{IPAM: ipam, Backend: be, Logger: d.log, Observe: d.observeCNI})
 	restoreStart := time.Now()

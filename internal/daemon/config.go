@@ -58,7 +58,19 @@ type Config struct {
 	// TapPool is how many pod TAPs are kept pre-created for CNI ADD
 	// (0: create each on demand).
 	TapPool int `json:"tapPool,omitempty"`
+	// Queues is how many queues vxlan0 and each new pod TAP have, each
+	// read by a worker of its own (0 or 1: one; at most MaxQueues). vxlan0
+	// gets that many receive sockets (SO_REUSEPORT), pods multi-queue TAPs.
+	// A restarted daemon adopts a CNI pod's TAP as it is: a single-queue
+	// TAP stays single-queue, a multi-queue one gets Queues queues.
+	Queues int `json:"queues,omitempty"`
+	// VXLANReaders is how many receive sockets vxlan0 has, each read by a
+	// worker of its own (1..MaxQueues); 0 means Queues.
+	VXLANReaders int `json:"vxlanReaders,omitempty"`
 }
+
+// MaxQueues is the largest Config.Queues.
+const MaxQueues = 16
 
 // FromRegistry reports whether the node follows the control plane.
 func (c *Config) FromRegistry() bool { return len(c.EtcdEndpoints) > 0 }
@@ -107,6 +119,12 @@ func ParseConfig(b []byte) (*Config, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
 		return nil, err
+	}
+	if c.Queues < 0 || c.Queues > MaxQueues {
+		return nil, fmt.Errorf("queues: %d out of range 0..%d", c.Queues, MaxQueues)
+	}
+	if c.VXLANReaders < 0 || c.VXLANReaders > MaxQueues {
+		return nil, fmt.Errorf("vxlanReaders: %d out of range 0..%d", c.VXLANReaders, MaxQueues)
 	}
 	if c.FromRegistry() {
 		// The rest comes from the registry; check what must be here.

@@ -26,6 +26,25 @@ func TestParseConfig(t *testing.T) {
 	if n.Mode != sdn.ModeMultitenant || n.MTU != 1450 || n.Subnet.String() != "10.128.0.0/23" {
 		t.Errorf("node config = %+v", n)
 	}
+	// queues and vxlanReaders: vxlan0 follows queues unless set apart.
+	for _, q := range []struct {
+		json            string
+		queues, readers int
+	}{
+		{``, 1, 1},
+		{`"queues": 2,`, 2, 2},
+		{`"queues": 2, "vxlanReaders": 1,`, 2, 1},
+		{`"vxlanReaders": 3,`, 1, 3},
+	} {
+		c, err := ParseConfig([]byte(strings.Replace(goodConfig, `"mode"`, q.json+`"mode"`, 1)))
+		if err != nil {
+			t.Fatalf("%s: %v", q.json, err)
+		}
+		d := &Daemon{cfg: c}
+		if d.podQueues() != q.queues || d.vxlanReaders() != q.readers {
+			t.Errorf("%s: pod queues %d, vxlan0 readers %d; want %d, %d", q.json, d.podQueues(), d.vxlanReaders(), q.queues, q.readers)
+		}
+	}
 	bad := []struct{ name, json, want string }{
 		{"not json", `{`, "unexpected EOF"},
 		{"unknown key", `{"nodeName":"n1","subnett":"x"}`, "unknown field"},
@@ -33,6 +52,10 @@ func TestParseConfig(t *testing.T) {
 		{"bad subnet", strings.Replace(goodConfig, "10.128.0.0/23", "10.128.0.0/33", 1), "subnet"},
 		{"bad mode", strings.Replace(goodConfig, "multitenant", "flat", 1), "flat"},
 		{"subnet outside the cluster", strings.Replace(goodConfig, `"10.128.0.0/23"`, `"10.200.0.0/23"`, 1), "10.200.0.0/23"},
+		{"too many queues", strings.Replace(goodConfig, `"mode"`, `"queues": 17, "mode"`, 1), "queues: 17"},
+		{"negative queues", strings.Replace(goodConfig, `"mode"`, `"queues": -1, "mode"`, 1), "queues: -1"},
+		{"too many readers", strings.Replace(goodConfig, `"mode"`, `"vxlanReaders": 99, "mode"`, 1), "vxlanReaders: 99"},
+		{"queues with the control plane", `{"nodeName":"n1","nodeIP":"192.168.240.11","etcdEndpoints":["http://127.0.0.1:2379"],"queues":40}`, "queues: 40"},
 	}
 	for _, b := range bad {
 		_, err := ParseConfig([]byte(b.json))

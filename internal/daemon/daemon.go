@@ -158,11 +158,15 @@ func (d *Daemon) setup(ctx context.Context) error {
 	// vxlan0, port 1. UDP datagrams are merged toward the pods once a pod
 	// TAP shows that the kernel takes UDP super-frames (usoSeen).
 	vx, err := vxlan.Listen(vxlan.Config{Local: d.node.NodeIP, Port: d.cfg.VXLANPort, Peers: d.peers,
-		Offload: d.offload(), Logger: d.log})
+		Offload: d.offload(), Readers: d.vxlanReaders(), Logger: d.log})
 	if err != nil {
 		return fmt.Errorf("vxlan0: %w", err)
 	}
-	if err := d.sw.AddTunnel(sdn.PortVXLAN, vx); err != nil {
+	var vxq []vswitch.TunnelPort
+	for _, q := range vx.Queues() {
+		vxq = append(vxq, q)
+	}
+	if err := d.sw.AddTunnelQueues(sdn.PortVXLAN, vxq); err != nil {
 		vx.Close()
 		return err
 	}
@@ -328,12 +332,65 @@ func (pc PodConfig) podKey() string {
 	return pc.Name
 }
 
+// podQueues is how many queues a new pod TAP gets (Config.Queues).
+func (d *Daemon) podQueues() int { return max(d.cfg.Queues, 1) }
+
+// vxlanReaders is how many receive sockets vxlan0 gets
+// (Config.VXLANReaders, else Config.Queues).
+func (d *Daemon) vxlanReaders() int {
+	if d.cfg.VXLANReaders > 0 {
+		return d.cfg.VXLANReaders
+	}
+	return d.podQueues()
+}
+
+// createQueues creates the TAP cfg and opens n-1 more queues of it (cfg must
+// then be MultiQueue), in the calling thread's namespace. It returns the
+// first queue and the others.
+func createQueues(cfg tap.Config, n int) (*tap.Device, []*tap.Device, error) {
+	dev, err := tap.Create(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.Name = dev.Name()
+	extra, err := openQueues(cfg, n-1)
+	if err != nil {
+		dev.Close()
+		return nil, nil, err
+	}
+	return dev, extra, nil
+}
+
+// openQueues attaches n more queues to the multi-queue TAP cfg.Name in the
+// calling thread's namespace.
+func openQueues(cfg tap.Config, n int) ([]*tap.Device, error) {
+	cfg.MultiQueue = true
+	var qs []*tap.Device
+	for i := range n {
+		q, err := tap.Open(cfg)
+		if err != nil {
+			for _, q := range qs {
+				q.Close()
+			}
+			return nil, fmt.Errorf("tap %s: extra queue %d: %w", cfg.Name, i+1, err)
+		}
+		qs = append(qs, q)
+	}
+	return qs, nil
+}
+
 // addPod is AddPod with an optional pre-created TAP (from the CNI TAP
 // pool), which it owns from then on.
 func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *Pod, err error) {
+	var extra []*tap.Device // the TAP's other queues, until the switch owns them
 	defer func() {
 		if err != nil && dev != nil {
 			dev.Close()
+		}
+		if err != nil {
+			for _, q := range extra {
+				q.Close()
+			}
 		}
 	}()
 	ip, err := netip.ParseAddr(pc.IP)
@@ -373,16 +430,32 @@ func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *
 	if inPod {
 		// Create the TAP inside the pod's namespace: moving a link between
 		// namespaces waits for RCU grace periods (10-25 ms, docs/cni.md).
-		cfg := tap.Config{Name: fmt.Sprintf("gvs%d", port), Offloads: d.podOffloads(), Logger: d.log}
-		if err := netconf.Do(nsPath, func() (err error) { dev, err = tap.Create(cfg); return err }); err != nil {
+		cfg := tap.Config{Name: fmt.Sprintf("gvs%d", port), Offloads: d.podOffloads(), Logger: d.log,
+			MultiQueue: d.podQueues() > 1}
+		if err := netconf.Do(nsPath, func() (err error) {
+			dev, extra, err = createQueues(cfg, d.podQueues())
+			return err
+		}); err != nil {
+			return nil, err
+		}
+	} else if d.podQueues() > 1 {
+		// A pooled TAP, multi-queue as the pool makes them with queues > 1
+		// (cni.go): attach its other queues while it is still here.
+		extra, err = openQueues(tap.Config{Name: dev.Name(), Offloads: d.podOffloads(), Logger: d.log}, d.podQueues()-1)
+		if err != nil {
 			return nil, err
 		}
 	}
 	tapName, podDev := dev.Name(), dev
 	d.usoSeen(dev)
-	if err := d.sw.AddPort(port, d.podPort(pc, dev)); err != nil {
+	queues := []vswitch.Port{d.podPort(pc, dev)}
+	for _, q := range extra {
+		queues = append(queues, q)
+	}
+	if err := d.sw.AddPortQueues(port, queues); err != nil {
 		return nil, err
 	}
+	extra = nil
 	dev = nil // the switch owns it now
 	persisted := false
 	defer func() {

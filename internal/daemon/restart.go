@@ -81,10 +81,11 @@ func (d *Daemon) closeSwitch() {
 }
 
 // ourTAP reports whether link is a TAP gvs-switchd left for the pod with
-// address ip: a persistent TAP with IFF_VNET_HDR and IFF_NO_PI, single
-// queue, with the pod's MAC. why says what differs. (Whether a process
-// holds it the kernel reports for multi-queue TAPs only; for ours
-// TUNSETIFF answers EBUSY then.)
+// address ip: a persistent TAP with IFF_VNET_HDR and IFF_NO_PI and the
+// pod's MAC, which, if it is multi-queue, no process holds. why says what
+// differs. (For a single-queue TAP that a process holds, TUNSETIFF answers
+// EBUSY; a multi-queue TAP takes more queues, so its count of attached
+// queues is checked instead.)
 func ourTAP(link netlink.Link, ip netip.Addr) (ok bool, why string) {
 	tt, isTAP := link.(*netlink.Tuntap)
 	if !isTAP || tt.Mode != netlink.TUNTAP_MODE_TAP {
@@ -96,8 +97,8 @@ func ourTAP(link netlink.Link, ip netip.Addr) (ok bool, why string) {
 		return false, "is not persistent"
 	case tt.Flags&netlink.TUNTAP_VNET_HDR == 0 || tt.Flags&netlink.TUNTAP_NO_PI == 0:
 		return false, fmt.Sprintf("has flags %#x, not vnet_hdr|no_pi", uint16(tt.Flags))
-	case tt.Flags&netlink.TUNTAP_MULTI_QUEUE != 0:
-		return false, "is multi-queue"
+	case tt.Flags&netlink.TUNTAP_MULTI_QUEUE != 0 && tt.Queues > 0:
+		return false, fmt.Sprintf("is multi-queue and held by another process (%d queues attached)", tt.Queues)
 	case tt.Attrs().HardwareAddr.String() != net.HardwareAddr(mac[:]).String():
 		return false, fmt.Sprintf("has MAC %s, not the pod's %s", tt.Attrs().HardwareAddr, net.HardwareAddr(mac[:]))
 	}
@@ -112,6 +113,7 @@ func ourTAP(link netlink.Link, ip netip.Addr) (ok bool, why string) {
 func (b *cniBackend) Reattach(_ context.Context, l cniplugin.Lease) error {
 	d := b.d
 	var dev *tap.Device
+	var extra []*tap.Device // a multi-queue TAP's other queues
 	err := netconf.Do(l.Netns, func() error {
 		link, err := netlink.LinkByName(l.IfName)
 		if err != nil {
@@ -124,7 +126,14 @@ func (b *cniBackend) Reattach(_ context.Context, l cniplugin.Lease) error {
 		if ok, why := ourTAP(link, l.IP); !ok {
 			return fmt.Errorf("%s in %s %s: not adopting it (CHECK fails until the pod is re-created)", l.IfName, l.Netns, why)
 		}
-		dev, err = tap.Reopen(tap.Config{Name: l.IfName, Offloads: d.podOffloads(), Logger: d.log})
+		cfg := tap.Config{Name: l.IfName, Offloads: d.podOffloads(), Logger: d.log,
+			MultiQueue: link.(*netlink.Tuntap).Flags&netlink.TUNTAP_MULTI_QUEUE != 0}
+		if dev, err = tap.Reopen(cfg); err != nil || !cfg.MultiQueue {
+			return err
+		}
+		if extra, err = openQueues(cfg, d.podQueues()-1); err != nil {
+			dev.Close()
+		}
 		return err
 	})
 	if err != nil {
@@ -139,13 +148,19 @@ func (b *cniBackend) Reattach(_ context.Context, l cniplugin.Lease) error {
 	node := d.nodeConfig() // read under the lock: the subnet can change at run time
 	err = netconf.ConfigureLink(l.Netns, netconf.LinkConfig{Name: l.IfName, MTU: node.MTU,
 		Addrs: []netip.Prefix{netip.PrefixFrom(l.IP, node.Subnet.Bits())}, Routes: routes, Up: true})
-	if err != nil {
+	closeAll := func() { // the TAP stays persistent: a later restart or DEL deals with it
 		dev.Close()
+		for _, q := range extra {
+			q.Close()
+		}
+	}
+	if err != nil {
+		closeAll()
 		return err
 	}
 	d.capPodGSO(l.Netns, l.IfName, node.MTU) // offloads may have been turned on since ADD
-	if err := d.adoptPod(l, dev); err != nil {
-		dev.Close() // still persistent: a later restart or DEL deals with it
+	if err := d.adoptPod(l, dev, extra); err != nil {
+		closeAll()
 		return err
 	}
 	if err := netconf.Do(l.Netns, func() error { return flushUnresolved(l.IfName) }); err != nil {
@@ -181,10 +196,11 @@ func flushUnresolved(ifName string) error {
 	return errors.Join(errs...)
 }
 
-// adoptPod puts a re-opened pod TAP on the switch on the lease's port and
-// installs the pod's rules with its project's current VNID. It owns dev
-// only when it succeeds.
-func (d *Daemon) adoptPod(l cniplugin.Lease, dev *tap.Device) (err error) {
+// adoptPod puts a re-opened pod TAP (dev, and extra queues if it is
+// multi-queue) on the switch on the lease's port and installs the pod's
+// rules with its project's current VNID. It owns the queues only when it
+// succeeds.
+func (d *Daemon) adoptPod(l cniplugin.Lease, dev *tap.Device, extra []*tap.Device) (err error) {
 	nsPath := l.Netns
 	if !strings.ContainsRune(nsPath, '/') {
 		nsPath = filepath.Join("/run/netns", nsPath)
@@ -211,7 +227,11 @@ func (d *Daemon) adoptPod(l cniplugin.Lease, dev *tap.Device) (err error) {
 	}
 	d.usoSeen(dev)
 	pt := &podTAP{Device: dev, d: d}
-	if err := d.sw.AddPort(l.Port, pt); err != nil {
+	queues := []vswitch.Port{pt}
+	for _, q := range extra {
+		queues = append(queues, q)
+	}
+	if err := d.sw.AddPortQueues(l.Port, queues); err != nil {
 		return err
 	}
 	defer func() {

@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gvswitch/gvs/bench/cluster"
+	"github.com/gvswitch/gvs/bench/lab"
+)
+
+// TestQueues: with "queues": 2, vxlan0 listens on two sockets sharing the
+// VXLAN port, each static pod's eth0 is a TAP with two queues, the pod's
+// kernel sends its flows over both queues (so both workers of the pod port
+// read), and traffic crosses nodes intact.
+func TestQueues(t *testing.T) {
+	c := up(t, "qu", cluster.Spec{
+		Lab:    lab.Spec{Nodes: 2, PodsPerNode: 1, Projects: []string{"default"}},
+		Mode:   "subnet",
+		Queues: 2,
+	})
+	a, b := c.Nodes[0].Pods[0], c.Nodes[1].Pods[0]
+
+	out, err := c.Lab.Exec(ctx(t), a.NS, "ip", "-d", "link", "show", "eth0")
+	if err != nil {
+		t.Fatalf("ip link: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "multi_queue") || !strings.Contains(string(out), "numqueues 2 ") {
+		t.Errorf("pod eth0 is not a TAP with two queues:\n%s", out)
+	}
+	for i := range c.Nodes {
+		out, err := c.Lab.Exec(ctx(t), c.Nodes[i].NS, "ss", "-Hlun", "sport", "=", ":4789")
+		if err != nil {
+			t.Fatalf("ss: %v\n%s", err, out)
+		}
+		if n := len(strings.Split(strings.TrimSpace(string(out)), "\n")); n != 2 {
+			t.Errorf("node %d: %d sockets on the VXLAN port, want 2:\n%s", i, n, out)
+		}
+	}
+
+	if res := tcpTransfer(t, c.Lab, a, b.NS, b.IP.String(), 4<<20); !strings.Contains(res, "intact=true") {
+		t.Errorf("TCP across nodes: %s", res)
+	}
+
+	// 32 UDP flows from a: the pod's kernel spreads them over eth0's two
+	// transmit queues, i.e. over the TAP queues gvs reads.
+	bin := filepath.Join(binDir, "gvs-bench")
+	sink, err := c.Lab.Start(ctx(t), b.NS, filepath.Join(t.TempDir(), "sink.log"), bin, "udp-sink", "-l", ":9000", "-t", "20s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Stop()
+	before := txQueuePackets(t, c, a)
+	if out, err := c.Lab.Exec(ctx(t), a.NS, bin, "udp-send", "-c", b.IP.String()+":9000", "-flows", "32", "-rate", "20000", "-t", "1s"); err != nil {
+		t.Fatalf("udp-send: %v\n%s", err, out)
+	}
+	after := txQueuePackets(t, c, a)
+	for _, q := range []string{":1", ":2"} {
+		if n := after[q] - before[q]; n < 100 {
+			t.Errorf("transmit queue %s sent %d packets of 32 flows (before %v, after %v)", q, n, before, after)
+		}
+	}
+}
+
+// txQueuePackets returns the packets sent per transmit queue of pod p's
+// eth0, from the per-queue qdiscs under its mq root ("parent :1", ...).
+func txQueuePackets(t *testing.T, c *cluster.Cluster, p cluster.Pod) map[string]uint64 {
+	t.Helper()
+	out, err := c.Lab.Exec(ctx(t), p.NS, "tc", "-s", "qdisc", "show", "dev", "eth0")
+	if err != nil {
+		t.Fatalf("tc: %v\n%s", err, out)
+	}
+	got := map[string]uint64{}
+	parent := ""
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) > 0 && f[0] == "qdisc":
+			parent = ""
+			for i := 0; i+1 < len(f); i++ {
+				if f[i] == "parent" {
+					parent = f[i+1]
+				}
+			}
+		case len(f) >= 5 && f[0] == "Sent" && parent != "":
+			var n uint64
+			if _, err := fmt.Sscan(f[3], &n); err != nil {
+				t.Fatalf("tc: %q: %v", sc.Text(), err)
+			}
+			got[parent] = n
+		}
+	}
+	return got
+}
+
+// TestQueuesCNIRestart: with "queues": 2, CNI pods (from the TAP pool) get
+// TAPs with two queues; when gvs-switchd exits their TAPs stay with no
+// queue attached, and the next daemon adopts them with two queues again.
+func TestQueuesCNIRestart(t *testing.T) {
+	c := up(t, "qr", cluster.Spec{
+		Lab:     lab.Spec{Nodes: 1, PodsPerNode: 2, Projects: []string{"default"}},
+		Mode:    "subnet",
+		CNI:     true,
+		TapPool: 2,
+		Queues:  2,
+	})
+	p1, p2 := c.Nodes[0].Pods[0], c.Nodes[0].Pods[1]
+	check := func(when string, queues int) {
+		t.Helper()
+		for _, p := range []cluster.Pod{p1, p2} {
+			out, err := c.Lab.Exec(ctx(t), p.NS, "ip", "-d", "link", "show", "eth0")
+			if err != nil {
+				t.Fatalf("ip link: %v\n%s", err, out)
+			}
+			if !strings.Contains(string(out), "multi_queue") || !strings.Contains(string(out), fmt.Sprintf("numqueues %d ", queues)) {
+				t.Errorf("%s: %s eth0 is not a multi-queue TAP with %d queues attached:\n%s", when, p.Name, queues, out)
+			}
+		}
+	}
+	check("after ADD", 2)
+	if ok, out := ping(t, c.Lab, p1.NS, p2.IP, 56); !ok {
+		t.Fatalf("pods do not reach each other:\n%s", out)
+	}
+	if err := c.StopDaemon(0); err != nil {
+		t.Fatal(err)
+	}
+	check("daemon stopped", 0)
+	if err := c.StartDaemon(ctx(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	check("after the restart", 2)
+	if ok, out := ping(t, c.Lab, p1.NS, p2.IP, 56); !ok {
+		t.Errorf("pods do not reach each other after the restart:\n%s", out)
+	}
+}
