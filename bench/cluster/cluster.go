@@ -47,6 +47,11 @@ type Spec struct {
 	// in the daemons' configurations. TapPool is the daemons' tapPool.
 	CNI     bool
 	TapPool int
+	// Queues and VXLANReaders are the daemons' queues and vxlanReaders
+	// settings (queues of pod TAPs, receive sockets of vxlan0); 0 leaves
+	// them out.
+	Queues       int
+	VXLANReaders int
 }
 
 // Cluster is a running cluster.
@@ -208,6 +213,8 @@ func (c *Cluster) writeConfig(i int) error {
 		Projects:        c.Spec.VNIDs,
 		ControlSocket:   n.Socket,
 		MetricsAddr:     "127.0.0.1:9101",
+		Queues:          c.Spec.Queues,
+		VXLANReaders:    c.Spec.VXLANReaders,
 	}
 	if c.Lab.External == nil {
 		cfg.NAT = &off

@@ -54,6 +54,12 @@ type Config struct {
 	// CPU that sent it, so a single sending thread caps the kernel at one
 	// CPU's worth; two let it use both of the lab machine's CPUs.
 	BlastThreads int
+	// GVSQueues is gvs-switchd's queues setting: queues of each pod TAP
+	// and receive sockets of vxlan0, one worker each; default 1.
+	GVSQueues int
+	// GVSVXLANReaders, if not 0, sets vxlan0's receive sockets apart
+	// (gvs-switchd's vxlanReaders).
+	GVSVXLANReaders int
 	// Progress, if not nil, receives a line per step.
 	Progress io.Writer
 }
@@ -140,8 +146,12 @@ type Report struct {
 	Duration time.Duration `json:"duration_ns"`
 	Flows    int           `json:"udp_flows"`
 	// BlastThreads is the frame blaster's sending threads.
-	BlastThreads int      `json:"blast_threads"`
-	Dataplanes   []Result `json:"dataplanes"`
+	BlastThreads int `json:"blast_threads"`
+	// GVSQueues and GVSVXLANReaders are gvs-switchd's queues and
+	// vxlanReaders settings (Config).
+	GVSQueues       int      `json:"gvs_queues,omitempty"`
+	GVSVXLANReaders int      `json:"gvs_vxlan_readers,omitempty"`
+	Dataplanes      []Result `json:"dataplanes"`
 }
 
 // Get returns the result of dataplane dp, or nil.
@@ -187,6 +197,7 @@ func (c *Config) defaults() error {
 		c.BlastThreads = 2
 	}
 	c.BlastThreads = min(c.BlastThreads, c.Flows)
+	c.GVSQueues = max(c.GVSQueues, 1)
 	if c.BinDir == "" {
 		return errors.New("compare: Config.BinDir is required")
 	}
@@ -206,7 +217,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	rep := &Report{Time: time.Now().UTC(), Machine: machine(), Runs: cfg.Runs, Duration: cfg.Duration, Flows: cfg.Flows, BlastThreads: cfg.BlastThreads}
+	rep := &Report{Time: time.Now().UTC(), Machine: machine(), Runs: cfg.Runs, Duration: cfg.Duration, Flows: cfg.Flows, BlastThreads: cfg.BlastThreads,
+		GVSQueues: cfg.GVSQueues, GVSVXLANReaders: cfg.GVSVXLANReaders}
 	p := &progress{w: cfg.Progress, start: time.Now()}
 	for _, dp := range cfg.Dataplanes {
 		res := runDataplane(ctx, cfg, dp, p)
@@ -233,10 +245,12 @@ func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Resul
 	prefix := fmt.Sprintf("%s%c%d", cfg.Prefix, dp[0], os.Getpid()%100000)
 	uctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	c, err := cluster.Up(uctx, cluster.Spec{
-		Lab:        lab.Spec{Prefix: prefix, Nodes: 2, PodsPerNode: 2, Underlay: cfg.Underlay},
-		Mode:       "subnet",
-		BinDir:     cfg.BinDir,
-		Dataplanes: []string{dp, dp},
+		Lab:          lab.Spec{Prefix: prefix, Nodes: 2, PodsPerNode: 2, Underlay: cfg.Underlay},
+		Mode:         "subnet",
+		BinDir:       cfg.BinDir,
+		Dataplanes:   []string{dp, dp},
+		Queues:       cfg.GVSQueues,
+		VXLANReaders: cfg.GVSVXLANReaders,
 	})
 	cancel()
 	if err != nil {

@@ -93,8 +93,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "%s %s: %s\n", d.Dataplane, d.Status, d.Error)
 		}
 	}
-	_, err := fmt.Fprintf(w, "medians of %d runs, %s per workload, %d UDP flows, %d blaster thread(s); %d CPUs, %s, kernel %s\n",
-		r.Runs, r.Duration, r.Flows, max(r.BlastThreads, 1), r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel)
+	readers := r.GVSVXLANReaders
+	if readers == 0 {
+		readers = max(r.GVSQueues, 1)
+	}
+	_, err := fmt.Fprintf(w, "medians of %d runs, %s per workload, %d UDP flows, %d blaster thread(s), gvs queues %d (vxlan0 readers %d); %d CPUs, %s, kernel %s\n",
+		r.Runs, r.Duration, r.Flows, max(r.BlastThreads, 1), max(r.GVSQueues, 1), readers, r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel)
 	return err
 }
 

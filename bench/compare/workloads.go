@@ -172,7 +172,9 @@ func (e *env) iperf3(ctx context.Context, src, dst cluster.Pod, streams int, d t
 		time.Sleep(100 * time.Millisecond)
 		out, err = e.c.Lab.Exec(sctx, src.NS, "iperf3", "-c", dst.IP.String(), "-p", strconv.Itoa(tcpPort),
 			"-P", strconv.Itoa(streams), "-t", strconv.Itoa(secs), "-J")
-		if err == nil || !bytes.Contains(out, []byte("Connection refused")) {
+		// With -J, iperf3 3.12 reports a refused connection in its JSON
+		// and may exit 0: look at the output, not the exit status.
+		if !bytes.Contains(out, []byte("Connection refused")) {
 			break
 		}
 	}
@@ -185,7 +187,10 @@ func (e *env) iperf3(ctx context.Context, src, dst cluster.Pod, streams int, d t
 		Error string `json:"error"`
 	}
 	if jerr := json.Unmarshal(out, &r); jerr != nil || r.Error != "" || err != nil {
-		return 0, fmt.Errorf("iperf3 %s → %s: %w: %s", src.Name, dst.IP, errors.Join(err, jerr), firstLine(out, r.Error))
+		if err = errors.Join(err, jerr); err == nil {
+			err = errors.New("iperf3 failed")
+		}
+		return 0, fmt.Errorf("iperf3 %s → %s: %w: %s", src.Name, dst.IP, err, firstLine(out, r.Error))
 	}
 	return r.End.SumReceived.BitsPerSecond / 1e9, nil
 }

@@ -28,6 +28,8 @@ func compareCmd(ctx context.Context, args []string) error {
 	dps := fs.String("dataplanes", "gvs,kernel,ovs", "dataplanes to compare, comma-separated")
 	flows := fs.Int("flows", 64, "UDP flows in the pps workloads")
 	blastThreads := fs.Int("blast-threads", 2, "sending threads of the frame blaster workloads")
+	queues := fs.Int("queues", 1, "gvs-switchd queues: queues of each pod TAP and receive sockets of vxlan0, a worker each")
+	readers := fs.Int("vxlan-readers", 0, "gvs-switchd vxlanReaders: receive sockets of vxlan0 (0: as -queues)")
 	prefix := fs.String("prefix", "gvc", "namespace prefix (at most 9 characters)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -40,14 +42,16 @@ func compareCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg := compare.Config{
-		BinDir:       filepath.Dir(self),
-		Dataplanes:   strings.Split(*dps, ","),
-		Runs:         *runs,
-		Duration:     *dur,
-		Prefix:       *prefix,
-		Flows:        *flows,
-		BlastThreads: *blastThreads,
-		Progress:     os.Stderr,
+		BinDir:          filepath.Dir(self),
+		Dataplanes:      strings.Split(*dps, ","),
+		Runs:            *runs,
+		Duration:        *dur,
+		Prefix:          *prefix,
+		Flows:           *flows,
+		BlastThreads:    *blastThreads,
+		GVSQueues:       *queues,
+		GVSVXLANReaders: *readers,
+		Progress:        os.Stderr,
 	}
 	rep, err := compare.Run(ctx, cfg)
 	if err != nil {
