@@ -7,6 +7,7 @@ import (
 
 	"github.com/gvswitch/gvs/flowtable"
 	vswitch "github.com/gvswitch/gvs/switch"
+	"github.com/gvswitch/gvs/tap"
 )
 
 // chanPort is a minimal Port for the example: frames sent on in are read by
@@ -79,4 +80,30 @@ func Example() {
 	// Output:
 	// port b got 34 bytes
 	// rule hits: 1
+}
+
+// A pod port with two queues: a multi-queue TAP opened twice, each queue
+// read by a worker of its own. The pod's kernel spreads its flows over the
+// queues; the switch writes each flow back on the queue its hash picks.
+// (Creating a TAP needs CAP_NET_ADMIN; the example is not run by go test.)
+func ExampleSwitch_AddPortQueues() {
+	sw, err := vswitch.New(vswitch.Config{Table: flowtable.New(flowtable.Config{})})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sw.Close()
+	cfg := tap.Config{Name: "gvs-mq0", MultiQueue: true}
+	q0, err := tap.Create(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	q1, err := tap.Open(cfg) // the second queue of the same device
+	if err != nil {
+		q0.Close()
+		log.Fatal(err)
+	}
+	// The switch owns both queues from now on and closes them with the port.
+	if err := sw.AddPortQueues(3, []vswitch.Port{q0, q1}); err != nil {
+		log.Fatal(err)
+	}
 }

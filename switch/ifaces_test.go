@@ -15,4 +15,5 @@ var (
 var (
 	_ OffloadPort       = (*tap.Device)(nil)
 	_ OffloadTunnelPort = (*vxlan.Port)(nil)
+	_ OffloadTunnelPort = (*vxlan.Queue)(nil)
 )

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/vxlan"
 )
 
 // udpFlowFrame is udpFrame with the given UDP ports.
@@ -104,5 +105,38 @@ func TestSwitchMultiQueueInvalid(t *testing.T) {
 	}
 	if len(sw.Ports()) != 0 {
 		t.Errorf("ports after failed adds: %v", sw.Ports())
+	}
+}
+
+// TestSwitchTunnelQueues: every queue of a tunnel port is read, and frames
+// toward the tunnel are all written to queue 0 (the queues share one send
+// side).
+func TestSwitchTunnelQueues(t *testing.T) {
+	sw, _ := newTestSwitch(t, `
+table=0, priority=100, in_port=1, actions=output:3
+table=0, priority=100, in_port=3, ip, actions=set_field:192.0.2.2->tun_dst, output:1
+`)
+	a := newMemPort("a")
+	vx := []*memTunnel{newMemTunnel(), newMemTunnel()}
+	if err := sw.AddPort(3, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.AddTunnelQueues(1, []TunnelPort{vx[0], vx[1]}); err != nil {
+		t.Fatal(err)
+	}
+	for i, q := range vx {
+		q.inEP <- vxlan.Endpoint{Addr: [4]byte{192, 0, 2, 2}}
+		q.in <- udpFlowFrame(9, 3, uint16(i), 4)
+	}
+	waitFor(t, "a to receive from both tunnel queues", func() bool { return len(a.written()) == 2 })
+	for i := range 32 {
+		a.in <- udpFlowFrame(3, 9, uint16(1000+i), 53)
+	}
+	waitFor(t, "the tunnel to take 32 frames", func() bool { return len(vx[0].written())+len(vx[1].written()) == 32 })
+	if n := len(vx[1].written()); n != 0 {
+		t.Errorf("%d frames written to tunnel queue 1, want all on queue 0", n)
+	}
+	if err := sw.AddTunnelQueues(2, []TunnelPort{vx[0], vx[0]}); !errors.Is(err, ErrInvalidPort) {
+		t.Errorf("the same queue twice: got %v, want ErrInvalidPort", err)
 	}
 }

@@ -194,10 +194,10 @@ func (s *Switch) AddPort(no uint32, p Port) error {
 // multi-queue TAP (tap.Config.MultiQueue), as port number no. Each queue gets
 // a worker of its own that reads it, so the queues are served in parallel.
 // Frames toward the port are spread over the queues by a symmetric hash of
-// their addresses and ports: the frames of one flow, in either direction,
-// always take the same queue, and a multi-queue TAP, which sends a flow's
-// frames to userspace on the queue that flow was last written to, hands the
-// replies to the same worker. The queues must be all of one kind (all or
+// their IPv4 addresses and, for TCP, UDP and SCTP, ports: the frames of one
+// flow, in either direction, always take the same queue, and a multi-queue
+// TAP, which sends a flow's frames to userspace on the queue that flow was
+// last written to, hands the replies to the same worker. The queues must be all of one kind (all or
 // none OffloadPort); queue 0 names the port. The switch owns every queue
 // and closes each when the port is removed.
 func (s *Switch) AddPortQueues(no uint32, queues []Port) error {
@@ -243,6 +243,11 @@ func (s *Switch) add(e *portEntry) error {
 		}
 		if (q.offload != nil || q.offTunnel != nil) != e.takesGSO() {
 			return fmt.Errorf("%w: %d: queue %d differs from queue 0 in offloads", ErrInvalidPort, e.no, i)
+		}
+		for j := range i {
+			if (q.port != nil && e.q[j].port == q.port) || (q.tunnel != nil && e.q[j].tunnel == q.tunnel) {
+				return fmt.Errorf("%w: %d: queues %d and %d are the same", ErrInvalidPort, e.no, j, i)
+			}
 		}
 	}
 	if e.no == flowtable.PortNone || e.no >= flowtable.PortMax {

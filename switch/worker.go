@@ -209,16 +209,25 @@ func (w *worker) queueFor(e *portEntry) *queue {
 	return &e.q[flowHash(&w.f)%uint32(len(e.q))]
 }
 
-// flowHash is a hash of f's addresses, protocol and ports that is the same
-// for both directions of a flow (it is symmetric in source and destination).
+// flowHash is a hash of f's IPv4 addresses (ARP's too) and, for TCP, UDP
+// and SCTP, of the protocol and ports. It is the same for both directions
+// of a flow: symmetric in source and destination, and blind to what
+// differs between a request and its reply (ICMP types, ARP opcodes).
+// Non-IPv4 frames (IPv6, which Extract does not parse) all hash alike.
 func flowHash(f *flowtable.Fields) uint32 {
 	a := binary.BigEndian.Uint32(f.NwSrc[:])
 	b := binary.BigEndian.Uint32(f.NwDst[:])
-	pa, pb := uint32(f.TpSrc), uint32(f.TpDst)
+	var pa, pb, proto uint32
+	if f.EthType == 0x0800 {
+		switch f.NwProto {
+		case 6, 17, 132: // TCP, UDP, SCTP
+			pa, pb, proto = uint32(f.TpSrc), uint32(f.TpDst), uint32(f.NwProto)
+		}
+	}
 	if a > b || (a == b && pa > pb) {
 		a, b, pa, pb = b, a, pb, pa
 	}
-	h := a*0x9e3779b1 ^ b*0x85ebca77 ^ (pa<<16|pb)*0xc2b2ae3d ^ uint32(f.NwProto)
+	h := a*0x9e3779b1 ^ b*0x85ebca77 ^ (pa<<16|pb)*0xc2b2ae3d ^ proto
 	// murmur3's finalizer mixes every input bit into the low bits the
 	// modulo keeps.
 	h ^= h >> 16

@@ -95,7 +95,7 @@ type Config struct {
 	// through a Queue of its own (Queues), so several goroutines can
 	// receive in parallel.
 	Readers int
-	// Offload enables UDP GRO on the receive socket and UDP GSO
+	// Offload enables UDP GRO on the receive sockets and UDP GSO
 	// (UDP_SEGMENT) on the send sockets, each where the kernel has it
 	// (probed at Listen; see Offloads). Without it every datagram is read
 	// and sent on its own (WriteTunnelGSO still segments super-frames,
@@ -210,6 +210,17 @@ func Listen(cfg Config) (*Port, error) {
 	}
 	laddr := &net.UDPAddr{IP: net.IP(local[:]), Port: int(cfg.Port)}
 	readers := max(cfg.Readers, 1)
+	if readers > 1 {
+		// With SO_REUSEPORT the bind would join a group that another
+		// process of the same user holds (a second daemon) and share its
+		// traffic; a plain bind first fails on a port in use, as with one
+		// reader.
+		probe, err := net.ListenUDP("udp4", laddr)
+		if err != nil {
+			return nil, fmt.Errorf("vxlan: listen %v: %w", laddr, err)
+		}
+		probe.Close()
+	}
 	for range readers {
 		rx, err := listenRx(laddr, readers > 1)
 		if err != nil {

@@ -12,6 +12,7 @@ import "github.com/gvswitch/gvs/packet"
 // like the Port's, may be concurrent.
 type Queue struct {
 	p  *Port
+	i  int
 	st *rxState
 }
 
@@ -21,7 +22,7 @@ type Queue struct {
 func (p *Port) Queues() []*Queue {
 	qs := make([]*Queue, len(p.rxs))
 	for i, st := range p.rxs {
-		qs[i] = &Queue{p: p, st: st}
+		qs[i] = &Queue{p: p, i: i, st: st}
 	}
 	return qs
 }
@@ -36,8 +37,15 @@ func (q *Queue) Name() string { return q.p.Name() }
 func (q *Queue) BatchSize() int { return q.p.BatchSize() }
 
 // Close closes the whole port (every queue): a blocked read of any queue
-// returns an error. It is idempotent.
-func (q *Queue) Close() error { return q.p.Close() }
+// returns an error. It is idempotent. Queue 0 returns the port's Close
+// error, the others nil, so that closing every queue reports it once.
+func (q *Queue) Close() error {
+	err := q.p.Close()
+	if q.i > 0 {
+		return nil
+	}
+	return err
+}
 
 // ReadTunnel is Port.ReadTunnel on this queue's receive socket.
 func (q *Queue) ReadTunnel(bufs [][]byte, sizes []int, eps []Endpoint, offset int) (int, error) {

@@ -23,6 +23,15 @@ func TestQueues(t *testing.T) {
 	if len(qs) != 2 || qs[0].Port() != a {
 		t.Fatalf("Queues = %v", qs)
 	}
+	// A second port on the same address fails as with one reader, instead
+	// of joining the first one's SO_REUSEPORT group.
+	inNS(t, tn.a, func() error {
+		if p2, err := Listen(Config{Local: addrA, Peers: peersA, Readers: 2}); err == nil {
+			p2.Close()
+			return errors.New("a second port with two readers bound the address in use")
+		}
+		return nil
+	})
 
 	const flows, rounds = 64, 4
 	want := map[string]bool{}

@@ -97,8 +97,9 @@ func ourTAP(link netlink.Link, ip netip.Addr) (ok bool, why string) {
 		return false, "is not persistent"
 	case tt.Flags&netlink.TUNTAP_VNET_HDR == 0 || tt.Flags&netlink.TUNTAP_NO_PI == 0:
 		return false, fmt.Sprintf("has flags %#x, not vnet_hdr|no_pi", uint16(tt.Flags))
-	case tt.Flags&netlink.TUNTAP_MULTI_QUEUE != 0 && tt.Queues > 0:
-		return false, fmt.Sprintf("is multi-queue and held by another process (%d queues attached)", tt.Queues)
+	case tt.Flags&netlink.TUNTAP_MULTI_QUEUE != 0 && tt.Queues+tt.DisabledQueues > 0:
+		return false, fmt.Sprintf("is multi-queue and held by another process (%d queues attached, %d detached)",
+			tt.Queues, tt.DisabledQueues)
 	case tt.Attrs().HardwareAddr.String() != net.HardwareAddr(mac[:]).String():
 		return false, fmt.Sprintf("has MAC %s, not the pod's %s", tt.Attrs().HardwareAddr, net.HardwareAddr(mac[:]))
 	}
@@ -114,6 +115,16 @@ func (b *cniBackend) Reattach(_ context.Context, l cniplugin.Lease) error {
 	d := b.d
 	var dev *tap.Device
 	var extra []*tap.Device // a multi-queue TAP's other queues
+	// closeAll lets go of the queues; the TAP stays persistent, for a
+	// later restart or DEL.
+	closeAll := func() {
+		if dev != nil {
+			dev.Close()
+		}
+		for _, q := range extra {
+			q.Close()
+		}
+	}
 	err := netconf.Do(l.Netns, func() error {
 		link, err := netlink.LinkByName(l.IfName)
 		if err != nil {
@@ -132,11 +143,14 @@ func (b *cniBackend) Reattach(_ context.Context, l cniplugin.Lease) error {
 			return err
 		}
 		if extra, err = openQueues(cfg, d.podQueues()-1); err != nil {
-			dev.Close()
+			return err
 		}
-		return err
+		// A multi-queue TAP takes more queues even while another process
+		// holds it: ourTAP checked before attaching, this closes the race.
+		return onlyOurQueues(l.IfName, 1+len(extra))
 	})
 	if err != nil {
+		closeAll() // also when leaving the namespace failed after the attach
 		return err
 	}
 	// Repair what ADD set, should someone have changed it (replacing is a
@@ -148,12 +162,6 @@ func (b *cniBackend) Reattach(_ context.Context, l cniplugin.Lease) error {
 	node := d.nodeConfig() // read under the lock: the subnet can change at run time
 	err = netconf.ConfigureLink(l.Netns, netconf.LinkConfig{Name: l.IfName, MTU: node.MTU,
 		Addrs: []netip.Prefix{netip.PrefixFrom(l.IP, node.Subnet.Bits())}, Routes: routes, Up: true})
-	closeAll := func() { // the TAP stays persistent: a later restart or DEL deals with it
-		dev.Close()
-		for _, q := range extra {
-			q.Close()
-		}
-	}
 	if err != nil {
 		closeAll()
 		return err
@@ -198,8 +206,9 @@ func flushUnresolved(ifName string) error {
 
 // adoptPod puts a re-opened pod TAP (dev, and extra queues if it is
 // multi-queue) on the switch on the lease's port and installs the pod's
-// rules with its project's current VNID. It owns the queues only when it
-// succeeds.
+// rules with its project's current VNID. When it fails the caller closes
+// the queues (which may be closed already; closing again is harmless), and
+// the TAP stays persistent.
 func (d *Daemon) adoptPod(l cniplugin.Lease, dev *tap.Device, extra []*tap.Device) (err error) {
 	nsPath := l.Netns
 	if !strings.ContainsRune(nsPath, '/') {
@@ -275,8 +284,37 @@ func removeLeftoverTAP(l cniplugin.Lease) error {
 		if ok, _ := ourTAP(link, l.IP); !ok {
 			return nil
 		}
-		return tap.DeletePersistent(l.IfName)
+		if link.(*netlink.Tuntap).Flags&netlink.TUNTAP_MULTI_QUEUE == 0 {
+			return tap.DeletePersistent(l.IfName) // attaching fails if it is held
+		}
+		dev, err := tap.Reopen(tap.Config{Name: l.IfName, MultiQueue: true})
+		if err != nil {
+			return err
+		}
+		if err := onlyOurQueues(l.IfName, 1); err != nil {
+			dev.Close()
+			return err
+		}
+		return dev.Destroy()
 	})
+}
+
+// onlyOurQueues checks that the multi-queue TAP name in the calling
+// thread's namespace has exactly ours queues attached or detached, i.e.
+// that no other process holds it.
+func onlyOurQueues(name string, ours int) error {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	tt, ok := link.(*netlink.Tuntap)
+	if !ok {
+		return fmt.Errorf("%s is not a TAP", name)
+	}
+	if n := tt.Queues + tt.DisabledQueues; n != ours {
+		return fmt.Errorf("%s: %d queues attached, %d of them ours: another process holds it", name, n, ours)
+	}
+	return nil
 }
 
 // isNetns reports whether path is a network namespace (an nsfs file, as

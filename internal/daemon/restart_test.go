@@ -1,12 +1,15 @@
 package daemon
 
 import (
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/gvswitch/gvs/cniplugin"
+	"github.com/gvswitch/gvs/packet"
+	"github.com/vishvananda/netlink"
 )
 
 // A DEL whose namespace file outlived its namespace (unmounted, not
@@ -26,5 +29,45 @@ func TestRemoveLeftoverTAPNamespaceGone(t *testing.T) {
 	}
 	if !isNetns("/proc/self/ns/net") {
 		t.Error("/proc/self/ns/net is not recognized as a network namespace")
+	}
+}
+
+// TestOurTAP: the checks made before adopting or deleting a pod's TAP,
+// multi-queue TAPs included: one that a process holds (queues attached or
+// detached) is never ours.
+func TestOurTAP(t *testing.T) {
+	ip := netip.MustParseAddr("10.128.0.5")
+	mac := packet.PodMAC(ip.As4())
+	good := func() *netlink.Tuntap {
+		tt := &netlink.Tuntap{Mode: netlink.TUNTAP_MODE_TAP, Flags: netlink.TUNTAP_VNET_HDR | netlink.TUNTAP_NO_PI}
+		tt.HardwareAddr = net.HardwareAddr(mac[:])
+		return tt
+	}
+	cases := []struct {
+		name string
+		mod  func(*netlink.Tuntap)
+		ok   bool
+	}{
+		{"single-queue", func(*netlink.Tuntap) {}, true},
+		{"multi-queue, no queue attached", func(tt *netlink.Tuntap) { tt.Flags |= netlink.TUNTAP_MULTI_QUEUE }, true},
+		{"multi-queue, held", func(tt *netlink.Tuntap) { tt.Flags |= netlink.TUNTAP_MULTI_QUEUE; tt.Queues = 2 }, false},
+		{"multi-queue, a detached queue held", func(tt *netlink.Tuntap) {
+			tt.Flags |= netlink.TUNTAP_MULTI_QUEUE
+			tt.DisabledQueues = 1
+		}, false},
+		{"not persistent", func(tt *netlink.Tuntap) { tt.NonPersist = true }, false},
+		{"no vnet_hdr", func(tt *netlink.Tuntap) { tt.Flags = netlink.TUNTAP_NO_PI }, false},
+		{"another MAC", func(tt *netlink.Tuntap) { tt.HardwareAddr = net.HardwareAddr{0x0a, 0x58, 1, 2, 3, 4} }, false},
+		{"a TUN", func(tt *netlink.Tuntap) { tt.Mode = netlink.TUNTAP_MODE_TUN }, false},
+	}
+	for _, c := range cases {
+		tt := good()
+		c.mod(tt)
+		if ok, why := ourTAP(tt, ip); ok != c.ok {
+			t.Errorf("%s: ourTAP = %v (%s), want %v", c.name, ok, why, c.ok)
+		}
+	}
+	if ok, _ := ourTAP(&netlink.Veth{}, ip); ok {
+		t.Error("a veth is ours")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
@@ -53,14 +54,29 @@ func TestQueues(t *testing.T) {
 	}
 	defer sink.Stop()
 	before := txQueuePackets(t, c, a)
+	rxBefore := portPackets(t, c, 0, 3, "rx")
 	if out, err := c.Lab.Exec(ctx(t), a.NS, bin, "udp-send", "-c", b.IP.String()+":9000", "-flows", "32", "-rate", "20000", "-t", "1s"); err != nil {
 		t.Fatalf("udp-send: %v\n%s", err, out)
 	}
 	after := txQueuePackets(t, c, a)
+	var sent uint64
 	for _, q := range []string{":1", ":2"} {
-		if n := after[q] - before[q]; n < 100 {
+		n := after[q] - before[q]
+		if n < 100 {
 			t.Errorf("transmit queue %s sent %d packets of 32 flows (before %v, after %v)", q, n, before, after)
 		}
+		sent += n
+	}
+	// gvs read what both queues carried: its port counted (nearly) every
+	// frame the pod's queues passed to the TAP.
+	waitFor := time.Now().Add(5 * time.Second)
+	rx := portPackets(t, c, 0, 3, "rx") - rxBefore
+	for rx < 0.99*float64(sent) && time.Now().Before(waitFor) {
+		time.Sleep(50 * time.Millisecond)
+		rx = portPackets(t, c, 0, 3, "rx") - rxBefore
+	}
+	if rx < 0.99*float64(sent) {
+		t.Errorf("gvs read %.0f frames from the pod's TAP; its two queues carried %d", rx, sent)
 	}
 }
 
