@@ -361,6 +361,15 @@ func createQueues(cfg tap.Config, n int) (*tap.Device, []*tap.Device, error) {
 	return dev, extra, nil
 }
 
+// portQueues is a pod port's queues for the switch: first, then extra.
+func portQueues(first vswitch.Port, extra []*tap.Device) []vswitch.Port {
+	qs := []vswitch.Port{first}
+	for _, q := range extra {
+		qs = append(qs, q)
+	}
+	return qs
+}
+
 // openQueues attaches n more queues to the multi-queue TAP cfg.Name in the
 // calling thread's namespace.
 func openQueues(cfg tap.Config, n int) ([]*tap.Device, error) {
@@ -448,11 +457,7 @@ func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *
 	}
 	tapName, podDev := dev.Name(), dev
 	d.usoSeen(dev)
-	queues := []vswitch.Port{d.podPort(pc, dev)}
-	for _, q := range extra {
-		queues = append(queues, q)
-	}
-	if err := d.sw.AddPortQueues(port, queues); err != nil {
+	if err := d.sw.AddPortQueues(port, portQueues(d.podPort(pc, dev), extra)); err != nil {
 		return nil, err
 	}
 	extra = nil

@@ -236,11 +236,7 @@ func (d *Daemon) adoptPod(l cniplugin.Lease, dev *tap.Device, extra []*tap.Devic
 	}
 	d.usoSeen(dev)
 	pt := &podTAP{Device: dev, d: d}
-	queues := []vswitch.Port{pt}
-	for _, q := range extra {
-		queues = append(queues, q)
-	}
-	if err := d.sw.AddPortQueues(l.Port, queues); err != nil {
+	if err := d.sw.AddPortQueues(l.Port, portQueues(pt, extra)); err != nil {
 		return err
 	}
 	defer func() {
