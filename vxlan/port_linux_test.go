@@ -101,6 +101,9 @@ func newTestNet(t *testing.T, kernelVXLAN bool) *testNet {
 			"remote", addrA.String(), "local", addrB.String(), "dstport", "4789", "dev", "vb")
 		ip(t, "-n", tn.b, "link", "set", "vx0", "address", net.HardwareAddr(vx0MAC[:]).String())
 		ip(t, "-n", tn.b, "addr", "add", "10.99.0.2/24", "dev", "vx0")
+		// No IPv6 on vx0: its MLD reports and neighbour solicitations
+		// would reach gvs ahead of the frames the tests wait for.
+		ip(t, "netns", "exec", tn.b, "sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/vx0/disable_ipv6")
 		ip(t, "-n", tn.b, "link", "set", "vx0", "up")
 		ip(t, "-n", tn.b, "neigh", "add", "10.99.0.1", "lladdr", net.HardwareAddr(gvsMAC[:]).String(),
 			"dev", "vx0", "nud", "permanent")
