@@ -76,8 +76,7 @@ func (c *Config) Validate() error {
 
 // Switch connects ports through a flow table. Ports are added and removed
 // at any time; each queue of a port has one worker goroutine that reads
-// from it. All methods
-// are safe for concurrent use.
+// from it. All methods are safe for concurrent use.
 type Switch struct {
 	cfg   Config
 	log   *slog.Logger
@@ -197,9 +196,10 @@ func (s *Switch) AddPort(no uint32, p Port) error {
 // their IPv4 addresses and, for TCP, UDP and SCTP, ports: the frames of one
 // flow, in either direction, always take the same queue, and a multi-queue
 // TAP, which sends a flow's frames to userspace on the queue that flow was
-// last written to, hands the replies to the same worker. The queues must be all of one kind (all or
-// none OffloadPort); queue 0 names the port. The switch owns every queue
-// and closes each when the port is removed.
+// last written to, hands the replies to the same worker. The queues must be
+// all of one kind (all or none OffloadPort) and distinct; queue 0 names the
+// port. The switch owns every queue and closes each when the port is
+// removed.
 func (s *Switch) AddPortQueues(no uint32, queues []Port) error {
 	e := &portEntry{no: no, q: make([]queue, len(queues))}
 	for i, p := range queues {

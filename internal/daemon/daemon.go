@@ -393,13 +393,14 @@ func openQueues(cfg tap.Config, n int) ([]*tap.Device, error) {
 func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *Pod, err error) {
 	var extra []*tap.Device // the TAP's other queues, until the switch owns them
 	defer func() {
-		if err != nil && dev != nil {
+		if err == nil {
+			return
+		}
+		if dev != nil {
 			dev.Close()
 		}
-		if err != nil {
-			for _, q := range extra {
-				q.Close()
-			}
+		for _, q := range extra {
+			q.Close()
 		}
 	}()
 	ip, err := netip.ParseAddr(pc.IP)
