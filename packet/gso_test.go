@@ -59,11 +59,7 @@ func TestSegmentTCPAndCoalesce(t *testing.T) {
 		}
 		var c TCPCoalescer
 		out := make([]byte, MaxSuperFrame)
-		off := 0
-		for k := range n {
-			off += 8
-			seg := dst[off : off+sizes[k]]
-			off += sizes[k]
+		for k, seg := range segmentsOf(dst, sizes[:n], 8) {
 			if !TCPChecksumValid(seg) || !ipv4HeaderValid(seg[EthernetLen:]) {
 				t.Fatalf("payload %d segment %d: bad checksum", payload, k)
 			}
@@ -281,11 +277,7 @@ func FuzzSegmentTCP(f *testing.F) {
 		}
 		var c TCPCoalescer
 		out := make([]byte, MaxSuperFrame)
-		off := 0
-		for k := range n {
-			off += 8
-			seg := dst[off : off+sizes[k]]
-			off += sizes[k]
+		for k, seg := range segmentsOf(dst, sizes[:n], 8) {
 			if ver == 4 {
 				// Every segment carries a correct checksum and the next
 				// piece of the payload.

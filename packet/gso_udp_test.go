@@ -57,6 +57,19 @@ func udpSuperFrame(ver, payload int, partial bool) []byte {
 
 // refUDPValid checks a UDP datagram's checksum the plain way: the sum over
 // the pseudo-header and the whole datagram must be 0xffff.
+// segmentsOf returns the segments SegmentTCP or SegmentUDP laid out in dst,
+// each after headroom bytes, with the given sizes.
+func segmentsOf(dst []byte, sizes []int, headroom int) [][]byte {
+	segs := make([][]byte, len(sizes))
+	off := 0
+	for k, size := range sizes {
+		off += headroom
+		segs[k] = dst[off : off+size]
+		off += size
+	}
+	return segs
+}
+
 func refUDPValid(t *testing.T, seg []byte) bool {
 	t.Helper()
 	ip := seg[EthernetLen:]
@@ -99,11 +112,7 @@ func TestSegmentUDP(t *testing.T) {
 					t.Fatalf("v%d payload %d: %d datagrams, want %d", ver, payload, n, want)
 				}
 				rest := orig[hdr:]
-				off := 0
-				for k := range n {
-					off += 8
-					seg := dst[off : off+sizes[k]]
-					off += sizes[k]
+				for k, seg := range segmentsOf(dst, sizes[:n], 8) {
 					if !refUDPValid(t, seg) {
 						t.Fatalf("v%d payload %d datagram %d: bad UDP checksum", ver, payload, k)
 					}
@@ -216,11 +225,7 @@ func FuzzSegmentUDP(f *testing.F) {
 		}
 		hdr := EthernetLen + ipLen + 8
 		payload := frame[hdr:end]
-		off := 0
-		for k := range n {
-			off += 8
-			seg := dst[off : off+sizes[k]]
-			off += sizes[k]
+		for k, seg := range segmentsOf(dst, sizes[:n], 8) {
 			// Every datagram carries a correct checksum and the next piece
 			// of the payload, no more than size bytes of it.
 			if !refUDPValid(t, seg) {
