@@ -12,8 +12,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/gvswitch/gvs/internal/nstest"
 	"github.com/gvswitch/gvs/sdn"
-	"github.com/gvswitch/gvs/sdn/internal/nstest"
 )
 
 func testNode(subnet string) sdn.NodeConfig {

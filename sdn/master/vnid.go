@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 )
 
 // VNID limits (SPEC §3).
@@ -205,4 +206,24 @@ func (v *VNIDs) Isolate(projects ...string) error {
 		v.users[n]++
 	}
 	return nil
+}
+
+// ErrInvalidNodeName is returned for a node name that is not a DNS
+// subdomain (ValidNodeName).
+var ErrInvalidNodeName = errors.New("invalid node name")
+
+// ValidNodeName reports whether s can name a node: a DNS subdomain of
+// lower-case labels (as Kubernetes node names are), at most 253 bytes. Node
+// names are parts of registry keys and etcd permissions, so a slash or any
+// other character outside that set is refused.
+func ValidNodeName(s string) bool {
+	if len(s) == 0 || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if !ValidProjectName(label) {
+			return false
+		}
+	}
+	return true
 }

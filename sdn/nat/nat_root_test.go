@@ -9,7 +9,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 
-	"github.com/gvswitch/gvs/sdn/internal/nstest"
+	"github.com/gvswitch/gvs/internal/nstest"
 )
 
 // listRules returns the rules of our chain, or nil and false when the table

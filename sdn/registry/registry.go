@@ -14,10 +14,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/gvswitch/gvs/sdn/master"
 )
@@ -33,6 +31,9 @@ const (
 	ProjectsPrefix = Prefix + "projects/"      // ProjectsPrefix+name → Project
 	VNIDsPrefix    = Prefix + "vnids/"         // VNIDsPrefix+decimal → VNIDUse (VNIDs other than 0)
 	VNIDCursor     = Prefix + "vnid-cursor"    // decimal: next VNID scan start
+	// RequestsPrefix+node+"/"+project → "", on the node's lease: node asks
+	// gvs-master to create a project it has a pod for (RequestProject).
+	RequestsPrefix = Prefix + "project-requests/"
 )
 
 // Sentinel errors.
@@ -59,10 +60,14 @@ type Config struct {
 	NodeLeaseTTL int64 `json:"nodeLeaseTTL,omitempty"`
 }
 
-// Node is a registered node.
+// Node is a registered node: the one record a node writes itself.
 type Node struct {
 	Name string     `json:"name"`
 	IP   netip.Addr `json:"ip"`
+	// Want is the subnet the node asks for: the one it forwards with
+	// (after its lease expired) or had before a restart. gvs-master gives
+	// it only if nobody else claims it.
+	Want netip.Prefix `json:"want,omitzero"`
 }
 
 // Subnet is a node's allocated subnet.
@@ -89,23 +94,6 @@ type Registry struct {
 
 // New wraps a client.
 func New(c *clientv3.Client) *Registry { return &Registry{c: c} }
-
-// Dial connects to etcd endpoints ("http://127.0.0.1:2379", ...).
-func Dial(endpoints []string) (*clientv3.Client, error) {
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints:            endpoints,
-		DialTimeout:          5 * time.Second,
-		DialKeepAliveTime:    2 * time.Second,
-		DialKeepAliveTimeout: 2 * time.Second,
-		// The client's own retry chatter is not logged; callers log what
-		// they act on.
-		Logger: zap.NewNop(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("etcd %v: %w", endpoints, err)
-	}
-	return c, nil
-}
 
 // Client returns the underlying etcd client.
 func (r *Registry) Client() *clientv3.Client { return r.c }

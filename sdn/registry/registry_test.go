@@ -5,36 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/gvswitch/gvs/internal/etcdtest"
 	"github.com/gvswitch/gvs/sdn/master"
+	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
-	"github.com/gvswitch/gvs/sdn/registry/embedded"
 )
 
-func startEtcd(t *testing.T, dir string) (*embedded.Server, *registry.Registry) {
+func startEtcd(t *testing.T) (*etcdtest.Etcd, *registry.Registry) {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Config{Dir: dir, LogLevel: "fatal"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	return srv, dial(t, srv.ClientURL)
-}
-
-func dial(t *testing.T, url string) *registry.Registry {
-	t.Helper()
-	c, err := registry.Dial([]string{url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return registry.New(c)
+	e := etcdtest.Start(t, etcdtest.Options{})
+	return e, e.Dial(t, pki.MasterUser)
 }
 
 var testConfig = registry.Config{
@@ -44,30 +30,37 @@ var testConfig = registry.Config{
 	GlobalProjects:  []string{"infra"},
 }
 
-func runMaster(t *testing.T, ctx context.Context, reg *registry.Registry) {
+func runMaster(t *testing.T, ctx context.Context, reg *registry.Registry, createProjects bool) {
 	t.Helper()
-	m := &registry.Master{Reg: reg, Config: testConfig}
+	m := &registry.Master{Reg: reg, Config: testConfig, CreateProjects: createProjects}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = m.Run(ctx) }()
 	t.Cleanup(func() { <-done })
 }
 
-func register(t *testing.T, ctx context.Context, reg *registry.Registry, name string, ip netip.Addr, ttl int64) (clientv3.LeaseID, registry.Subnet) {
+// node is a node's registry client: its own identity, authorized by the
+// master as gvs-master authorizes a node it issues a certificate to.
+func node(t *testing.T, e *etcdtest.Etcd, name string) *registry.Registry {
+	t.Helper()
+	return e.Dial(t, e.AuthorizeNode(t, name))
+}
+
+// register registers a node on a fresh lease of ttl seconds, asking for
+// want, and waits for gvs-master's answer.
+func register(t *testing.T, ctx context.Context, reg *registry.Registry, name string, ip netip.Addr, ttl int64, want netip.Prefix) (clientv3.LeaseID, registry.Subnet) {
 	t.Helper()
 	l, err := reg.Client().Grant(ctx, ttl)
 	if err != nil {
 		t.Error(err)
 		return 0, registry.Subnet{}
 	}
-	s, ok, err := reg.Register(ctx, registry.Node{Name: name, IP: ip}, l.ID, netip.Prefix{})
-	if err != nil {
+	if err := reg.Register(ctx, registry.Node{Name: name, IP: ip, Want: want}, l.ID); err != nil {
 		t.Error(err)
 		return 0, registry.Subnet{}
 	}
-	if !ok {
-		if s, err = reg.WaitSubnet(ctx, name); err != nil {
-			t.Error(err)
-		}
+	s, err := reg.WaitSubnet(ctx, name, l.ID)
+	if err != nil {
+		t.Error(err)
 	}
 	return l.ID, s
 }
@@ -77,22 +70,26 @@ func register(t *testing.T, ctx context.Context, reg *registry.Registry, name st
 func TestRaces(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv, reg := startEtcd(t, t.TempDir())
+	e, reg := startEtcd(t)
 	mctx, mcancel := context.WithCancel(ctx)
 	defer mcancel()
-	runMaster(t, mctx, reg)
-	runMaster(t, mctx, dial(t, srv.ClientURL))
+	runMaster(t, mctx, reg, false)
+	runMaster(t, mctx, e.Dial(t, pki.MasterUser), false)
 
 	const nodes = 100
 	var wg sync.WaitGroup
 	subnets := make([]registry.Subnet, nodes)
+	clients := make([]*registry.Registry, nodes)
+	for i := range nodes {
+		clients[i] = node(t, e, fmt.Sprintf("node-%03d", i))
+	}
 	for i := range nodes {
 		wg.Go(func() {
-			_, subnets[i] = register(t, ctx, reg, fmt.Sprintf("node-%03d", i), netip.AddrFrom4([4]byte{192, 168, byte(i / 250), byte(i%250 + 1)}), 60)
+			_, subnets[i] = register(t, ctx, clients[i], fmt.Sprintf("node-%03d", i), netip.AddrFrom4([4]byte{192, 168, byte(i / 250), byte(i%250 + 1)}), 60, netip.Prefix{})
 		})
 	}
 	vnids := make([]uint32, nodes)
-	regs := []*registry.Registry{reg, dial(t, srv.ClientURL)}
+	regs := []*registry.Registry{reg, e.Dial(t, pki.AdminUser)}
 	for i := range nodes {
 		wg.Go(func() {
 			name := fmt.Sprintf("p%03d", i)
@@ -145,7 +142,7 @@ func TestRaces(t *testing.T) {
 func TestProjectOps(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, reg := startEtcd(t, t.TempDir())
+	_, reg := startEtcd(t)
 	op := func(fn func(*master.VNIDs) error) map[string]uint32 {
 		t.Helper()
 		m, err := reg.UpdateProjects(ctx, nil, fn)
@@ -189,55 +186,35 @@ func TestProjectOps(t *testing.T) {
 func TestRestartAndLeaseExpiry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	dir := t.TempDir()
-	srv, err := embedded.Start(embedded.Config{Dir: dir, LogLevel: "fatal"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := registry.Dial([]string{srv.ClientURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := registry.New(c)
+	e, reg := startEtcd(t)
 	mctx, mcancel := context.WithCancel(ctx)
 	m := &registry.Master{Reg: reg, Config: testConfig}
 	mdone := make(chan struct{})
 	go func() { defer close(mdone); _ = m.Run(mctx) }()
-	_, a := register(t, ctx, reg, "a", netip.MustParseAddr("192.168.0.1"), 60)
-	_, b := register(t, ctx, reg, "b", netip.MustParseAddr("192.168.0.2"), 60)
+	_, a := register(t, ctx, node(t, e, "a"), "a", netip.MustParseAddr("192.168.0.1"), 60, netip.Prefix{})
+	_, b := register(t, ctx, node(t, e, "b"), "b", netip.MustParseAddr("192.168.0.2"), 60, netip.Prefix{})
 	mcancel()
 	<-mdone
-	c.Close()
-	srv.Close()
+	e.Stop()
 
-	srv2, reg2 := startEtcd(t, dir)
-	_ = srv2
-	runMaster(t, ctx, reg2)
-	lease, cSub := register(t, ctx, reg2, "c", netip.MustParseAddr("192.168.0.3"), 2)
+	e.Restart()
+	reg2 := e.Dial(t, pki.MasterUser)
+	runMaster(t, ctx, reg2, false)
+	nc := node(t, e, "c")
+	_, cSub := register(t, ctx, nc, "c", netip.MustParseAddr("192.168.0.3"), 2, netip.Prefix{})
 	for _, o := range []registry.Subnet{a, b} {
 		if o.Subnet == cSub.Subnet {
 			t.Fatalf("restarted master gave c %v, already %s's", cSub.Subnet, o.Node)
 		}
 	}
 	// c stops renewing: after its TTL, node record, subnet and claim go.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		r, err := reg2.Client().Get(ctx, registry.SubnetKey("c"))
-		if err == nil && len(r.Kvs) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("c's subnet still there after its lease")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitGone(t, ctx, reg2, registry.SubnetKey("c"))
 	if r, _ := reg2.Client().Get(ctx, registry.ClaimKey(cSub.Subnet)); len(r.Kvs) != 0 {
 		t.Error("claim of c's subnet survived the lease")
 	}
-	_ = lease
 	// d registers and c comes back: both get fresh subnets, none reused.
-	_, d := register(t, ctx, reg2, "d", netip.MustParseAddr("192.168.0.4"), 60)
-	_, c2 := register(t, ctx, reg2, "c", netip.MustParseAddr("192.168.0.3"), 60)
+	_, d := register(t, ctx, node(t, e, "d"), "d", netip.MustParseAddr("192.168.0.4"), 60, netip.Prefix{})
+	_, c2 := register(t, ctx, nc, "c", netip.MustParseAddr("192.168.0.3"), 60, netip.Prefix{})
 	got := map[netip.Prefix]string{}
 	for _, s := range []registry.Subnet{a, b, d, c2} {
 		if o, dup := got[s.Subnet]; dup {
@@ -250,41 +227,149 @@ func TestRestartAndLeaseExpiry(t *testing.T) {
 	}
 }
 
-// A node re-registering never writes back a claim another node holds: not
-// by asking for the subnet (the claim's compare-and-swap), and not even
-// when the registry is damaged so that its own subnet record names a
-// subnet claimed by another node.
-func TestRegisterNeverTakesAnotherNodesClaim(t *testing.T) {
+// waitGone waits until key is deleted (a lease expiring).
+func waitGone(t *testing.T, ctx context.Context, reg *registry.Registry, key string) {
+	t.Helper()
+	r, err := reg.Client().Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) == 0 {
+		return
+	}
+	for wr := range reg.Client().Watch(ctx, key, clientv3.WithRev(r.Header.Revision+1)) {
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return
+			}
+		}
+	}
+	t.Fatalf("%s still there: %v", key, ctx.Err())
+}
+
+// A node gets the subnet it asks for when nobody claims it, and never one
+// another node claims: not by asking for it, and not when the registry is
+// damaged so that its subnet record names another node's subnet (the
+// master then gives it a subnet of its own, and the claim stays).
+func TestSubnetClaimsAreTheMastersWord(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, reg := startEtcd(t, t.TempDir())
-	c := reg.Client()
-	x := netip.MustParsePrefix("10.128.0.0/23")
-	lb, err := c.Grant(ctx, 60)
+	e, reg := startEtcd(t)
+	runMaster(t, ctx, reg, false)
+	x := netip.MustParsePrefix("10.128.4.0/23")
+	lb, b := register(t, ctx, node(t, e, "b"), "b", netip.MustParseAddr("192.168.0.2"), 60, x)
+	if b.Subnet != x {
+		t.Fatalf("b asking for the free %v got %v", x, b.Subnet)
+	}
+	na := node(t, e, "a")
+	la, a := register(t, ctx, na, "a", netip.MustParseAddr("192.168.0.1"), 60, x)
+	if !a.Subnet.IsValid() || a.Subnet == x {
+		t.Fatalf("a asking for b's %v got %v", x, a.Subnet)
+	}
+	// A wanted subnet outside the cluster network is ignored too.
+	_, c := register(t, ctx, node(t, e, "c"), "c", netip.MustParseAddr("192.168.0.3"), 60, netip.MustParsePrefix("10.0.0.0/23"))
+	if !testConfig.ClusterNetworks[0].CIDR.Contains(c.Subnet.Addr()) {
+		t.Errorf("c got %v outside the cluster network", c.Subnet)
+	}
+	// Damage (an administrator's mistake): a's record names b's subnet.
+	// The master, seeing a register again (on a fresh lease, as a node
+	// does), gives a a subnet of its own.
+	if _, err := reg.Client().Put(ctx, registry.SubnetKey("a"), `{"node":"a","ip":"192.168.0.1","subnet":"10.128.4.0/23"}`, clientv3.WithLease(la)); err != nil {
+		t.Fatal(err)
+	}
+	la2, err := na.Client().Grant(ctx, 60)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, known, err := reg.Register(ctx, registry.Node{Name: "b", IP: netip.MustParseAddr("192.168.0.2")}, lb.ID, x); err != nil || !known {
-		t.Fatalf("b takes the free %v: %v %v", x, known, err)
-	}
-	la, err := c.Grant(ctx, 60)
-	if err != nil {
+	if err := na.Register(ctx, registry.Node{Name: "a", IP: netip.MustParseAddr("192.168.0.1")}, la2.ID); err != nil {
 		t.Fatal(err)
 	}
-	a := registry.Node{Name: "a", IP: netip.MustParseAddr("192.168.0.1")}
-	if s, known, err := reg.Register(ctx, a, la.ID, x); err != nil || known {
-		t.Fatalf("a asking for b's %v: %v %v %v, want registered without a subnet", x, s, known, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		subs, _, err := reg.Subnets(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mine registry.Subnet
+		for _, s := range subs {
+			if s.Node == "a" {
+				mine = s
+			}
+		}
+		if mine.Subnet.IsValid() && mine.Subnet != x {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a's damaged record not repaired: %v", mine)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	// Damage: a subnet record for a naming b's subnet.
-	if _, err := c.Put(ctx, registry.SubnetKey("a"), `{"node":"a","ip":"192.168.0.1","subnet":"10.128.0.0/23"}`); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := reg.Register(ctx, a, la.ID, netip.Prefix{}); !errors.Is(err, registry.ErrClaimMismatch) ||
-		!strings.Contains(err.Error(), "etcdctl del "+registry.SubnetKey(a.Name)) {
-		t.Errorf("register over a damaged record: %v, want ErrClaimMismatch saying which key to delete", err)
-	}
-	r, err := c.Get(ctx, registry.ClaimKey(x))
-	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "b" || clientv3.LeaseID(r.Kvs[0].Lease) != lb.ID {
+	r, err := reg.Client().Get(ctx, registry.ClaimKey(x))
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "b" || clientv3.LeaseID(r.Kvs[0].Lease) != lb {
 		t.Errorf("claim of %v: %v %v, want b's on b's lease", x, r, err)
+	}
+}
+
+// A node's address must be its own: the master gives no subnet to a node
+// registering with another node's address, nor with a non-unicast one.
+func TestNodeAddressRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, reg := startEtcd(t)
+	runMaster(t, ctx, reg, false)
+	register(t, ctx, node(t, e, "a"), "a", netip.MustParseAddr("192.168.0.1"), 60, netip.Prefix{})
+	for name, ip := range map[string]string{"b": "192.168.0.1", "c": "0.0.0.0", "d": "224.0.0.1", "f": "127.0.0.1"} {
+		n := node(t, e, name)
+		l, err := n.Client().Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Register(ctx, registry.Node{Name: name, IP: netip.MustParseAddr(ip)}, l.ID); err != nil {
+			t.Fatal(err)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, time.Second)
+		if s, err := n.WaitSubnet(wctx, name, l.ID); err == nil {
+			t.Errorf("node %s with address %s got subnet %v", name, ip, s.Subnet)
+		}
+		wcancel()
+		if _, err := reg.AssignSubnet(ctx, testConfig.ClusterNetworks, name); !errors.Is(err, registry.ErrBadNodeRecord) {
+			t.Errorf("assign to %s (%s): %v, want ErrBadNodeRecord", name, ip, err)
+		}
+	}
+}
+
+// A node asks for a project it has a pod for: the master creates it with
+// a fresh VNID of its own, never 0, and deletes the request; with creation
+// off, the request is refused and nothing is created.
+func TestProjectRequests(t *testing.T) {
+	for _, create := range []bool{true, false} {
+		t.Run(fmt.Sprintf("create=%v", create), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			e, reg := startEtcd(t)
+			runMaster(t, ctx, reg, create)
+			n := node(t, e, "n1")
+			register(t, ctx, n, "n1", netip.MustParseAddr("192.168.0.1"), 60, netip.Prefix{})
+			if err := n.RequestProject(ctx, "n1", "gamma"); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.RequestProject(ctx, "n1", "Bad_Name"); err == nil {
+				t.Error("a request for an invalid project name was sent")
+			}
+			waitGone(t, ctx, reg, registry.RequestsPrefix+"n1/gamma")
+			projects, err := reg.Projects(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, ok := projects["gamma"]
+			switch {
+			case create && (!ok || v < master.MinVNID):
+				t.Errorf("gamma: %d %v, want a fresh VNID", v, ok)
+			case create && v == projects["default"]:
+				t.Errorf("gamma shares default's VNID")
+			case !create && ok:
+				t.Errorf("gamma created (VNID %d) with creation off", v)
+			}
+		})
 	}
 }

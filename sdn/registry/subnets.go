@@ -3,54 +3,100 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/gvswitch/gvs/sdn/master"
 )
 
-// AllocateSubnet gives a registered node a subnet of the cluster networks,
-// or returns the one it already has. The subnet record and its claim are
-// written on the node's lease, in one transaction that succeeds only if the
-// node record is unchanged, the node has no subnet and nobody claimed the
-// subnet meanwhile; on conflict it re-reads and retries.
-func (r *Registry) AllocateSubnet(ctx context.Context, nets []master.ClusterNetwork, node string) (Subnet, error) {
+// ErrBadNodeRecord: a node record gvs-master will not act on (an address
+// that is not a unicast IPv4 address, or one another node has).
+var ErrBadNodeRecord = errors.New("node record refused")
+
+// AssignSubnet is gvs-master's answer to a node record (Register): it gives
+// the node a subnet of the cluster networks on the node's lease, or keeps
+// the one it has, moving it (record and claim) onto the node's current
+// lease and address. A node without a subnet gets the one it asks for
+// (Node.Want) when that is a host subnet of the cluster networks nobody
+// claims, else a fresh one. Every write is one transaction that succeeds
+// only if the node record is unchanged, the node's subnet record is as read
+// and the claim is as read; on conflict it re-reads and retries. A subnet
+// record whose claim names another node (a damaged registry) is deleted
+// and the node gets another subnet: the claim is what makes a subnet one
+// node's.
+func (r *Registry) AssignSubnet(ctx context.Context, nets []master.ClusterNetwork, node string) (Subnet, error) {
 	for range maxAttempts {
 		resp, err := r.c.Txn(ctx).Then(
 			clientv3.OpGet(NodeKey(node)),
 			clientv3.OpGet(SubnetKey(node)),
-			clientv3.OpGet(ClaimsPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+			clientv3.OpGet(ClaimsPrefix, clientv3.WithPrefix()),
 			clientv3.OpGet(SubnetCursor),
+			clientv3.OpGet(NodesPrefix, clientv3.WithPrefix()),
 		).Commit()
 		if err != nil {
-			return Subnet{}, fmt.Errorf("allocate subnet for %s: %w", node, err)
+			return Subnet{}, fmt.Errorf("assign subnet to %s: %w", node, err)
 		}
 		nodeKVs := resp.Responses[0].GetResponseRange().Kvs
 		if len(nodeKVs) == 0 {
 			return Subnet{}, fmt.Errorf("%w: %s", ErrNoSuchNode, node)
 		}
 		nkv := nodeKVs[0]
-		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-			var s Subnet
-			if err := json.Unmarshal(kvs[0].Value, &s); err != nil {
-				return Subnet{}, fmt.Errorf("subnet of %s: %w", node, err)
-			}
-			return s, nil
-		}
 		var n Node
 		if err := json.Unmarshal(nkv.Value, &n); err != nil {
-			return Subnet{}, fmt.Errorf("node %s: %w", node, err)
+			return Subnet{}, fmt.Errorf("%w: %s: %w", ErrBadNodeRecord, node, err)
+		}
+		if err := checkNodeIP(node, n.IP, resp.Responses[4].GetResponseRange().Kvs); err != nil {
+			return Subnet{}, err
+		}
+		lease := clientv3.LeaseID(nkv.Lease)
+		claims := map[netip.Prefix]string{}
+		for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+			if p, err := ParseClaimKey(string(kv.Key)); err == nil {
+				claims[p] = string(kv.Value)
+			}
+		}
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+			skv := kvs[0]
+			var s Subnet
+			if err := json.Unmarshal(skv.Value, &s); err != nil || claims[s.Subnet] != node {
+				// Damaged: drop the record; the next round allocates.
+				if _, err := r.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(SubnetKey(node)), "=", skv.ModRevision)).
+					Then(clientv3.OpDelete(SubnetKey(node))).Commit(); err != nil {
+					return Subnet{}, fmt.Errorf("assign subnet to %s: %w", node, err)
+				}
+				continue
+			}
+			if s.IP == n.IP && s.Node == node && skv.Lease == nkv.Lease {
+				return s, nil
+			}
+			s.Node, s.IP = node, n.IP
+			tr, err := r.c.Txn(ctx).If(
+				clientv3.Compare(clientv3.ModRevision(NodeKey(node)), "=", nkv.ModRevision),
+				clientv3.Compare(clientv3.ModRevision(SubnetKey(node)), "=", skv.ModRevision),
+				clientv3.Compare(clientv3.Value(ClaimKey(s.Subnet)), "=", node),
+			).Then(
+				clientv3.OpPut(SubnetKey(node), jsonOf(s), clientv3.WithLease(lease)),
+				clientv3.OpPut(ClaimKey(s.Subnet), node, clientv3.WithLease(lease)),
+			).Commit()
+			if err != nil {
+				return Subnet{}, fmt.Errorf("assign subnet to %s: %w", node, err)
+			}
+			if tr.Succeeded {
+				return s, nil
+			}
+			continue
 		}
 		sa, err := master.NewSubnetAllocator(nets)
 		if err != nil {
 			return Subnet{}, err
 		}
-		for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
-			if p, err := ParseClaimKey(string(kv.Key)); err == nil {
-				_, _ = sa.MarkUsed(p) // claims outside today's networks are ignored
-			}
+		for p := range claims {
+			_, _ = sa.MarkUsed(p) // claims outside today's networks are ignored
 		}
 		if kvs := resp.Responses[3].GetResponseRange().Kvs; len(kvs) > 0 {
 			var cur []uint32
@@ -58,12 +104,13 @@ func (r *Registry) AllocateSubnet(ctx context.Context, nets []master.ClusterNetw
 				sa.SetCursors(cur)
 			}
 		}
-		p, err := sa.Allocate()
-		if err != nil {
-			return Subnet{}, fmt.Errorf("node %s: %w", node, err)
+		p := n.Want
+		if free, err := sa.MarkUsed(p); !p.IsValid() || err != nil || !free {
+			if p, err = sa.Allocate(); err != nil {
+				return Subnet{}, fmt.Errorf("node %s: %w", node, err)
+			}
 		}
 		s := Subnet{Node: node, IP: n.IP, Subnet: p}
-		lease := clientv3.LeaseID(nkv.Lease)
 		tr, err := r.c.Txn(ctx).If(
 			clientv3.Compare(clientv3.ModRevision(NodeKey(node)), "=", nkv.ModRevision),
 			clientv3.Compare(clientv3.ModRevision(SubnetKey(node)), "=", 0),
@@ -74,13 +121,33 @@ func (r *Registry) AllocateSubnet(ctx context.Context, nets []master.ClusterNetw
 			clientv3.OpPut(SubnetCursor, jsonOf(sa.Cursors())),
 		).Commit()
 		if err != nil {
-			return Subnet{}, fmt.Errorf("allocate subnet for %s: %w", node, err)
+			return Subnet{}, fmt.Errorf("assign subnet to %s: %w", node, err)
 		}
 		if tr.Succeeded {
 			return s, nil
 		}
 	}
-	return Subnet{}, fmt.Errorf("allocate subnet for %s: %w", node, ErrContention)
+	return Subnet{}, fmt.Errorf("assign subnet to %s: %w", node, ErrContention)
+}
+
+// checkNodeIP refuses a node address that is not a unicast IPv4 address or
+// that another node record has: two nodes on one address would make the
+// other nodes tunnel one node's subnet to the other.
+func checkNodeIP(node string, ip netip.Addr, nodes []*mvccpb.KeyValue) error {
+	if !ip.Is4() || !ip.IsGlobalUnicast() {
+		return fmt.Errorf("%w: %s: address %v is not a unicast IPv4 address", ErrBadNodeRecord, node, ip)
+	}
+	for _, kv := range nodes {
+		other := strings.TrimPrefix(string(kv.Key), NodesPrefix)
+		var o Node
+		if other == node || json.Unmarshal(kv.Value, &o) != nil {
+			continue
+		}
+		if o.IP == ip {
+			return fmt.Errorf("%w: %s: address %v is node %s's", ErrBadNodeRecord, node, ip, other)
+		}
+	}
+	return nil
 }
 
 // ReleaseSubnet deletes a node's subnet record and its claim (used when a
@@ -109,86 +176,32 @@ func (r *Registry) ReleaseSubnet(ctx context.Context, node string) error {
 	return nil
 }
 
-// Register publishes a node record on lease and moves any subnet the node
-// already holds onto that lease. If the node holds none but want is a
-// subnet nobody has claimed, it takes want back (a node whose lease expired
-// while it kept running); otherwise gvs-master allocates one and WaitSubnet
-// sees it. It returns the node's subnet when already known.
-func (r *Registry) Register(ctx context.Context, n Node, lease clientv3.LeaseID, want netip.Prefix) (Subnet, bool, error) {
-	for range maxAttempts {
-		ops := []clientv3.Op{clientv3.OpGet(SubnetKey(n.Name))}
-		if want.IsValid() {
-			ops = append(ops, clientv3.OpGet(ClaimKey(want)))
-		}
-		resp, err := r.c.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			return Subnet{}, false, fmt.Errorf("register %s: %w", n.Name, err)
-		}
-		put := clientv3.OpPut(NodeKey(n.Name), jsonOf(n), clientv3.WithLease(lease))
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			var s Subnet
-			if err := json.Unmarshal(kvs[0].Value, &s); err != nil {
-				return Subnet{}, false, fmt.Errorf("subnet of %s: %w", n.Name, err)
-			}
-			s.IP = n.IP
-			// The claim must still be this node's: a subnet record and its
-			// claim are written and deleted together, so anything else is
-			// a damaged registry, and the node must not overwrite another
-			// node's claim.
-			tr, err := r.c.Txn(ctx).If(
-				clientv3.Compare(clientv3.ModRevision(SubnetKey(n.Name)), "=", kvs[0].ModRevision),
-				clientv3.Compare(clientv3.Value(ClaimKey(s.Subnet)), "=", n.Name),
-			).Then(put,
-				clientv3.OpPut(SubnetKey(n.Name), jsonOf(s), clientv3.WithLease(lease)),
-				clientv3.OpPut(ClaimKey(s.Subnet), n.Name, clientv3.WithLease(lease)),
-			).Else(clientv3.OpGet(ClaimKey(s.Subnet))).Commit()
-			if err != nil {
-				return Subnet{}, false, fmt.Errorf("register %s: %w", n.Name, err)
-			}
-			if tr.Succeeded {
-				return s, true, nil
-			}
-			if c := tr.Responses[0].GetResponseRange().Kvs; len(c) == 0 || string(c[0].Value) != n.Name {
-				holder := "nobody"
-				if len(c) > 0 {
-					holder = string(c[0].Value)
-				}
-				return Subnet{}, false, fmt.Errorf("register %s: %w: its subnet record names %v, claimed by %s "+
-					"(to repair: delete %s, e.g. etcdctl del %s, and gvs-master gives the node a subnet nobody claims)",
-					n.Name, ErrClaimMismatch, s.Subnet, holder, SubnetKey(n.Name), SubnetKey(n.Name))
-			}
-			continue
-		}
-		if want.IsValid() && len(resp.Responses[1].GetResponseRange().Kvs) == 0 {
-			s := Subnet{Node: n.Name, IP: n.IP, Subnet: want}
-			tr, err := r.c.Txn(ctx).If(
-				clientv3.Compare(clientv3.ModRevision(SubnetKey(n.Name)), "=", 0),
-				clientv3.Compare(clientv3.ModRevision(ClaimKey(want)), "=", 0),
-			).Then(put,
-				clientv3.OpPut(SubnetKey(n.Name), jsonOf(s), clientv3.WithLease(lease)),
-				clientv3.OpPut(ClaimKey(want), n.Name, clientv3.WithLease(lease)),
-			).Commit()
-			if err != nil {
-				return Subnet{}, false, fmt.Errorf("register %s: %w", n.Name, err)
-			}
-			if tr.Succeeded {
-				return s, true, nil
-			}
-			continue
-		}
-		tr, err := r.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(SubnetKey(n.Name)), "=", 0)).Then(put).Commit()
-		if err != nil {
-			return Subnet{}, false, fmt.Errorf("register %s: %w", n.Name, err)
-		}
-		if tr.Succeeded {
-			return Subnet{}, false, nil
-		}
+// Register publishes node n's record on lease, asking for subnet n.Want
+// (none: any). It is the one write a node makes for itself; gvs-master
+// answers with the node's subnet record on the same lease (AssignSubnet),
+// which WaitSubnet waits for.
+func (r *Registry) Register(ctx context.Context, n Node, lease clientv3.LeaseID) error {
+	if _, err := r.c.Put(ctx, NodeKey(n.Name), jsonOf(n), clientv3.WithLease(lease)); err != nil {
+		return fmt.Errorf("register %s: %w", n.Name, err)
 	}
-	return Subnet{}, false, fmt.Errorf("register %s: %w", n.Name, ErrContention)
+	return nil
 }
 
-// WaitSubnet blocks until the node has a subnet record and returns it.
-func (r *Registry) WaitSubnet(ctx context.Context, node string) (Subnet, error) {
+// ClaimHolder returns the node that claims subnet p ("" if nobody does).
+func (r *Registry) ClaimHolder(ctx context.Context, p netip.Prefix) (string, error) {
+	resp, err := r.c.Get(ctx, ClaimKey(p))
+	if err != nil {
+		return "", fmt.Errorf("claim of %v: %w", p, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", nil
+	}
+	return string(resp.Kvs[0].Value), nil
+}
+
+// WaitSubnet blocks until the node has a subnet record on lease (any lease
+// when lease is 0) and returns it.
+func (r *Registry) WaitSubnet(ctx context.Context, node string, lease clientv3.LeaseID) (Subnet, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	resp, err := r.c.Get(ctx, SubnetKey(node))
@@ -196,7 +209,7 @@ func (r *Registry) WaitSubnet(ctx context.Context, node string) (Subnet, error) 
 		return Subnet{}, fmt.Errorf("wait for subnet of %s: %w", node, err)
 	}
 	for {
-		if len(resp.Kvs) > 0 {
+		if len(resp.Kvs) > 0 && (lease == 0 || resp.Kvs[0].Lease == int64(lease)) {
 			var s Subnet
 			if err := json.Unmarshal(resp.Kvs[0].Value, &s); err != nil {
 				return Subnet{}, fmt.Errorf("subnet of %s: %w", node, err)
@@ -206,7 +219,7 @@ func (r *Registry) WaitSubnet(ctx context.Context, node string) (Subnet, error) 
 		wc := r.c.Watch(ctx, SubnetKey(node), clientv3.WithRev(resp.Header.Revision+1))
 		for wr := range wc {
 			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypePut {
+				if ev.Type == clientv3.EventTypePut && (lease == 0 || ev.Kv.Lease == int64(lease)) {
 					var s Subnet
 					if err := json.Unmarshal(ev.Kv.Value, &s); err != nil {
 						return Subnet{}, fmt.Errorf("subnet of %s: %w", node, err)
