@@ -25,6 +25,9 @@ var (
 	ErrInterfaceExists = errors.New("interface already exists")
 	// ErrNoNetns: the network namespace does not exist.
 	ErrNoNetns = errors.New("network namespace not found")
+	// ErrTryAgain: the node cannot attach the pod yet (its project has no
+	// VNID yet, say); ADD fails with CNI code 11 and the runtime retries.
+	ErrTryAgain = errors.New("try again later")
 )
 
 // Route is a route the backend installed in the pod.
@@ -269,6 +272,8 @@ func (s *Server) add(ctx context.Context, conf *NetConf, req *Request) (json.Raw
 				fmt.Sprintf("%s already exists in %s: %v", req.IfName, req.Netns, err))
 		case errors.Is(err, ErrNoNetns):
 			return nil, invalidEnv(fmt.Sprintf("CNI_NETNS %s: %v", req.Netns, err))
+		case errors.Is(err, ErrTryAgain):
+			return nil, types.NewError(types.ErrTryAgainLater, "the pod cannot be attached yet", err.Error())
 		}
 		return nil, types.NewError(types.ErrInternal, "attaching the pod failed", err.Error())
 	}

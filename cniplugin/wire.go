@@ -81,3 +81,10 @@ func Call(ctx context.Context, socket string, req *Request) (*Response, error) {
 
 // DefaultTimeout is how long the shim waits for the daemon's answer.
 const DefaultTimeout = 60 * time.Second
+
+// Refuse answers a connection the daemon will not serve (its process may
+// not use the socket) with err as a CNI error (code 999: the caller's
+// environment is the problem, not the pod).
+func Refuse(c net.Conn, err error) {
+	_ = json.NewEncoder(c).Encode(&Response{Error: types.NewError(types.ErrUnknown, "gvs-switchd refused the connection", err.Error())})
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/daemon"
+	"github.com/gvswitch/gvs/sdn/pki"
 )
 
 // Spec describes a cluster. The zero values of the network fields give
@@ -42,6 +43,8 @@ type Spec struct {
 	ControlPlane string
 	// NodeLeaseTTL is the control plane's node lease in seconds (default 5).
 	NodeLeaseTTL int
+	// MasterArgs are extra gvs-master flags (e.g. --create-projects=false).
+	MasterArgs []string
 	// CNI makes the daemons serve CNI (cni.go) and attaches the pods with
 	// real CNI ADD calls through libcni and gvs-cni instead of listing them
 	// in the daemons' configurations. TapPool is the daemons' tapPool.
@@ -61,6 +64,7 @@ type Cluster struct {
 	Nodes []Node
 	// Control plane (Spec.ControlPlane), running in the first node's namespace.
 	Master        *lab.Proc
+	masterArgs    []string
 	EtcdEndpoints []string
 	Etcd          []*EtcdMember
 }
@@ -236,6 +240,7 @@ func (c *Cluster) writeConfig(i int) error {
 	if c.Spec.ControlPlane != "" {
 		cfg.Subnet, cfg.Peers, cfg.Projects = "", nil, nil
 		cfg.EtcdEndpoints = c.EtcdEndpoints
+		cfg.EtcdTLS = pki.Dir(c.NodeTLSDir(i)).Files("tls")
 	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/sdn/master"
+	"github.com/gvswitch/gvs/sdn/pki"
 )
 
 // Control planes of Spec.ControlPlane. Both run in the first node's
@@ -78,20 +79,19 @@ func (c *Cluster) upControlPlane(ctx context.Context) error {
 		"--node-lease-ttl", strconv.Itoa(ttl)}
 	switch c.Spec.ControlPlane {
 	case ControlPlaneEmbedded:
-		c.EtcdEndpoints = []string{fmt.Sprintf("http://%s:2379", n0.IP)}
-		args = append(args, "--data-dir", filepath.Join(dir, "master-etcd"),
-			"--listen-client", c.EtcdEndpoints[0], "--listen-peer", "http://127.0.0.1:2380")
+		c.EtcdEndpoints = []string{fmt.Sprintf("https://%s:2379", n0.IP)}
+		args = append(args, "--data-dir", c.masterDir(),
+			"--listen-client", c.EtcdEndpoints[0], "--listen-peer", "https://127.0.0.1:2380")
 	case ControlPlaneExternal:
 		if err := c.startEtcd(ctx, 3); err != nil {
 			return err
 		}
-		args = append(args, "--etcd-endpoints", strings.Join(c.EtcdEndpoints, ","))
+		args = append(args, "--data-dir", c.masterDir(), "--etcd-endpoints", strings.Join(c.EtcdEndpoints, ","))
 	default:
 		return fmt.Errorf("cluster: unknown control plane %q", c.Spec.ControlPlane)
 	}
-	var err error
-	c.Master, err = c.Lab.Start(ctx, n0.NS, filepath.Join(dir, "master.log"), args...)
-	if err != nil {
+	c.masterArgs = append(args, c.Spec.MasterArgs...)
+	if err := c.StartMaster(ctx); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -105,6 +105,9 @@ func (c *Cluster) upControlPlane(ctx context.Context) error {
 			return fmt.Errorf("cluster: gvs-master did not come up: %v\n--- its log ---\n%s", err, log)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	if err := c.issueNodeCerts(ctx); err != nil {
+		return err
 	}
 	// Projects, grouped by wanted VNID.
 	groups := map[uint32][]string{}
@@ -133,15 +136,75 @@ func (c *Cluster) upControlPlane(ctx context.Context) error {
 	return c.RefreshVNIDs(ctx)
 }
 
-// Projects runs `gvsctl projects ARGS...` against the registry, in the
-// first node's namespace.
-func (c *Cluster) Projects(ctx context.Context, args ...string) ([]byte, error) {
-	argv := append([]string{filepath.Join(c.Spec.BinDir, "gvsctl"), "-etcd", strings.Join(c.EtcdEndpoints, ","), "projects"}, args...)
+// StartMaster (re)starts gvs-master in the first node's namespace with the
+// arguments it first had (after StopMaster).
+func (c *Cluster) StartMaster(ctx context.Context) error {
+	if c.Master != nil && !c.Master.Exited() {
+		return nil
+	}
+	p, err := c.Lab.Start(ctx, c.Nodes[0].NS, filepath.Join(c.Lab.StateDir(), "master.log"), c.masterArgs...)
+	if err != nil {
+		return err
+	}
+	c.Master = p
+	return nil
+}
+
+// StopMaster stops gvs-master (and its embedded etcd).
+func (c *Cluster) StopMaster() error {
+	if c.Master == nil {
+		return nil
+	}
+	return c.Master.Stop()
+}
+
+// masterDir is gvs-master's data directory; its pki/ holds the cluster CA
+// and the administrator's certificate.
+func (c *Cluster) masterDir() string { return filepath.Join(c.Lab.StateDir(), "master") }
+
+// PKIDir is gvs-master's PKI directory (the cluster CA, its own and the
+// administrator's certificates).
+func (c *Cluster) PKIDir() pki.Dir { return pki.Dir(filepath.Join(c.masterDir(), "pki")) }
+
+// AdminTLS is the administrator identity gvs-master made on first start.
+func (c *Cluster) AdminTLS() pki.Files { return c.PKIDir().Files(pki.AdminUser) }
+
+// NodeTLSDir is where node i's certificate bundle (ca.crt, tls.crt,
+// tls.key) is issued.
+func (c *Cluster) NodeTLSDir(i int) string {
+	return filepath.Join(c.Lab.StateDir(), c.Nodes[i].Name+"-tls")
+}
+
+// issueNodeCerts issues every node its certificate and etcd user with
+// `gvs-master cert node`, as an operator does (in the first node's
+// namespace, where gvs-master's etcd is).
+func (c *Cluster) issueNodeCerts(ctx context.Context) error {
+	for i, n := range c.Nodes {
+		out, err := c.Lab.Exec(ctx, c.Nodes[0].NS, filepath.Join(c.Spec.BinDir, "gvs-master"), "cert", "node", n.Name,
+			"-data-dir", c.masterDir(), "-out", c.NodeTLSDir(i))
+		if err != nil {
+			return fmt.Errorf("cluster: gvs-master cert node %s: %w\n%s", n.Name, err, out)
+		}
+	}
+	return nil
+}
+
+// RegistryCtl runs `gvsctl ARGS...` with the registry's endpoints and the
+// administrator's certificate, in the first node's namespace.
+func (c *Cluster) RegistryCtl(ctx context.Context, args ...string) ([]byte, error) {
+	a := c.AdminTLS()
+	argv := append([]string{filepath.Join(c.Spec.BinDir, "gvsctl"), "-etcd", strings.Join(c.EtcdEndpoints, ","),
+		"-etcd-cacert", a.CA, "-etcd-cert", a.Cert, "-etcd-key", a.Key}, args...)
 	out, err := c.Lab.Exec(ctx, c.Nodes[0].NS, argv...)
 	if err != nil {
-		return out, fmt.Errorf("gvsctl projects %v: %w\n%s", args, err, out)
+		return out, fmt.Errorf("gvsctl %v: %w\n%s", args, err, out)
 	}
 	return out, nil
+}
+
+// Projects runs `gvsctl projects ARGS...` against the registry (RegistryCtl).
+func (c *Cluster) Projects(ctx context.Context, args ...string) ([]byte, error) {
+	return c.RegistryCtl(ctx, append([]string{"projects"}, args...)...)
 }
 
 // ProjectVNIDs reads the projects' VNIDs from the registry.
@@ -164,7 +227,9 @@ func (c *Cluster) ProjectVNIDs(ctx context.Context) (map[string]uint32, error) {
 }
 
 // startEtcd starts an n-member etcd cluster in the first node's namespace:
-// clients on its underlay address, peers on its loopback.
+// clients on its underlay address, peers on its loopback, all TLS with
+// client certificates from the cluster CA (`gvs-master cert etcd-server`
+// makes the CA and the members' certificates first).
 func (c *Cluster) startEtcd(ctx context.Context, n int) error {
 	if _, err := os.Stat(EtcdBinary); err != nil {
 		return fmt.Errorf("cluster: %w (apt-get install etcd-server)", err)
@@ -172,18 +237,27 @@ func (c *Cluster) startEtcd(ctx context.Context, n int) error {
 	ip := c.Nodes[0].IP
 	var initial []string
 	for i := range n {
-		initial = append(initial, fmt.Sprintf("m%d=http://127.0.0.1:%d", i+1, 22380+i))
+		initial = append(initial, fmt.Sprintf("m%d=https://127.0.0.1:%d", i+1, 22380+i))
 	}
 	for i := range n {
-		m := &EtcdMember{Name: fmt.Sprintf("m%d", i+1), ClientURL: fmt.Sprintf("http://%s:%d", ip, 22379+10*(i+1)), c: c}
-		peer := fmt.Sprintf("http://127.0.0.1:%d", 22380+i)
+		m := &EtcdMember{Name: fmt.Sprintf("m%d", i+1), ClientURL: fmt.Sprintf("https://%s:%d", ip, 22379+10*(i+1)), c: c}
+		tlsDir := filepath.Join(c.Lab.StateDir(), "etcd-"+m.Name+"-tls")
+		out, err := c.Lab.Exec(ctx, c.Nodes[0].NS, filepath.Join(c.Spec.BinDir, "gvs-master"), "cert", "etcd-server", "etcd-"+m.Name,
+			"-data-dir", c.masterDir(), "-san", ip.String(), "-out", tlsDir)
+		if err != nil {
+			return fmt.Errorf("cluster: etcd %s certificate: %w\n%s", m.Name, err, out)
+		}
+		f := pki.Dir(tlsDir).Files("tls")
+		peer := fmt.Sprintf("https://127.0.0.1:%d", 22380+i)
 		m.args = []string{EtcdBinary, "--name", m.Name,
 			"--data-dir", filepath.Join(c.Lab.StateDir(), "etcd-"+m.Name),
 			"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
 			"--initial-cluster-token", c.Lab.Prefix, "--log-level", "warn",
-			"--heartbeat-interval", "100", "--election-timeout", "1000"}
+			"--heartbeat-interval", "100", "--election-timeout", "1000",
+			"--cert-file", f.Cert, "--key-file", f.Key, "--trusted-ca-file", f.CA, "--client-cert-auth",
+			"--peer-cert-file", f.Cert, "--peer-key-file", f.Key, "--peer-trusted-ca-file", f.CA, "--peer-client-cert-auth"}
 		c.Etcd = append(c.Etcd, m)
 		c.EtcdEndpoints = append(c.EtcdEndpoints, m.ClientURL)
 		if err := m.Start(ctx); err != nil {

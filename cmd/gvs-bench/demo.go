@@ -83,6 +83,17 @@ func demoUp(ctx context.Context, prefix string) error {
 	m.Print(os.Stdout)
 	bad := m.Mismatches()
 
+	tenant := c.Nodes[0].Pods[2]
+	registry := netip.AddrPortFrom(c.Nodes[0].IP, 2379).String()
+	step(fmt.Sprintf("control plane: tenant pod %s (project %s) tries the registry at %s without credentials", tenant.Name, tenant.Project, registry))
+	out, err := c.Lab.Exec(ctx, tenant.NS, filepath.Join(bin, "gvs-bench"), "registry-probe", "-c", registry)
+	fmt.Print(indent(string(out)))
+	if err != nil {
+		bad = append(bad, "a tenant pod got an answer from the registry: "+err.Error())
+	} else {
+		fmt.Println("    refused: etcd speaks only TLS with a client certificate from the cluster CA, and a node's certificate writes only its own record")
+	}
+
 	ext := c.Lab.External
 	src := c.Nodes[0].Pods[1]
 	step(fmt.Sprintf("NAT egress: %s (%s) → external host %s through tun0", src.Name, src.IP, ext.IP))
@@ -91,7 +102,7 @@ func demoUp(ctx context.Context, prefix string) error {
 		return err
 	}
 	time.Sleep(300 * time.Millisecond)
-	out, err := c.Lab.Exec(ctx, src.NS, filepath.Join(bin, "gvs-bench"), "tcp-client", "-c", ext.IP.String()+":5201", "-bytes", "1000000")
+	out, err = c.Lab.Exec(ctx, src.NS, filepath.Join(bin, "gvs-bench"), "tcp-client", "-c", ext.IP.String()+":5201", "-bytes", "1000000")
 	fmt.Print(indent(string(out)))
 	if err != nil {
 		bad = append(bad, "NAT egress failed: "+err.Error())
@@ -125,11 +136,14 @@ The cluster keeps running. Look around:
   ip netns exec %[1]s %[2]s -s %[3]s dump-flows table=80
   ip netns exec %[1]s %[2]s -s %[3]s trace in_port=%[8]d,ip,nw_src=%[4]s,nw_dst=%[5]s
   ip netns exec %[6]s ping %[5]s
-  ip netns exec %[1]s %[2]s -etcd %[7]s projects list    (and join, isolate, make-global)
-  ip netns exec %[1]s %[2]s -etcd %[7]s nodes
+  ip netns exec %[1]s %[2]s -etcd %[7]s %[9]s projects list    (and join, isolate, make-global)
+  ip netns exec %[1]s %[2]s -etcd %[7]s %[9]s nodes
+(the administrator's certificate gvs-master made on first start is in %[10]s)
 Tear it down with:  make demo-down
 `, c.Nodes[0].NS, gvsctl, c.Nodes[0].Socket, a.IP, b.IP, a.NS, strings.Join(c.EtcdEndpoints, ","),
-		daemon.CNIFirstPort+1) // a is the second pod CNI attached on n1
+		daemon.CNIFirstPort+1, // a is the second pod CNI attached on n1
+		fmt.Sprintf("-etcd-cacert %s -etcd-cert %s -etcd-key %s", c.AdminTLS().CA, c.AdminTLS().Cert, c.AdminTLS().Key),
+		c.PKIDir())
 	if len(bad) > 0 {
 		fmt.Println("\nDEMO FAILED:")
 		for _, s := range bad {

@@ -42,6 +42,9 @@ commands:
                           possible, print JSON
   blast-sink -dev IF [-port P] [-idle D] -t D
                           count the blaster's frames arriving on IF per flow (AF_PACKET), print JSON
+  registry-probe -c HOST:PORT
+                          what a stranger gets from etcd: plain HTTP and TLS without a client
+                          certificate; fails if either is answered
 `
 
 func main() {
@@ -69,6 +72,8 @@ func run(args []string) error {
 		return blastCmd(ctx, args[1:])
 	case "blast-sink":
 		return blastSinkCmd(ctx, args[1:])
+	case "registry-probe":
+		return registryProbe(ctx, args[1:])
 	case "tcp-server":
 		fs := flag.NewFlagSet("tcp-server", flag.ContinueOnError)
 		addr := fs.String("l", ":5201", "listen address")

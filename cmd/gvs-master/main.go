@@ -1,9 +1,16 @@
 // Command gvs-master is gvs's control plane: it publishes the cluster
-// network configuration and allocates node subnets (and creates the default
-// and global projects) in an etcd v3 registry. By default it runs an
-// embedded single-member etcd with its data on disk; with --etcd-endpoints
-// it uses an external etcd cluster instead, with the same key layout.
-// Several gvs-master processes may share one registry.
+// network configuration, allocates node subnets and project VNIDs (and
+// creates the default and global projects, and the projects nodes ask for)
+// in an etcd v3 registry. By default it runs an embedded single-member etcd
+// with its data on disk; with --etcd-endpoints it uses an external etcd
+// cluster instead, with the same key layout. Several gvs-master processes
+// may share one registry.
+//
+// Every connection to etcd is TLS with client certificates, and etcd's
+// users and roles give each node write access to its own record only. On
+// first start gvs-master makes a cluster CA and the certificates it needs
+// in its data directory (pki/, keys 0600); `gvs-master cert` issues a
+// node's or an administrator's (cert.go; docs/security.md).
 package main
 
 import (
@@ -16,18 +23,32 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/master"
+	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
 	"github.com/gvswitch/gvs/sdn/registry/embedded"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	args := os.Args[1:]
+	var err error
+	switch {
+	case len(args) > 0 && args[0] == "cert":
+		err = certCmd(args[1:], os.Stdout)
+	case len(args) > 0 && (args[0] == "authorize-node" || args[0] == "revoke-node"):
+		err = nodeAuthCmd(args[0], args[1:], os.Stdout)
+	case len(args) > 0 && args[0] == "serve":
+		err = run(args[1:])
+	default:
+		err = run(args)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gvs-master:", err)
 		os.Exit(1)
 	}
@@ -45,11 +66,23 @@ type fileConfig struct {
 	DataDir       string   `json:"dataDir,omitempty"`
 	ClientURL     string   `json:"clientURL,omitempty"`
 	PeerURL       string   `json:"peerURL,omitempty"`
+	// PKIDir holds the CA and certificates (default DataDir/pki).
+	PKIDir string `json:"pkiDir,omitempty"`
+	// CertSANs are extra names and addresses of the embedded etcd's
+	// server certificate (besides its listen address and localhost).
+	CertSANs []string `json:"certSANs,omitempty"`
+	// EtcdTLS is gvs-master's client identity for an external etcd
+	// (default: PKIDir's gvs-master certificate, issued by its CA).
+	EtcdTLS pki.Files `json:"etcdTLS,omitzero"`
+	// Insecure runs without TLS and without etcd authentication: lab use.
+	Insecure bool `json:"insecure,omitempty"`
+	// CreateProjects creates the projects nodes ask for (default true).
+	CreateProjects *bool `json:"createProjects,omitempty"`
 }
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("gvs-master", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "configuration file (JSON: clusterNetworks, serviceNetwork, mode, vxlanPort, globalProjects, nodeLeaseTTL, etcdEndpoints, dataDir, clientURL, peerURL)")
+	cfgPath := fs.String("config", "", "configuration file (JSON: clusterNetworks, serviceNetwork, mode, vxlanPort, globalProjects, nodeLeaseTTL, etcdEndpoints, dataDir, clientURL, peerURL, pkiDir, certSANs, etcdTLS, insecure, createProjects)")
 	var nets, globals, endpoints listFlag
 	fs.Var(&nets, "cluster-network", "cluster network CIDR:hostSubnetLength, repeatable (default 10.128.0.0/14:9)")
 	svc := fs.String("service-network", "", "service network (default 172.30.0.0/16)")
@@ -58,9 +91,17 @@ func run(args []string) error {
 	fs.Var(&globals, "global-project", "project that gets VNID 0, repeatable")
 	ttl := fs.Int64("node-lease-ttl", 0, "node lease in seconds (default 10)")
 	fs.Var(&endpoints, "etcd-endpoints", "external etcd endpoints (comma separated); none runs an embedded etcd")
-	dataDir := fs.String("data-dir", "", "embedded etcd data directory (default /var/lib/gvs-master)")
-	clientURL := fs.String("listen-client", "", "embedded etcd client URL (default http://127.0.0.1:2379)")
-	peerURL := fs.String("listen-peer", "", "embedded etcd peer URL (default http://127.0.0.1:2380)")
+	dataDir := fs.String("data-dir", "", "data directory: embedded etcd data and pki/ (default /var/lib/gvs-master)")
+	clientURL := fs.String("listen-client", "", "embedded etcd client URL (default https://127.0.0.1:2379)")
+	peerURL := fs.String("listen-peer", "", "embedded etcd peer URL (default https://127.0.0.1:2380)")
+	pkiDir := fs.String("pki-dir", "", "CA and certificates (default DATA-DIR/pki); an operator's own CA goes here as ca.crt (with ca.key to let gvs-master issue)")
+	var sans listFlag
+	fs.Var(&sans, "cert-san", "extra name or address of the embedded etcd's certificate, repeatable")
+	etcdCA := fs.String("etcd-cacert", "", "external etcd: CA file (default PKI-DIR/ca.crt)")
+	etcdCert := fs.String("etcd-cert", "", "external etcd: gvs-master's client certificate (default PKI-DIR/gvs-master.crt)")
+	etcdKey := fs.String("etcd-key", "", "external etcd: gvs-master's client key (default PKI-DIR/gvs-master.key)")
+	insecure := fs.Bool("insecure", false, "no TLS and no etcd authentication: anyone who reaches etcd changes the network (lab use only)")
+	createProjects := fs.Bool("create-projects", true, "create the projects nodes ask for (a pod of a new project), each with a fresh VNID")
 	debug := fs.Bool("debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -110,9 +151,26 @@ func run(args []string) error {
 	if len(endpoints) > 0 {
 		fc.EtcdEndpoints = endpoints
 	}
+	if *insecure {
+		fc.Insecure = true
+	}
+	scheme := "https"
+	if fc.Insecure {
+		scheme = "http"
+	}
 	setStr(&fc.DataDir, *dataDir, "/var/lib/gvs-master")
-	setStr(&fc.ClientURL, *clientURL, "http://127.0.0.1:2379")
-	setStr(&fc.PeerURL, *peerURL, "http://127.0.0.1:2380")
+	setStr(&fc.ClientURL, *clientURL, scheme+"://127.0.0.1:2379")
+	setStr(&fc.PeerURL, *peerURL, scheme+"://127.0.0.1:2380")
+	setStr(&fc.PKIDir, *pkiDir, filepath.Join(fc.DataDir, "pki"))
+	fc.CertSANs = append(fc.CertSANs, sans...)
+	setStr(&fc.EtcdTLS.CA, *etcdCA, "")
+	setStr(&fc.EtcdTLS.Cert, *etcdCert, "")
+	setStr(&fc.EtcdTLS.Key, *etcdKey, "")
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "create-projects" })
+	if explicit || fc.CreateProjects == nil {
+		fc.CreateProjects = createProjects
+	}
 	if len(fc.ClusterNetworks) == 0 {
 		fc.ClusterNetworks = []master.ClusterNetwork{{CIDR: netip.MustParsePrefix("10.128.0.0/14"), HostSubnetLength: 9}}
 	}
@@ -122,28 +180,58 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if fc.Insecure {
+		log.Warn("INSECURE: etcd without TLS and without authentication; anyone who reaches it can read and change the network (lab use only)")
+	}
 	eps := fc.EtcdEndpoints
+	dial := registry.DialConfig{Insecure: fc.Insecure, Logger: log}
 	var srvErr <-chan error
 	if len(eps) == 0 {
 		if err := os.MkdirAll(fc.DataDir, 0o700); err != nil {
 			return err
 		}
-		srv, err := embedded.Start(embedded.Config{Dir: fc.DataDir, ClientURL: fc.ClientURL, PeerURL: fc.PeerURL})
+		ec := embedded.Config{Dir: filepath.Join(fc.DataDir, "etcd"), ClientURL: fc.ClientURL, PeerURL: fc.PeerURL}
+		if legacyData(fc.DataDir) {
+			ec.Dir = fc.DataDir // a data directory from before pki/ existed
+		}
+		if !fc.Insecure {
+			files, err := ensureMasterPKI(fc, log)
+			if err != nil {
+				return err
+			}
+			ec.TLS, ec.PeerTLS, dial.TLS = files.server, files.peer, files.master
+		}
+		srv, err := embedded.Start(ec)
 		if err != nil {
 			return err
 		}
 		defer srv.Close()
 		srvErr = srv.Err()
 		eps = []string{srv.ClientURL}
-		log.Info("embedded etcd ready", "client", srv.ClientURL, "dir", fc.DataDir)
+		log.Info("embedded etcd ready", "client", srv.ClientURL, "dir", ec.Dir)
+	} else if !fc.Insecure {
+		dial.TLS = fc.EtcdTLS
+		if dial.TLS.IsZero() {
+			files, err := ensureClientPKI(fc)
+			if err != nil {
+				return err
+			}
+			dial.TLS = files
+		}
 	}
-	c, err := registry.Dial(eps)
+	dial.Endpoints = eps
+	if err := writeEndpoints(fc.PKIDir, eps, fc.Insecure); err != nil {
+		log.Warn("recording the etcd endpoints for gvs-master cert", "err", err)
+	}
+	c, err := registry.Dial(dial)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	m := &registry.Master{Reg: registry.New(c), Config: fc.Config, Log: log}
-	log.Info("gvs-master running", "etcd", eps, "networks", fc.ClusterNetworks, "mode", fc.Mode)
+	m := &registry.Master{Reg: registry.New(c), Config: fc.Config, Log: log,
+		SetupAuth: !fc.Insecure, CreateProjects: *fc.CreateProjects}
+	log.Info("gvs-master running", "etcd", eps, "networks", fc.ClusterNetworks, "mode", fc.Mode,
+		"createProjects", *fc.CreateProjects, "pki", fc.PKIDir)
 	errc := make(chan error, 1)
 	go func() { errc <- m.Run(ctx) }()
 	select {

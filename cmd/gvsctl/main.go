@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/sdn/pki"
+	"github.com/gvswitch/gvs/sdn/registry"
 )
 
 const usage = `usage: gvsctl [-s SOCKET] [-o text|json] COMMAND [ARGS]
@@ -39,7 +41,8 @@ commands:
                           file for tcpdump/Wireshark; -w - writes to standard output
                           (gvsctl capture vxlan0 -w - | tcpdump -nr -); gvsctl capture -h
 
-control plane (talks to etcd: --etcd URL[,URL...] or $GVS_ETCD):
+control plane (talks to etcd over TLS: --etcd URL[,URL...] or $GVS_ETCD, and an administrator's
+certificate from gvs-master cert admin: --etcd-tls DIR or $GVS_ETCD_TLS):
   projects list           projects and their VNIDs
   projects create P...    new projects (fresh VNIDs; default and global projects get 0)
   projects delete P...    delete projects (a VNID no project uses is released)
@@ -63,6 +66,11 @@ func run(args []string, stdout io.Writer) error {
 	output := fs.String("o", "text", "output format: text or json")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the daemon")
 	etcd := fs.String("etcd", os.Getenv("GVS_ETCD"), "etcd endpoints for projects and nodes ($GVS_ETCD)")
+	etcdTLS := fs.String("etcd-tls", os.Getenv("GVS_ETCD_TLS"), "directory with ca.crt, tls.crt, tls.key: your etcd identity, from gvs-master cert admin ($GVS_ETCD_TLS)")
+	etcdCA := fs.String("etcd-cacert", os.Getenv("GVS_ETCD_CACERT"), "etcd CA file, overrides -etcd-tls ($GVS_ETCD_CACERT)")
+	etcdCert := fs.String("etcd-cert", os.Getenv("GVS_ETCD_CERT"), "etcd client certificate, overrides -etcd-tls ($GVS_ETCD_CERT)")
+	etcdKey := fs.String("etcd-key", os.Getenv("GVS_ETCD_KEY"), "etcd client key, overrides -etcd-tls ($GVS_ETCD_KEY)")
+	etcdInsecure := fs.Bool("etcd-insecure", os.Getenv("GVS_ETCD_INSECURE") == "1", "allow a plain-text etcd (lab use only; $GVS_ETCD_INSECURE=1)")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -80,7 +88,19 @@ func run(args []string, stdout io.Writer) error {
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch cmd {
 	case "projects", "nodes":
-		return registryCmd(ctx, *etcd, c.json, c.out, cmd, rest)
+		if *etcd == "" {
+			return errors.New("--etcd (or $GVS_ETCD) is required for " + cmd)
+		}
+		dc := registry.DialConfig{Endpoints: strings.Split(*etcd, ","), Insecure: *etcdInsecure}
+		if *etcdTLS != "" {
+			dc.TLS = pki.Dir(*etcdTLS).Files("tls")
+		}
+		for _, o := range []struct{ dst, v *string }{{&dc.TLS.CA, etcdCA}, {&dc.TLS.Cert, etcdCert}, {&dc.TLS.Key, etcdKey}} {
+			if *o.v != "" {
+				*o.dst = *o.v
+			}
+		}
+		return registryCmd(ctx, dc, c.json, c.out, cmd, rest)
 	case "capture":
 		return captureCmd(ctx, *socket, c.json, c.out, os.Stderr, rest)
 	case "show":
@@ -186,6 +206,17 @@ func printShow(w io.Writer, r control.ShowResult) {
 	fmt.Fprintf(w, "  ports: %d  pods: %d  rules: %d  table generation: %d\n", r.Ports, r.Pods, r.Rules, r.Generation)
 	for _, rm := range r.Remotes {
 		fmt.Fprintf(w, "  remote %s %s subnet %s\n", rm.Name, rm.IP, rm.Subnet)
+	}
+	if g := r.Registry; g != nil {
+		switch {
+		case g.Insecure:
+			fmt.Fprintf(w, "  registry %s: INSECURE (plain text, no certificate)\n", strings.Join(g.Endpoints, ","))
+		case g.CertSerial == "":
+			fmt.Fprintf(w, "  registry %s as %s (no connection yet)\n", strings.Join(g.Endpoints, ","), g.Identity)
+		default:
+			fmt.Fprintf(w, "  registry %s as %s, certificate %s valid until %s\n", strings.Join(g.Endpoints, ","), g.Identity,
+				g.CertSerial, g.CertNotAfter.Format(time.RFC3339))
+		}
 	}
 }
 

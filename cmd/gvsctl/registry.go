@@ -8,7 +8,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/gvswitch/gvs/sdn/master"
@@ -17,11 +16,8 @@ import (
 
 // registryCmd runs the control-plane commands (projects, nodes) against
 // etcd directly; every change is a compare-and-swap transaction.
-func registryCmd(ctx context.Context, endpoints string, asJSON bool, out io.Writer, cmd string, args []string) error {
-	if endpoints == "" {
-		return errors.New("--etcd (or $GVS_ETCD) is required for " + cmd)
-	}
-	c, err := registry.Dial(strings.Split(endpoints, ","))
+func registryCmd(ctx context.Context, dc registry.DialConfig, asJSON bool, out io.Writer, cmd string, args []string) error {
+	c, err := registry.Dial(dc)
 	if err != nil {
 		return err
 	}
@@ -125,6 +121,9 @@ func registryCmd(ctx context.Context, endpoints string, asJSON bool, out io.Writ
 			return cerr
 		}
 		projects, err = reg.UpdateProjects(ctx, cfg.GlobalProjects, fn)
+	}
+	if registry.IsRefused(err) {
+		return fmt.Errorf("%w (etcd refuses your certificate's user this change: projects are changed by gvs-master and administrators)", err)
 	}
 	if err != nil {
 		return err

@@ -157,3 +157,7 @@ func Call(ctx context.Context, socket string, req Request, out any) error {
 	}
 	return nil
 }
+
+// Refuse answers a connection the daemon will not serve (its process may
+// not use the socket) with err, in the protocol's terms.
+func Refuse(c net.Conn, err error) { _ = writeResponse(c, Response{Error: err.Error()}) }

@@ -1,5 +1,7 @@
 package control
 
+import "time"
+
 import "github.com/gvswitch/gvs/flowtable"
 
 // ShowResult is the answer to "show".
@@ -18,6 +20,20 @@ type ShowResult struct {
 	Rules          int      `json:"rules"`
 	Generation     uint64   `json:"generation"`
 	Remotes        []Remote `json:"remotes"`
+	// Registry is how the node reaches the control plane (nil without one).
+	Registry *Registry `json:"registry,omitempty"`
+}
+
+// Registry is the node's connection to etcd: its identity and the
+// certificate it last presented (after a certificate is replaced on disk,
+// the next connection presents the new one).
+type Registry struct {
+	Endpoints []string `json:"endpoints"`
+	Insecure  bool     `json:"insecure,omitempty"`
+	Identity  string   `json:"identity,omitempty"`
+	// CertSerial and CertNotAfter describe the presented certificate.
+	CertSerial   string    `json:"certSerial,omitempty"`
+	CertNotAfter time.Time `json:"certNotAfter,omitzero"`
 }
 
 // Remote is a remote node as the daemon knows it.

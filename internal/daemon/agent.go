@@ -34,6 +34,11 @@ type agent struct {
 	mu     sync.Mutex
 	lease  clientv3.LeaseID
 	subnet netip.Prefix
+	// ctx and cancel bound the agent's goroutines (startFollow); interim
+	// stops register's keep-alive once keepAlive runs.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	interim context.CancelFunc
 
 	// follow's state, guarded by fmu (follow, and resubnet from keepAlive).
 	fmu      sync.Mutex
@@ -41,7 +46,6 @@ type agent struct {
 	refused  map[string]registry.Subnet // remote nodes the daemon refused (subnet overlapping ours)
 	projects map[string]uint32
 	wg       sync.WaitGroup
-	cancel   context.CancelFunc
 }
 
 // sink is what the agent drives: the Daemon, or a counter in the scale test.
@@ -61,7 +65,16 @@ func newAgent(cli *clientv3.Client, node registry.Node, ttl int64, d sink, log *
 // registers the node and waits for its subnet; it completes d.cfg and
 // d.node from the registry. It must run before setup.
 func (d *Daemon) startAgent(ctx context.Context) (*agent, error) {
-	cli, err := registry.Dial(d.cfg.EtcdEndpoints)
+	dc := d.cfg.dialConfig(d.log)
+	if !dc.TLS.IsZero() {
+		tc, err := dc.TLS.NewClient()
+		if err != nil {
+			return nil, fmt.Errorf("etcdTLS: %w", err)
+		}
+		dc.Client = tc
+		d.regTLS.Store(tc)
+	}
+	cli, err := registry.Dial(dc)
 	if err != nil {
 		return nil, err
 	}
@@ -139,48 +152,104 @@ func (d *Daemon) startAgent(ctx context.Context) (*agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.cfg.Projects = maps.Clone(projects)
+	for name, v := range projects {
+		d.projects.set(name, v)
+	}
+	d.projects.setRequester(a.requestProject)
 	a.projects = projects
 	a.log.Info("registered", "node", a.node.Name, "ip", ip, "subnet", sub, "projects", len(projects))
+	a.startFollow(ctx)
 	ok = true
 	return a, nil
 }
 
-// register takes a lease and publishes the node, returning its subnet.
+// register takes a lease and publishes the node, asking for subnet want
+// (none: any), and waits for gvs-master's answer: the node's subnet on that
+// lease.
 func (a *agent) register(ctx context.Context, want netip.Prefix) (netip.Prefix, error) {
 	l, err := a.cli.Grant(ctx, a.ttl)
 	if err != nil {
 		return netip.Prefix{}, fmt.Errorf("lease: %w", err)
 	}
-	s, known, err := a.reg.Register(ctx, a.node, l.ID, want)
-	if err != nil {
+	n := a.node
+	n.Want = want
+	if err := a.reg.Register(ctx, n, l.ID); err != nil {
 		return netip.Prefix{}, err
 	}
-	if !known {
-		if s, err = a.reg.WaitSubnet(ctx, a.node.Name); err != nil {
-			return netip.Prefix{}, err
+	// Renew the lease while gvs-master answers, which may take longer
+	// than its TTL when gvs-master is down, and until keepAlive takes
+	// over (startKeepAlive).
+	kctx, kcancel := context.WithCancel(ctx)
+	kch, err := a.cli.KeepAlive(kctx, l.ID)
+	if err != nil {
+		kcancel()
+		return netip.Prefix{}, fmt.Errorf("lease: %w", err)
+	}
+	go func() {
+		for range kch {
 		}
+	}()
+	s, err := a.reg.WaitSubnet(ctx, a.node.Name, l.ID)
+	if err != nil {
+		kcancel()
+		return netip.Prefix{}, err
 	}
 	a.mu.Lock()
 	a.lease, a.subnet = l.ID, s.Subnet
+	if a.interim != nil {
+		a.interim()
+	}
+	a.interim = kcancel
 	a.mu.Unlock()
 	return s.Subnet, nil
 }
 
-// run starts keeping the lease alive and following the registry, until
-// ctx is done or close is called.
+// run starts following the registry (unless startFollow did already)
+// and keeping the lease alive, until ctx is done or close is called.
 func (a *agent) run(ctx context.Context) {
-	ctx, a.cancel = context.WithCancel(ctx)
-	a.wg.Add(2)
+	a.startFollow(ctx)
+	a.startKeepAlive()
+}
+
+// startFollow starts mirroring the registry into the daemon. startAgent
+// calls it before the static pods are attached, which wait for their
+// projects' VNIDs.
+func (a *agent) startFollow(ctx context.Context) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ctx != nil {
+		return
+	}
+	a.ctx, a.cancel = context.WithCancel(ctx)
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); a.follow(a.ctx) }()
+}
+
+// startKeepAlive takes over renewing the lease from register's interim
+// keep-alive (which covers the time the daemon spends setting up).
+func (a *agent) startKeepAlive() {
+	a.mu.Lock()
+	ctx, stop := a.ctx, a.interim
+	a.interim = nil
+	a.mu.Unlock()
+	a.wg.Add(1)
 	go func() { defer a.wg.Done(); a.keepAlive(ctx) }()
-	go func() { defer a.wg.Done(); a.follow(ctx) }()
+	if stop != nil {
+		stop()
+	}
 }
 
 // close stops the agent; the node's lease is left to expire, so a quick
 // restart keeps the node's subnet.
 func (a *agent) close() {
-	if a.cancel != nil {
-		a.cancel()
+	a.mu.Lock()
+	cancel, stop := a.cancel, a.interim
+	a.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if stop != nil {
+		stop()
 	}
 	a.wg.Wait()
 	a.cli.Close()
@@ -234,22 +303,30 @@ func logRetry(log *slog.Logger, last string, err error) string {
 }
 
 // reregister registers the node again on a fresh lease, asking for the
-// subnet it forwards with. The registry gives it back only if no other node
+// subnet it forwards with. gvs-master gives it back only if no other node
 // claimed it meanwhile (a compare-and-swap on the subnet's claim key), so
-// the node never takes back a subnet given to another node. If it is taken,
-// the node withdraws it at once (resubnet), waits for gvs-master to
-// allocate a fresh one while keeping the new lease alive, and moves to it.
+// the node never takes back a subnet given to another node. If another
+// node holds it, the node withdraws it at once (resubnet), waits for
+// gvs-master to allocate a fresh one while keeping the new lease alive,
+// and moves to it.
 func (a *agent) reregister(ctx context.Context) error {
 	a.mu.Lock()
 	have := a.subnet
 	a.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	l, err := a.cli.Grant(rctx, a.ttl)
-	if err != nil {
-		cancel()
-		return fmt.Errorf("lease: %w", err)
+	holder, err := "", error(nil)
+	if have.IsValid() {
+		holder, err = a.reg.ClaimHolder(rctx, have)
 	}
-	s, known, err := a.reg.Register(rctx, a.node, l.ID, have)
+	var l *clientv3.LeaseGrantResponse
+	if err == nil {
+		l, err = a.cli.Grant(rctx, a.ttl)
+	}
+	if err == nil {
+		n := a.node
+		n.Want = have
+		err = a.reg.Register(rctx, n, l.ID)
+	}
 	cancel()
 	if err != nil {
 		return err
@@ -257,21 +334,14 @@ func (a *agent) reregister(ctx context.Context) error {
 	a.mu.Lock()
 	a.lease = l.ID
 	a.mu.Unlock()
-	if known {
-		if s.Subnet == have {
-			a.log.Info("registered again; the node kept its subnet", "subnet", s.Subnet)
-			return nil
-		}
-		a.resubnet(ctx, have, s.Subnet)
-		return nil
-	}
-	if have.IsValid() {
+	if holder != "" && holder != a.node.Name {
 		a.log.Error("this node's subnet was given to another node while it was cut off past its lease; withdrawing it",
-			"subnet", have)
+			"subnet", have, "holder", holder)
 		a.resubnet(ctx, have, netip.Prefix{})
+		have = netip.Prefix{}
 	}
-	// Wait for gvs-master's allocation, renewing the new lease meanwhile;
-	// if the lease is lost again, give up and let keepAlive start over.
+	// Wait for gvs-master's answer, renewing the new lease meanwhile; if
+	// the lease is lost again, give up and let keepAlive start over.
 	kctx, kcancel := context.WithCancel(ctx)
 	defer kcancel()
 	kch, err := a.cli.KeepAlive(kctx, l.ID)
@@ -283,13 +353,23 @@ func (a *agent) reregister(ctx context.Context) error {
 		}
 		kcancel()
 	}()
-	a.log.Info("registered again; waiting for a subnet from gvs-master")
-	s, err = a.reg.WaitSubnet(kctx, a.node.Name)
+	a.log.Info("registered again; waiting for gvs-master's answer", "asked", subnetString(have))
+	s, err := a.reg.WaitSubnet(kctx, a.node.Name, l.ID)
 	if err != nil {
 		return err
 	}
-	a.resubnet(ctx, netip.Prefix{}, s.Subnet)
+	if s.Subnet == have {
+		a.log.Info("registered again; the node kept its subnet", "subnet", s.Subnet)
+		return nil
+	}
+	a.resubnet(ctx, have, s.Subnet)
 	return nil
+}
+
+// requestProject asks gvs-master to create a project a pod needs
+// (projects.wait calls it once per wait).
+func (a *agent) requestProject(ctx context.Context, project string) error {
+	return a.reg.RequestProject(ctx, a.node.Name, project)
 }
 
 // resubnet moves the daemon from subnet from to subnet to (invalid: none)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -17,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gvswitch/gvs/internal/nstest"
 	"github.com/gvswitch/gvs/sdn/master"
+	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
 )
 
@@ -81,15 +82,6 @@ func rssKB(pid int, field string) int {
 	return 0
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // TestControlPlaneScale: a real gvs-master (embedded etcd) and N simulated
 // nodes (the real agent with a counting sink, one etcd client each) while
 // P projects are created. Reports convergence time and memory. Run with
@@ -98,15 +90,23 @@ func TestControlPlaneScale(t *testing.T) {
 	if os.Getenv("GVS_SCALE") == "" {
 		t.Skip("set GVS_SCALE=1 to run the control-plane scale test")
 	}
+	nstest.RequireRoot(t)
 	nodes, projects := envInt("GVS_SCALE_NODES", 500), envInt("GVS_SCALE_PROJECTS", 2000)
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp("", "gvs-scale-") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	out, err := exec.Command("go", "build", "-o", dir+"/", "github.com/gvswitch/gvs/cmd/gvs-master").CombinedOutput()
 	if err != nil {
 		t.Fatalf("build gvs-master: %v\n%s", err, out)
 	}
-	client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	cmd := exec.Command(filepath.Join(dir, "gvs-master"), "--data-dir", filepath.Join(dir, "data"),
-		"--listen-client", client, "--listen-peer", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+	// gvs-master runs in a namespace of its own; clients reach its etcd
+	// over a unix socket (named localhost: the TLS server name).
+	ns := nstest.New(t, "scale", "master")
+	client := "unixs://" + filepath.Join(dir, "localhost")
+	cmd := exec.Command("ip", "netns", "exec", ns, filepath.Join(dir, "gvs-master"), "--data-dir", filepath.Join(dir, "data"),
+		"--listen-client", client, "--listen-peer", "https://127.0.0.1:2380",
 		"--cluster-network", "10.128.0.0/14:9", "--cluster-network", "10.200.0.0/16:8", "--node-lease-ttl", "30")
 	logf, _ := os.Create(filepath.Join(dir, "master.log"))
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -116,16 +116,20 @@ func TestControlPlaneScale(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cli, err := registry.Dial([]string{client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	reg := registry.New(cli)
+	pkiDir := pki.Dir(filepath.Join(dir, "data", "pki"))
+	var reg *registry.Registry
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if _, err := reg.GetConfig(ctx); err == nil {
-			break
+		if reg == nil {
+			if cli, err := registry.Dial(registry.DialConfig{Endpoints: []string{client}, TLS: pkiDir.Files(pki.MasterUser)}); err == nil {
+				defer cli.Close()
+				reg = registry.New(cli)
+			}
+		}
+		if reg != nil {
+			if _, err := reg.GetConfig(ctx); err == nil {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("gvs-master did not publish its configuration")
@@ -162,9 +166,22 @@ func TestControlPlaneScale(t *testing.T) {
 			}
 		})
 	}
+	ca, err := pkiDir.LoadCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range nodes {
+		name := fmt.Sprintf("node-%04d", i)
+		if err := reg.AuthorizeNode(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := pkiDir.Ensure(ca, name, pki.Request{CommonName: pki.NodeUser(name), Usage: pki.ClientAuth}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for i := range nodes {
 		wg.Go(func() {
-			c, err := registry.Dial([]string{client})
+			c, err := registry.Dial(registry.DialConfig{Endpoints: []string{client}, TLS: pkiDir.Files(fmt.Sprintf("node-%04d", i))})
 			if err != nil {
 				t.Error(err)
 				return

@@ -5,16 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gvswitch/gvs/internal/etcdtest"
 	"github.com/gvswitch/gvs/sdn/master"
+	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
-	"github.com/gvswitch/gvs/sdn/registry/embedded"
 )
 
 var agentTestConfig = registry.Config{
@@ -24,40 +24,12 @@ var agentTestConfig = registry.Config{
 	NodeLeaseTTL:    30,
 }
 
-func localURL(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "http://" + l.Addr().String()
-}
+func newEtcd(t *testing.T) *etcdtest.Etcd { return etcdtest.Start(t, etcdtest.Options{}) }
 
-type etcdFixture struct {
-	t                 *testing.T
-	dir, client, peer string
-	srv               *embedded.Server
-}
-
-func (f *etcdFixture) start() {
-	f.t.Helper()
-	srv, err := embedded.Start(embedded.Config{Dir: f.dir, ClientURL: f.client, PeerURL: f.peer, LogLevel: "fatal"})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.srv = srv
-}
-
-func newEtcd(t *testing.T) *etcdFixture {
-	f := &etcdFixture{t: t, dir: t.TempDir(), client: localURL(t), peer: localURL(t)}
-	f.start()
-	t.Cleanup(func() { f.srv.Close() })
-	return f
-}
-
-func testAgent(t *testing.T, ctx context.Context, url, name string, ip netip.Addr) (*agent, *countSink) {
+// testAgent registers node name as the node does, with its own identity.
+func testAgent(t *testing.T, ctx context.Context, e *etcdtest.Etcd, name string, ip netip.Addr) (*agent, *countSink) {
 	t.Helper()
-	c, err := registry.Dial([]string{url})
+	c, err := registry.Dial(e.DialConfig(e.AuthorizeNode(t, name)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,17 +58,12 @@ func waitSink(t *testing.T, s *countSink, what string, cond func(*countSink) boo
 	}
 }
 
-// startMaster runs gvs-master's allocator against the etcd at client until
-// ctx ends, and returns its registry (its client is closed by t.Cleanup).
-func startMaster(t *testing.T, ctx context.Context, client string) *registry.Registry {
+// startMaster runs gvs-master's allocator against e until ctx ends, and
+// returns its registry (its client is closed by t.Cleanup).
+func startMaster(t *testing.T, ctx context.Context, e *etcdtest.Etcd) *registry.Registry {
 	t.Helper()
-	c, err := registry.Dial([]string{client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	reg := registry.New(c)
-	m := &registry.Master{Reg: reg, Config: agentTestConfig}
+	reg := e.Dial(t, pki.MasterUser)
+	m := &registry.Master{Reg: reg, Config: agentTestConfig, CreateProjects: true}
 	go func() { _ = m.Run(ctx) }()
 	return reg
 }
@@ -107,13 +74,13 @@ func TestAgentRelistAfterCompaction(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	f := newEtcd(t)
-	reg := startMaster(t, ctx, f.client)
+	reg := startMaster(t, ctx, f)
 	c := reg.Client()
 
-	b, _ := testAgent(t, ctx, f.client, "b", netip.MustParseAddr("192.168.0.2"))
+	b, _ := testAgent(t, ctx, f, "b", netip.MustParseAddr("192.168.0.2"))
 	b.run(ctx)
 	defer b.close()
-	a, sa := testAgent(t, ctx, f.client, "a", netip.MustParseAddr("192.168.0.1"))
+	a, sa := testAgent(t, ctx, f, "a", netip.MustParseAddr("192.168.0.1"))
 	defer a.cli.Close()
 	rev, err := a.resync(ctx)
 	if err != nil {
@@ -126,7 +93,7 @@ func TestAgentRelistAfterCompaction(t *testing.T) {
 	if _, err := c.Revoke(ctx, b.lease); err != nil {
 		t.Fatal(err)
 	}
-	x, _ := testAgent(t, ctx, f.client, "x", netip.MustParseAddr("192.168.0.9"))
+	x, _ := testAgent(t, ctx, f, "x", netip.MustParseAddr("192.168.0.9"))
 	defer x.cli.Close()
 	if _, err := reg.UpdateProjects(ctx, nil, func(v *master.VNIDs) error {
 		if _, err := v.Create("p"); err != nil {
@@ -168,31 +135,27 @@ func TestAgentSurvivesEtcdRestart(t *testing.T) {
 	f := newEtcd(t)
 	mctx, mcancel := context.WithCancel(ctx)
 	defer mcancel()
-	startMaster(t, mctx, f.client)
-	a, sa := testAgent(t, ctx, f.client, "a", netip.MustParseAddr("192.168.0.1"))
+	startMaster(t, mctx, f)
+	a, sa := testAgent(t, ctx, f, "a", netip.MustParseAddr("192.168.0.1"))
 	a.run(ctx)
 	defer a.close()
 	sub := a.subnet
 	for i := range 3 {
-		o, _ := testAgent(t, ctx, f.client, fmt.Sprintf("o%d", i), netip.AddrFrom4([4]byte{192, 168, 0, byte(10 + i)}))
+		o, _ := testAgent(t, ctx, f, fmt.Sprintf("o%d", i), netip.AddrFrom4([4]byte{192, 168, 0, byte(10 + i)}))
 		o.run(ctx)
 		defer o.close()
 	}
 	waitSink(t, sa, "3 remotes", func(s *countSink) bool { return len(s.remotes) == 3 })
 
-	f.srv.Close()
+	f.Stop()
 	time.Sleep(3 * time.Second)
 	sa.mu.Lock()
 	if len(sa.remotes) != 3 {
 		t.Errorf("remotes dropped while etcd was down: %v", sa.remotes)
 	}
 	sa.mu.Unlock()
-	f.start()
-	c, err := registry.Dial([]string{f.client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	f.Restart()
+	c := f.Client(t, pki.MasterUser)
 	if _, err := registry.New(c).UpdateProjects(ctx, nil, func(v *master.VNIDs) error {
 		_, err := v.Create("late")
 		return err
@@ -200,24 +163,35 @@ func TestAgentSurvivesEtcdRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSink(t, sa, "change after the restart", func(s *countSink) bool { _, ok := s.projects["late"]; return ok && len(s.remotes) == 3 })
-	s, err := registry.New(c).WaitSubnet(ctx, "a")
+	s, err := registry.New(c).WaitSubnet(ctx, "a", 0)
 	if err != nil || s.Subnet != sub {
 		t.Errorf("subnet after restart %v (%v), want %v", s.Subnet, err, sub)
 	}
 }
 
 func TestParseConfigFromRegistry(t *testing.T) {
-	c, err := ParseConfig([]byte(`{"nodeName":"n1","nodeIP":"192.168.0.1","etcdEndpoints":["http://192.168.0.1:2379"]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !c.FromRegistry() {
-		t.Error("FromRegistry false")
+	for _, good := range []string{
+		`{"nodeName":"n1","nodeIP":"192.168.0.1","etcdEndpoints":["http://192.168.0.1:2379"],"etcdInsecure":true}`,
+		`{"nodeName":"n1","nodeIP":"192.168.0.1","etcdEndpoints":["https://192.168.0.1:2379"],"etcdTLS":{"caFile":"/a","certFile":"/b","keyFile":"/c"}}`,
+	} {
+		c, err := ParseConfig([]byte(good))
+		if err != nil {
+			t.Fatalf("%s: %v", good, err)
+		}
+		if !c.FromRegistry() {
+			t.Error("FromRegistry false")
+		}
 	}
 	for _, bad := range []string{
-		`{"nodeIP":"192.168.0.1","etcdEndpoints":["http://x:2379"]}`,
-		`{"nodeName":"n1","nodeIP":"nope","etcdEndpoints":["http://x:2379"]}`,
+		`{"nodeIP":"192.168.0.1","etcdEndpoints":["http://x:2379"],"etcdInsecure":true}`,
+		`{"nodeName":"n1","nodeIP":"nope","etcdEndpoints":["http://x:2379"],"etcdInsecure":true}`,
 		`{"nodeName":"n1","nodeIP":"192.168.0.1"}`, // static: subnet etc. required
+		// Plain text without saying so; TLS without certificates.
+		`{"nodeName":"n1","nodeIP":"192.168.0.1","etcdEndpoints":["http://192.168.0.1:2379"]}`,
+		`{"nodeName":"n1","nodeIP":"192.168.0.1","etcdEndpoints":["https://192.168.0.1:2379"]}`,
+		`{"nodeName":"n1/x","nodeIP":"192.168.0.1","etcdEndpoints":["http://x:2379"],"etcdInsecure":true}`,
+		`{"nodeName":"n1","nodeIP":"192.168.0.1","etcdEndpoints":["http://x:2379"],"etcdInsecure":true,"vnidWait":"-1s"}`,
+		`{"nodeName":"n1","nodeIP":"192.168.0.1","etcdEndpoints":["http://x:2379"],"etcdInsecure":true,"socketGroup":"no-such-group-here"}`,
 	} {
 		if _, err := ParseConfig([]byte(bad)); err == nil {
 			t.Errorf("accepted %s", bad)
@@ -232,9 +206,9 @@ func TestAgentReregisterAfterLeaseExpiry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	f := newEtcd(t)
-	reg := startMaster(t, ctx, f.client)
+	reg := startMaster(t, ctx, f)
 	c := reg.Client()
-	a, sa := testAgent(t, ctx, f.client, "a", netip.MustParseAddr("192.168.0.1"))
+	a, sa := testAgent(t, ctx, f, "a", netip.MustParseAddr("192.168.0.1"))
 	defer a.cli.Close()
 	s0 := a.subnet
 
@@ -254,13 +228,17 @@ func TestAgentReregisterAfterLeaseExpiry(t *testing.T) {
 	if _, err := c.Revoke(ctx, a.lease); err != nil {
 		t.Fatal(err)
 	}
-	lb, err := c.Grant(ctx, 60)
+	nb := f.Dial(t, f.AuthorizeNode(t, "b"))
+	lb, err := nb.Client().Grant(ctx, 60)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, known, err := reg.Register(ctx, registry.Node{Name: "b", IP: netip.MustParseAddr("192.168.0.2")}, lb.ID, s0)
-	if err != nil || !known || sb.Subnet != s0 {
-		t.Fatalf("b did not take the free subnet %v: %v %v %v", s0, sb, known, err)
+	if err := nb.Register(ctx, registry.Node{Name: "b", IP: netip.MustParseAddr("192.168.0.2"), Want: s0}, lb.ID); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := nb.WaitSubnet(ctx, "b", lb.ID)
+	if err != nil || sb.Subnet != s0 {
+		t.Fatalf("b did not take the free subnet %v: %v %v", s0, sb, err)
 	}
 	if err := a.reregister(ctx); err != nil {
 		t.Fatal(err)

@@ -55,7 +55,7 @@ func (d *Daemon) startCNI(ctx context.Context, errc chan<- error) error {
 	st := srv.Restore(ctx)
 	d.log.Info("cni: leases restored", "kept", st.Adopted, "recreated", st.Recreated, "netnsGone", st.NetnsGone,
 		"failed", st.Failed, "took", time.Since(restoreStart).Round(time.Microsecond))
-	l, err := cniplugin.Listen(sock)
+	l, err := d.listenLocal(sock, cniplugin.Listen, cniplugin.Refuse)
 	if err != nil {
 		pool.Close()
 		return err

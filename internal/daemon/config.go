@@ -8,10 +8,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
+	"os/user"
+	"strconv"
+	"time"
 
+	"github.com/gvswitch/gvs/internal/accept"
 	"github.com/gvswitch/gvs/sdn"
+	"github.com/gvswitch/gvs/sdn/master"
+	"github.com/gvswitch/gvs/sdn/pki"
+	"github.com/gvswitch/gvs/sdn/registry"
 )
 
 // Config is gvs-switchd's configuration file (JSON). Until the control
@@ -25,8 +33,9 @@ type Config struct {
 	ServiceNetwork  string   `json:"serviceNetwork"`
 	MTU             int      `json:"mtu,omitempty"`
 	VXLANPort       uint16   `json:"vxlanPort,omitempty"`
-	// Projects maps project names to VNIDs (multitenant mode). A project
-	// that is not listed gets VNID 0 with a warning.
+	// Projects maps project names to VNIDs (multitenant mode, without
+	// the control plane). A pod of a project that is not listed is not
+	// attached (CNI code 11): isolation fails closed.
 	Projects map[string]uint32 `json:"projects,omitempty"`
 	Peers    []PeerConfig      `json:"peers,omitempty"`
 	Pods     []PodConfig       `json:"pods,omitempty"`
@@ -48,6 +57,21 @@ type Config struct {
 	// registry when they are not given here. Peers and projects listed
 	// statically are then ignored.
 	EtcdEndpoints []string `json:"etcdEndpoints,omitempty"`
+	// EtcdTLS names the node's CA, certificate and key files for etcd
+	// (issued by gvs-master cert node NAME; docs/security.md). Required
+	// with https endpoints; the files are re-read when replaced.
+	EtcdTLS pki.Files `json:"etcdTLS,omitzero"`
+	// EtcdInsecure allows plain-text http endpoints without certificates:
+	// lab use only (anyone who reaches etcd can change the network).
+	EtcdInsecure bool `json:"etcdInsecure,omitempty"`
+	// VNIDWait bounds how long attaching a pod waits for its project's
+	// VNID when the project is new (gvs-master creates it on the node's
+	// request); a Go duration, default 10s. Past it, CNI ADD fails with
+	// code 11 and the runtime retries.
+	VNIDWait string `json:"vnidWait,omitempty"`
+	// SocketGroup is a group (name or number) whose members may use the
+	// CNI and control sockets besides root; "" means root only.
+	SocketGroup string `json:"socketGroup,omitempty"`
 	// CNISocket is where gvs-switchd answers gvs-cni (docs/cni.md);
 	// "" means /run/gvs/cni.sock, "off" disables CNI.
 	CNISocket string `json:"cniSocket,omitempty"`
@@ -71,6 +95,45 @@ type Config struct {
 
 // MaxQueues is the largest Config.Queues.
 const MaxQueues = 16
+
+// DefaultVNIDWait is Config.VNIDWait's default.
+const DefaultVNIDWait = 10 * time.Second
+
+func (c *Config) vnidWait() (time.Duration, error) {
+	if c.VNIDWait == "" {
+		return DefaultVNIDWait, nil
+	}
+	d, err := time.ParseDuration(c.VNIDWait)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("vnidWait %q: want a positive duration such as 10s", c.VNIDWait)
+	}
+	return d, nil
+}
+
+// socketPolicy is who may use the CNI and control sockets: root, and the
+// members of SocketGroup.
+func (c *Config) socketPolicy() (accept.PeerPolicy, error) {
+	if c.SocketGroup == "" {
+		return accept.RootOnly, nil
+	}
+	if gid, err := strconv.Atoi(c.SocketGroup); err == nil && gid >= 0 {
+		return accept.PeerPolicy{Group: gid}, nil
+	}
+	g, err := user.LookupGroup(c.SocketGroup)
+	if err != nil {
+		return accept.PeerPolicy{}, fmt.Errorf("socketGroup: %w", err)
+	}
+	gid, err := strconv.Atoi(g.Gid)
+	if err != nil {
+		return accept.PeerPolicy{}, fmt.Errorf("socketGroup %s: gid %q: %w", c.SocketGroup, g.Gid, err)
+	}
+	return accept.PeerPolicy{Group: gid}, nil
+}
+
+// dialConfig is how the node reaches etcd.
+func (c *Config) dialConfig(log *slog.Logger) registry.DialConfig {
+	return registry.DialConfig{Endpoints: c.EtcdEndpoints, TLS: c.EtcdTLS, Insecure: c.EtcdInsecure, Logger: log}
+}
 
 // FromRegistry reports whether the node follows the control plane.
 func (c *Config) FromRegistry() bool { return len(c.EtcdEndpoints) > 0 }
@@ -126,7 +189,22 @@ func ParseConfig(b []byte) (*Config, error) {
 	if c.VXLANReaders < 0 || c.VXLANReaders > MaxQueues {
 		return nil, fmt.Errorf("vxlanReaders: %d out of range 0..%d", c.VXLANReaders, MaxQueues)
 	}
+	if _, err := c.vnidWait(); err != nil {
+		return nil, err
+	}
+	if _, err := c.socketPolicy(); err != nil {
+		return nil, err
+	}
 	if c.FromRegistry() {
+		if err := (&registry.DialConfig{Endpoints: c.EtcdEndpoints, Insecure: c.EtcdInsecure}).CheckEndpoints(); err != nil {
+			return nil, err
+		}
+		if !c.EtcdInsecure && c.EtcdTLS.IsZero() {
+			return nil, errors.New("etcdTLS (caFile, certFile, keyFile) is required with etcdEndpoints; etcdInsecure allows plain text (lab use only)")
+		}
+		if !master.ValidNodeName(c.NodeName) {
+			return nil, fmt.Errorf("nodeName %q: %w", c.NodeName, master.ErrInvalidNodeName)
+		}
 		// The rest comes from the registry; check what must be here.
 		if _, err := netip.ParseAddr(c.NodeIP); err != nil {
 			return nil, fmt.Errorf("nodeIP: %w", err)

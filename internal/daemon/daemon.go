@@ -15,12 +15,14 @@ import (
 
 	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/internal/accept"
 	"github.com/gvswitch/gvs/internal/control"
 	"github.com/gvswitch/gvs/internal/netconf"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/gateway"
 	"github.com/gvswitch/gvs/sdn/nat"
+	"github.com/gvswitch/gvs/sdn/pki"
 	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
 	"github.com/gvswitch/gvs/vxlan"
@@ -42,6 +44,11 @@ type Daemon struct {
 	// exiting is set when Run returns: the switch's closing the CNI pods'
 	// TAPs then leaves them in place (restart.go).
 	exiting atomic.Bool
+
+	// projects is the project → VNID map pods are attached with.
+	projects *projects
+	// regTLS is the node's etcd identity (nil without TLS).
+	regTLS atomic.Pointer[pki.Client]
 
 	mu       sync.Mutex
 	pods     map[string]*Pod // by name
@@ -92,6 +99,7 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 		nextPort: sdn.FirstPodPort,
 		vnids:    map[uint32]int{},
 		remotes:  map[netip.Addr]sdn.RemoteNode{},
+		projects: newProjects(cfg.Projects, !cfg.FromRegistry()),
 	}
 	d.sw, err = vswitch.New(vswitch.Config{Table: d.table, Logger: log,
 		MaxFrame: d.maxFrame(), NoOffload: !d.offload()})
@@ -128,7 +136,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if sock == "" {
 		sock = control.DefaultSocket
 	}
-	l, err := control.Listen(sock)
+	l, err := d.listenLocal(sock, control.Listen, control.Refuse)
 	if err != nil {
 		return err
 	}
@@ -260,10 +268,7 @@ func (d *Daemon) RemoveRemote(ip netip.Addr) error {
 func (d *Daemon) SetProjectVNID(project string, vnid uint32) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.cfg.Projects == nil {
-		d.cfg.Projects = map[string]uint32{}
-	}
-	d.cfg.Projects[project] = vnid
+	d.projects.set(project, vnid)
 	if d.node.Mode != sdn.ModeMultitenant {
 		return nil
 	}
@@ -305,16 +310,36 @@ func (d *Daemon) SetProjectVNID(project string, vnid uint32) error {
 	return nil
 }
 
-// vnidOf returns a project's VNID.
-func (d *Daemon) vnidOf(project string) uint32 {
+// vnidFor returns the VNID a pod of project gets: 0 in the modes without
+// tenant isolation; otherwise the project's, waiting (Config.VNIDWait) for
+// gvs-master to create a project the node does not know yet. It never
+// falls back to VNID 0: the error wraps ErrNoVNID.
+func (d *Daemon) vnidFor(ctx context.Context, project string) (uint32, error) {
+	if d.nodeConfig().Mode != sdn.ModeMultitenant {
+		return 0, nil
+	}
+	wait, err := d.cfg.vnidWait()
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return d.projects.wait(ctx, project)
+}
+
+// vnidLocked is the VNID a pod of project is attached with, read under
+// d.mu, so that a change the follower applies (SetProjectVNID, which
+// re-tags the attached pods under d.mu) cannot be missed; vnidFor made
+// sure the project exists.
+func (d *Daemon) vnidLocked(project string) (uint32, error) {
 	if d.node.Mode != sdn.ModeMultitenant {
-		return 0
+		return 0, nil
 	}
-	v, ok := d.cfg.Projects[project]
-	if !ok && project != "default" {
-		d.log.Warn("project has no VNID; using 0 (global)", "project", project)
+	v, ok := d.projects.get(project)
+	if !ok {
+		return 0, fmt.Errorf("%w: project %q", ErrNoVNID, project)
 	}
-	return v
+	return v, nil
 }
 
 // AddPod creates the pod's TAP, moves it into the pod's namespace as eth0
@@ -411,6 +436,11 @@ func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *
 	if !strings.ContainsRune(nsPath, '/') {
 		nsPath = filepath.Join("/run/netns", nsPath)
 	}
+	// Wait for the project's VNID before anything is created, and outside
+	// the lock: a new project's VNID comes from gvs-master.
+	if _, err := d.vnidFor(ctx, pc.Project); err != nil {
+		return nil, err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, dup := d.pods[pc.podKey()]; dup {
@@ -427,7 +457,11 @@ func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *
 	if ifName == "" {
 		ifName = "eth0"
 	}
-	sp := sdn.Pod{Name: pc.Name, Namespace: pc.Project, IP: ip, Port: port, VNID: d.vnidOf(pc.Project)}
+	vnid, err := d.vnidLocked(pc.Project)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", pc.Name, err)
+	}
+	sp := sdn.Pod{Name: pc.Name, Namespace: pc.Project, IP: ip, Port: port, VNID: vnid}
 	if err := d.node.CheckPod(sp); err != nil {
 		return nil, err
 	}
@@ -533,3 +567,25 @@ func (d *Daemon) Pods() []Pod {
 
 // Switch returns the daemon's switch.
 func (d *Daemon) Switch() *vswitch.Switch { return d.sw }
+
+// listenLocal opens a local socket with listen and lets only the processes
+// Config.SocketGroup allows use it (root and, if set, the group's members,
+// by SO_PEERCRED); refuse answers the others in the socket's protocol.
+func (d *Daemon) listenLocal(path string, listen func(string) (net.Listener, error), refuse func(net.Conn, error)) (net.Listener, error) {
+	p, err := d.cfg.socketPolicy()
+	if err != nil {
+		return nil, err
+	}
+	l, err := listen(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := accept.SocketMode(path, p); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return accept.Guard(l, p, func(c net.Conn, err error) {
+		d.log.Warn("local socket: connection refused", "socket", path, "err", err)
+		refuse(c, err)
+	}), nil
+}

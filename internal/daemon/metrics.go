@@ -27,6 +27,7 @@ type collector struct {
 	drops, tableDrops, rules, lookups, cacheHits, misses     *prometheus.Desc
 	peers, pods, buildInfo                                   *prometheus.Desc
 	tunnelDrops, captured, captureDrops, captures            *prometheus.Desc
+	certExpiry                                               *prometheus.Desc
 }
 
 func newCollector(d *Daemon) *collector {
@@ -55,13 +56,15 @@ func newCollector(d *Daemon) *collector {
 		captureDrops: prometheus.NewDesc("gvs_capture_dropped_frames_total",
 			"Frames packet captures lost because their reader fell behind.", nil, nil),
 		captures: prometheus.NewDesc("gvs_captures_active", "Packet captures running.", nil, nil),
+		certExpiry: prometheus.NewDesc("gvs_registry_certificate_expiry_timestamp_seconds",
+			"When the certificate the node last presented to etcd expires (Unix time): alert well before it.", nil, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.rxPackets, c.rxBytes, c.txPackets, c.txBytes, c.rxDrops, c.txDrops,
 		c.drops, c.tableDrops, c.rules, c.lookups, c.cacheHits, c.misses, c.peers, c.pods, c.buildInfo,
-		c.tunnelDrops, c.captured, c.captureDrops, c.captures} {
+		c.tunnelDrops, c.captured, c.captureDrops, c.captures, c.certExpiry} {
 		ch <- d
 	}
 }
@@ -105,6 +108,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.captured, ct.Captured)
 	counter(c.captureDrops, ct.Dropped)
 	ch <- prometheus.MustNewConstMetric(c.captures, prometheus.GaugeValue, float64(ct.Active))
+	if r := c.d.registryInfo(); r != nil && !r.CertNotAfter.IsZero() {
+		ch <- prometheus.MustNewConstMetric(c.certExpiry, prometheus.GaugeValue, float64(r.CertNotAfter.Unix()))
+	}
 }
 
 // cniMetrics holds the CNI request histogram; the zero value is ready.

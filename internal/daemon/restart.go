@@ -111,7 +111,7 @@ func ourTAP(link netlink.Link, ip netip.Addr) (ok bool, why string) {
 // ourTAP) and re-opened with the daemon's current offloads (tap.Reopen);
 // its MTU, address, routes and up state are set again as ADD set them
 // (replacing, so what is in place does not change).
-func (b *cniBackend) Reattach(_ context.Context, l cniplugin.Lease) error {
+func (b *cniBackend) Reattach(ctx context.Context, l cniplugin.Lease) error {
 	d := b.d
 	var dev *tap.Device
 	var extra []*tap.Device // a multi-queue TAP's other queues
@@ -167,7 +167,7 @@ func (b *cniBackend) Reattach(_ context.Context, l cniplugin.Lease) error {
 		return err
 	}
 	d.capPodGSO(l.Netns, l.IfName, node.MTU) // offloads may have been turned on since ADD
-	if err := d.adoptPod(l, dev, extra); err != nil {
+	if err := d.adoptPod(ctx, l, dev, extra); err != nil {
 		closeAll()
 		return err
 	}
@@ -209,7 +209,7 @@ func flushUnresolved(ifName string) error {
 // rules with its project's current VNID. When it fails the caller closes
 // the queues (which may be closed already; closing again is harmless), and
 // the TAP stays persistent.
-func (d *Daemon) adoptPod(l cniplugin.Lease, dev *tap.Device, extra []*tap.Device) (err error) {
+func (d *Daemon) adoptPod(ctx context.Context, l cniplugin.Lease, dev *tap.Device, extra []*tap.Device) (err error) {
 	nsPath := l.Netns
 	if !strings.ContainsRune(nsPath, '/') {
 		nsPath = filepath.Join("/run/netns", nsPath)
@@ -221,6 +221,9 @@ func (d *Daemon) adoptPod(l cniplugin.Lease, dev *tap.Device, extra []*tap.Devic
 			name = name[:12]
 		}
 	}
+	if _, err := d.vnidFor(ctx, l.Project); err != nil {
+		return fmt.Errorf("pod %s: %w", name, err)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	key := leaseKey(l)
@@ -230,7 +233,11 @@ func (d *Daemon) adoptPod(l cniplugin.Lease, dev *tap.Device, extra []*tap.Devic
 	if d.portUsed(l.Port) {
 		return fmt.Errorf("pod %s: switch port %d is taken", key, l.Port)
 	}
-	sp := sdn.Pod{Name: name, Namespace: l.Project, IP: l.IP, Port: l.Port, VNID: d.vnidOf(l.Project)}
+	vnid, err := d.vnidLocked(l.Project)
+	if err != nil {
+		return fmt.Errorf("pod %s: %w", name, err)
+	}
+	sp := sdn.Pod{Name: name, Namespace: l.Project, IP: l.IP, Port: l.Port, VNID: vnid}
 	if err := d.node.CheckPod(sp); err != nil {
 		return err
 	}

@@ -97,7 +97,7 @@ func TestControlPlaneEmbedded(t *testing.T) {
 			t.Errorf("%s knows remotes %v, want 2", n.Name, remotes(t, c, i))
 		}
 	}
-	out, err := c.Lab.Exec(ctx(t), c.Nodes[0].NS, filepath.Join(binDir, "gvsctl"), "-etcd", c.EtcdEndpoints[0], "nodes")
+	out, err := c.RegistryCtl(ctx(t), "nodes")
 	t.Logf("gvsctl nodes:\n%s", out)
 	if err != nil || strings.Count(string(out), "10.1") != 3 {
 		t.Errorf("gvsctl nodes: %v", err)
@@ -195,7 +195,7 @@ func TestControlPlaneExternalEtcd(t *testing.T) {
 	var out []byte
 	ok := eventually(20*time.Second, func() bool {
 		var err error
-		out, err = c.Lab.Exec(ctx(t), c.Nodes[0].NS, filepath.Join(binDir, "gvsctl"), "-etcd", strings.Join(c.EtcdEndpoints, ","), "nodes")
+		out, err = c.RegistryCtl(ctx(t), "nodes")
 		if err != nil {
 			return false
 		}

@@ -19,7 +19,7 @@ import (
 // registryNodes returns node → subnet from `gvsctl nodes`.
 func registryNodes(t *testing.T, c *cluster.Cluster) (map[string]string, string) {
 	t.Helper()
-	out, err := c.Lab.Exec(ctx(t), c.Nodes[0].NS, filepath.Join(binDir, "gvsctl"), "-etcd", strings.Join(c.EtcdEndpoints, ","), "nodes")
+	out, err := c.RegistryCtl(ctx(t), "nodes")
 	if err != nil {
 		return nil, string(out)
 	}

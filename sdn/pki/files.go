@@ -56,13 +56,29 @@ func (f Files) pool() (*x509.CertPool, error) {
 	return p, nil
 }
 
-// ClientConfig returns a TLS client configuration that trusts only the
-// certificates of the CA file and presents the certificate and key files.
-// The key pair is read again at the next handshake after either file
-// changed, so a replaced certificate is used from the next connection on
-// without a restart (connections already open keep theirs). The CA file is
-// read once: trusting a new CA takes a restart (docs/security.md).
-func (f Files) ClientConfig() (*tls.Config, error) {
+// Client is a TLS client identity from Files: its configuration, and the
+// certificate it last presented to a server.
+type Client struct {
+	// Config trusts only the certificates of the CA file and presents the
+	// certificate and key files. The key pair is read again at the next
+	// handshake after either file changed, so a replaced certificate is
+	// used from the next connection on without a restart (connections
+	// already open keep theirs). The CA file is read once: trusting a new
+	// CA takes a restart (docs/security.md).
+	Config *tls.Config
+	kp     *keyPair
+}
+
+// Presented returns the certificate the client last presented in a
+// handshake (nil before the first).
+func (c *Client) Presented() *x509.Certificate {
+	c.kp.mu.Lock()
+	defer c.kp.mu.Unlock()
+	return c.kp.presented
+}
+
+// NewClient loads f as a client identity (see Client.Config).
+func (f Files) NewClient() (*Client, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
@@ -74,13 +90,28 @@ func (f Files) ClientConfig() (*tls.Config, error) {
 	if _, err := kp.get(); err != nil {
 		return nil, err
 	}
-	return &tls.Config{
+	return &Client{kp: kp, Config: &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		RootCAs:    pool,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return kp.get()
+			c, err := kp.get()
+			if err == nil {
+				kp.mu.Lock()
+				kp.presented = c.Leaf
+				kp.mu.Unlock()
+			}
+			return c, err
 		},
-	}, nil
+	}}, nil
+}
+
+// ClientConfig is NewClient's configuration.
+func (f Files) ClientConfig() (*tls.Config, error) {
+	c, err := f.NewClient()
+	if err != nil {
+		return nil, err
+	}
+	return c.Config, nil
 }
 
 // keyPair is a certificate and key file pair, re-read when either file's
@@ -88,9 +119,10 @@ func (f Files) ClientConfig() (*tls.Config, error) {
 type keyPair struct {
 	cert, key string
 
-	mu      sync.Mutex
-	stamp   [2]fileStamp
-	current *tls.Certificate
+	mu        sync.Mutex
+	stamp     [2]fileStamp
+	current   *tls.Certificate
+	presented *x509.Certificate
 }
 
 type fileStamp struct {

@@ -27,6 +27,9 @@ type DialConfig struct {
 	Endpoints []string
 	// TLS names the CA, certificate and key files of this client.
 	TLS pki.Files
+	// Client, when set, is the TLS identity to use instead of loading TLS
+	// (the caller keeps it to see which certificate is in use).
+	Client *pki.Client
 	// Insecure allows plain-text endpoints without certificates (lab use:
 	// anyone who reaches the endpoint then reads and writes the network).
 	Insecure bool
@@ -57,27 +60,11 @@ func secureScheme(ep string) (secure, ok bool) {
 // plain-text endpoint without Insecure, and certificate files that load
 // whenever an endpoint uses TLS.
 func (c *DialConfig) Validate() error {
-	if len(c.Endpoints) == 0 {
-		return errors.New("registry: no etcd endpoints")
+	anyTLS, err := c.checkEndpoints()
+	if err != nil {
+		return err
 	}
-	anyTLS, anyPlain := false, false
-	for _, ep := range c.Endpoints {
-		secure, ok := secureScheme(ep)
-		switch {
-		case !ok:
-			return fmt.Errorf("registry: endpoint %q: want https://HOST:PORT or unixs://PATH", ep)
-		case !secure && !c.Insecure:
-			return fmt.Errorf("%w: %s", ErrInsecure, ep)
-		case secure:
-			anyTLS = true
-		default:
-			anyPlain = true
-		}
-	}
-	if anyTLS && anyPlain {
-		return errors.New("registry: endpoints mix TLS and plain text")
-	}
-	if anyTLS {
+	if anyTLS && c.Client == nil {
 		if c.TLS.IsZero() {
 			return fmt.Errorf("%w: TLS endpoints need a CA file, a client certificate and its key", ErrInsecure)
 		}
@@ -86,6 +73,37 @@ func (c *DialConfig) Validate() error {
 		}
 	}
 	return nil
+}
+
+// CheckEndpoints is Validate without the certificate files: the endpoints
+// are well formed and none is plain text unless Insecure is set.
+func (c *DialConfig) CheckEndpoints() error {
+	_, err := c.checkEndpoints()
+	return err
+}
+
+func (c *DialConfig) checkEndpoints() (anyTLS bool, err error) {
+	if len(c.Endpoints) == 0 {
+		return false, errors.New("registry: no etcd endpoints")
+	}
+	anyPlain := false
+	for _, ep := range c.Endpoints {
+		secure, ok := secureScheme(ep)
+		switch {
+		case !ok:
+			return false, fmt.Errorf("registry: endpoint %q: want https://HOST:PORT or unixs://PATH", ep)
+		case !secure && !c.Insecure:
+			return false, fmt.Errorf("%w: %s", ErrInsecure, ep)
+		case secure:
+			anyTLS = true
+		default:
+			anyPlain = true
+		}
+	}
+	if anyTLS && anyPlain {
+		return false, errors.New("registry: endpoints mix TLS and plain text")
+	}
+	return anyTLS, nil
 }
 
 // Dial connects to etcd as c says. It fails when Validate does.
@@ -106,11 +124,14 @@ func Dial(c DialConfig) (*clientv3.Client, error) {
 		cfg.DialTimeout = 5 * time.Second
 	}
 	if s, _ := secureScheme(c.Endpoints[0]); s {
-		tc, err := c.TLS.ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("registry: %w", err)
+		tc := c.Client
+		if tc == nil {
+			var err error
+			if tc, err = c.TLS.NewClient(); err != nil {
+				return nil, fmt.Errorf("registry: %w", err)
+			}
 		}
-		cfg.TLS = tc
+		cfg.TLS = tc.Config
 	} else if c.Logger != nil {
 		c.Logger.Warn("etcd connection is plain text and unauthenticated (insecure): anyone who reaches the endpoint can read and change the network",
 			"endpoints", c.Endpoints)

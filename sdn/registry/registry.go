@@ -41,9 +41,6 @@ var (
 	ErrNoSuchNode = errors.New("node is not registered")
 	ErrNoConfig   = errors.New("no cluster configuration in the registry (is gvs-master running?)")
 	ErrContention = errors.New("too many concurrent updates; giving up")
-	// ErrClaimMismatch: a node's subnet record and the subnet's claim
-	// disagree (a damaged registry); the node is not registered.
-	ErrClaimMismatch = errors.New("subnet record and claim disagree")
 )
 
 // maxAttempts bounds compare-and-swap retries.
