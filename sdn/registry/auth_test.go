@@ -273,3 +273,23 @@ func TestDialConfigRefusesPlainText(t *testing.T) {
 		t.Errorf("key mode %v, want 0600", st.Mode().Perm())
 	}
 }
+
+// The explicitly insecure lab mode: plain text, no authentication; a
+// client that did not ask for it is refused before it connects.
+func TestInsecureLabMode(t *testing.T) {
+	e := etcdtest.Start(t, etcdtest.Options{Insecure: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	reg := e.Dial(t, pki.MasterUser)
+	if err := reg.PutConfig(ctx, testConfig); err != nil {
+		t.Fatalf("insecure mode: %v", err)
+	}
+	dc := e.DialConfig(pki.MasterUser)
+	dc.Insecure = false
+	if c, err := registry.Dial(dc); !errors.Is(err, registry.ErrInsecure) {
+		if c != nil {
+			c.Close()
+		}
+		t.Errorf("plain text without Insecure: %v, want ErrInsecure", err)
+	}
+}
