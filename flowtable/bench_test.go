@@ -1,6 +1,7 @@
 package flowtable
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -127,6 +128,66 @@ func BenchmarkParseRule(b *testing.B) {
 	for b.Loop() {
 		if _, err := ParseRule(s); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// The policy benchmark's program: policyRules rules in the shape a
+// NetworkPolicy compiler emits (tables 27, 80 and 100, as OpenShift SDN's
+// networkpolicy mode uses them): per-pod ingress allows from peer pods to a
+// port, egress allows to a CIDR and port, and egress firewall CIDRs.
+const policyRules = 10000
+
+func policyIP(n int) string {
+	return "10.128." + strconv.Itoa(n/250%256) + "." + strconv.Itoa(2+n%250)
+}
+
+// policyText returns rule k of the policy program in ovs-ofctl syntax.
+func policyText(k int) string {
+	vnid := strconv.Itoa(10 + k%50)
+	port := strconv.Itoa(80 + k%7)
+	proto := "tcp"
+	if k%5 == 0 {
+		proto = "udp"
+	}
+	cookie := ", cookie=0x" + strconv.FormatUint(0x500000000+uint64(k/20), 16)
+	switch {
+	case k%10 < 7: // ingress: peer pod -> selected pod, port
+		return "table=80, priority=" + strconv.Itoa(150+k%4) + cookie + ", ip, reg1=" + vnid +
+			", nw_src=" + policyIP(k*7) + ", nw_dst=" + policyIP(k) + ", " + proto + ", tp_dst=" + port +
+			", actions=output:NXM_NX_REG2[]"
+	case k%10 < 9: // egress: selected pod -> CIDR, port
+		return "table=27, priority=" + strconv.Itoa(150+k%4) + cookie + ", ip, reg0=" + vnid +
+			", nw_src=" + policyIP(k) + ", nw_dst=172." + strconv.Itoa(16+k%16) + "." + strconv.Itoa(k/16%256) + ".0/24, " +
+			proto + ", tp_dst=" + port + ", actions=goto_table:30"
+	default: // egress firewall: project -> CIDR
+		return "table=100, priority=" + strconv.Itoa(100+k%100) + cookie + ", ip, reg0=" + vnid +
+			", nw_dst=100." + strconv.Itoa(k/256%256) + "." + strconv.Itoa(k%256) + ".0/" + strconv.Itoa(20+k%9) +
+			", actions=drop"
+	}
+}
+
+// BenchmarkLoadPolicy measures building and loading a policy program of
+// 10 000 rules into a new table, as a policy engine would: the rules are
+// generated, made into flowtable rules and installed with one Add.
+func BenchmarkLoadPolicy(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		var text strings.Builder
+		for k := range policyRules {
+			text.WriteString(policyText(k))
+			text.WriteByte('\n')
+		}
+		rules, err := ParseRules(text.String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		t := New(Config{})
+		if err := t.Add(rules...); err != nil {
+			b.Fatal(err)
+		}
+		if t.Len() != policyRules {
+			b.Fatalf("%d rules installed", t.Len())
 		}
 	}
 }
