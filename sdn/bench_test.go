@@ -2,7 +2,6 @@ package sdn
 
 import (
 	"net/netip"
-	"strings"
 	"testing"
 
 	"github.com/gvswitch/gvs/flowtable"
@@ -48,7 +47,7 @@ func BenchmarkPodAdd(b *testing.B) {
 		nodes = append(nodes, benchRemote(j))
 	}
 	tbl := flowtable.New(flowtable.Config{})
-	prog, err := flowtable.ParseRules(strings.Join(Program(cfg, pods, nodes), "\n"))
+	prog, err := Program(cfg, pods, nodes)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -62,7 +61,7 @@ func BenchmarkPodAdd(b *testing.B) {
 	del := flowtable.Filter{Table: -1, Cookie: PodCookie(pod.IP), CookieMask: ^uint64(0)}
 	b.ReportAllocs()
 	for b.Loop() {
-		rules, err := flowtable.ParseRules(strings.Join(PodRules(cfg, pod), "\n"))
+		rules, err := PodRules(cfg, pod)
 		if err != nil {
 			b.Fatal(err)
 		}

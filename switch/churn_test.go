@@ -224,7 +224,7 @@ func (e *churnErrors) add(format string, args ...any) {
 	}
 }
 
-// churnProgram parses the program of churnPods local pods and churnRemotes
+// churnProgram builds the program of churnPods local pods and churnRemotes
 // remote nodes.
 func churnProgram(tb testing.TB) []*flowtable.Rule {
 	tb.Helper()
@@ -236,7 +236,7 @@ func churnProgram(tb testing.TB) []*flowtable.Rule {
 	for j := range nodes {
 		nodes[j] = churnRemote(j)
 	}
-	rs, err := flowtable.ParseRules(strings.Join(sdn.Program(churnNode, pods, nodes), "\n"))
+	rs, err := sdn.Program(churnNode, pods, nodes)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -338,14 +338,14 @@ func churnRun(t *testing.T, tbl *flowtable.Table, cacheSize int) {
 	progress("before the updates")
 
 	// The writer adds and removes the rules of pods not in the program,
-	// as the daemon does: parse PodRules, then one Apply per ADD or DEL
+	// as the daemon does: PodRules, then one Apply per ADD or DEL
 	// (their VNIDs have local pods already, so no VNIDRules come along).
 	addLat := make([]time.Duration, 0, churnUpdates/2)
 	delLat := make([]time.Duration, 0, churnUpdates/2)
 	for k := range churnUpdates / 2 {
 		p := churnPod(churnPods + k)
 		t0 := time.Now()
-		rs, err := flowtable.ParseRules(strings.Join(sdn.PodRules(churnNode, p), "\n"))
+		rs, err := sdn.PodRules(churnNode, p)
 		if err == nil {
 			err = tbl.Apply(nil, rs)
 		}

@@ -194,7 +194,7 @@ func (b *cniBackend) Check(_ context.Context, l cniplugin.Lease) error {
 	p := d.pods[leaseKey(l)]
 	var want int
 	if p != nil {
-		want = len(sdn.PodRules(d.node, sdn.Pod{Name: p.Name, Namespace: p.Project, IP: p.IP, Port: p.Port, VNID: p.VNID}))
+		want = sdn.PodRuleCount
 	}
 	d.mu.Unlock()
 	if p == nil {

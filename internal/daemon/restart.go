@@ -245,11 +245,7 @@ func (d *Daemon) adoptPod(l cniplugin.Lease, dev *tap.Device, extra []*tap.Devic
 			_ = d.sw.RemovePort(l.Port) // closes dev
 		}
 	}()
-	rules := sdn.PodRules(d.node, sp)
-	if d.node.Mode == sdn.ModeMultitenant && sp.VNID != 0 && d.vnids[sp.VNID] == 0 {
-		rules = append(rules, sdn.VNIDRules(d.node, sp.VNID)...)
-	}
-	if err := d.applyText(nil, rules); err != nil {
+	if err := d.applyPodRules(sp); err != nil {
 		return err
 	}
 	mac := packet.PodMAC(l.IP.As4())
