@@ -14,7 +14,7 @@ import (
 
 	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/flowtable"
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/sdn"
 	vswitch "github.com/gvswitch/gvs/switch"

@@ -17,7 +17,7 @@ import (
 	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/control"
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/gateway"

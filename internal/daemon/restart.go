@@ -25,7 +25,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gvswitch/gvs/cniplugin"
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/sdn"
 	vswitch "github.com/gvswitch/gvs/switch"

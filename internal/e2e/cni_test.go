@@ -19,7 +19,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 )
 
 // cniCluster is one node (two pods attached by CNI ADD during Up) and an

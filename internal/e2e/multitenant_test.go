@@ -18,7 +18,7 @@ import (
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/control"
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/vxlan"
 )
 
