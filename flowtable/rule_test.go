@@ -6,7 +6,8 @@ import (
 	"testing"
 )
 
-// specRules are the rule shapes of the OpenShift program (SPEC §2.3), in
+// specRules are the rule shapes of the OpenShift program
+// (docs/openshift-rules.md), in
 // the forms the node agent and ovs-ofctl users write them.
 var specRules = []string{
 	// table 0: dispatch
