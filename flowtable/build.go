@@ -280,19 +280,50 @@ func (m *Match) set(conds []Cond) error {
 // NewRule returns the rule "table=table, priority=priority, cookie=cookie,
 // match, actions=actions" built from Go values and checked as ParseRule
 // checks text (see NewMatch; actions as Table.Add checks them). No actions
-// means drop. The actions are copied. Errors wrap ErrInvalidRule.
+// means drop. The actions are copied, keeping only the fields each kind
+// uses. Errors wrap ErrInvalidRule.
 func NewRule(table uint8, priority uint16, cookie uint64, match []Cond, actions ...Action) (*Rule, error) {
 	r := &Rule{Table: table, Priority: priority, Cookie: cookie}
 	if err := r.Match.set(match); err != nil {
 		return nil, fmt.Errorf("%w: table %d priority %d: %w", ErrInvalidRule, table, priority, err)
 	}
 	if len(actions) > 0 {
-		r.Actions = append([]Action(nil), actions...)
+		r.Actions = make([]Action, len(actions))
+		for i, a := range actions {
+			r.Actions[i] = a.normalized()
+		}
 	}
 	if err := r.check(); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRule, r, err)
 	}
 	return r, nil
+}
+
+// normalized returns a with only the fields its kind uses (see Action), as
+// the parser makes it, so that an Action written as a literal with other
+// fields set is Equal to the parsed one.
+func (a Action) normalized() Action {
+	n := Action{Kind: a.Kind}
+	switch a.Kind {
+	case ActOutput:
+		n.Port = a.Port
+	case ActOutputReg:
+		n.Src = a.Src
+	case ActGotoTable, ActResubmit:
+		n.Table = a.Table
+	case ActLoad, ActSetField:
+		n.Value, n.Dst = a.Value, a.Dst
+	case ActMove:
+		n.Src, n.Dst = a.Src, a.Dst
+	case ActNote:
+		if len(a.Note) > 0 {
+			n.Note = append([]byte(nil), a.Note...)
+		}
+	case ActInPort:
+	default:
+		return a // refused by check
+	}
+	return n
 }
 
 // Builder collects rules made with NewRule, so that a program of many

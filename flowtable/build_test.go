@@ -296,3 +296,42 @@ func FuzzTypedMatchesText(f *testing.F) {
 		}
 	})
 }
+
+// FuzzNewRuleActions builds rules from arbitrary Action values (any kind,
+// field, bit range, port, table and value): NewRule must refuse or accept
+// without panicking, and an accepted rule's text must parse back to it.
+func FuzzNewRuleActions(f *testing.F) {
+	f.Add(uint8(20), []byte{byte(ActLoad), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, byte(FieldReg0), 0, 32})
+	f.Add(uint8(0), []byte{byte(ActMove), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, byte(FieldTunID), 0, 32, byte(FieldReg0), 0, 32})
+	f.Add(uint8(0), []byte{byte(ActSetField), 0, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 2, 0, 0, 0, byte(FieldTunDst), 0, 32})
+	f.Fuzz(func(t *testing.T, table uint8, data []byte) {
+		var acts []Action
+		for len(data) >= 19 && len(acts) < 4 {
+			d := data[:19]
+			data = data[19:]
+			a := Action{
+				Kind:  ActionKind(d[0] % 12),
+				Port:  binary.BigEndian.Uint32(d[1:]),
+				Table: d[5],
+				Value: binary.BigEndian.Uint64(d[6:]) >> (d[14] % 64),
+				Src:   FieldRef{Field(d[13] % 20), d[14] % 70, d[15] % 70},
+				Dst:   FieldRef{Field(d[16] % 20), d[17] % 70, d[18] % 70},
+			}
+			if a.Kind == ActNote {
+				a.Note = d[1 : 1+d[5]%10]
+			}
+			acts = append(acts, a)
+		}
+		r, err := NewRule(table, 1, 0, nil, acts...)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRule) {
+				t.Fatalf("error %v does not wrap ErrInvalidRule", err)
+			}
+			return
+		}
+		p, err := ParseRule(r.String())
+		if err != nil || !p.Equal(r) {
+			t.Fatalf("%s does not parse back to the rule: %v", r, err)
+		}
+	})
+}
