@@ -211,13 +211,7 @@ func BenchmarkLoadPolicy(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		t := New(Config{})
-		if err := t.Add(rules...); err != nil {
-			b.Fatal(err)
-		}
-		if t.Len() != policyRules {
-			b.Fatalf("%d rules installed", t.Len())
-		}
+		loadPolicy(b, rules)
 	}
 }
 
@@ -236,13 +230,18 @@ func BenchmarkLoadPolicyText(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		t := New(Config{})
-		if err := t.Add(rules...); err != nil {
-			b.Fatal(err)
-		}
-		if t.Len() != policyRules {
-			b.Fatalf("%d rules installed", t.Len())
-		}
+		loadPolicy(b, rules)
+	}
+}
+
+// loadPolicy installs the policy program's rules in a new table.
+func loadPolicy(b *testing.B, rules []*Rule) {
+	t := New(Config{})
+	if err := t.Add(rules...); err != nil {
+		b.Fatal(err)
+	}
+	if t.Len() != policyRules {
+		b.Fatalf("%d rules installed", t.Len())
 	}
 }
 
