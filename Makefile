@@ -17,7 +17,7 @@ CNITOOL_VERSION ?= v1.3.1
 
 export PATH := $(PATH):$(GOBIN):/usr/local/go/bin
 
-.PHONY: help build deps tools test test-unit test-root test-race fuzz fuzz-long bench bench-compare lint demo demo-down clean
+.PHONY: help build deps tools test test-unit test-root test-race test-scale fuzz fuzz-long bench bench-compare lint demo demo-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -52,6 +52,15 @@ test: deps lint build ## everything: lint, unit tests, namespace tests (as root)
 
 test-race: deps ## unit and namespace tests under the race detector
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+# The scale test runs gvs-master (embedded etcd) on loopback; as root it runs
+# in a throwaway network namespace, so nothing listens in the machine's own.
+SCALE_TEST = env GVS_SCALE=1 $(GO) test -count=1 -timeout 15m -run '^TestControlPlaneScale$$' -v ./internal/daemon/
+test-scale: ## control-plane scale test: gvs-master, 500 simulated nodes, 2000 projects (GVS_SCALE_NODES, GVS_SCALE_PROJECTS)
+	@if [ "$$(id -u)" = 0 ]; then \
+	  ns=gvs-scale-$$$$; ip netns add $$ns || exit 1; ip -n $$ns link set lo up; \
+	  ip netns exec $$ns $(SCALE_TEST); rc=$$?; ip netns del $$ns; exit $$rc; \
+	else $(SCALE_TEST); fi
 
 fuzz: ## run every fuzz target briefly (FUZZTIME executions each, default 50000x)
 	@set -e; for pkg in $$($(GO) list $(PKGS)); do \

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/tap"
 )
 

@@ -166,6 +166,9 @@ func (a Action) String() string {
 	case ActMove:
 		return "move:" + a.Src.String() + "->" + a.Dst.String()
 	case ActSetField:
+		if a.Dst.Field == FieldNone || a.Dst.Field >= numFields {
+			return "set_field:0x" + strconv.FormatUint(a.Value, 16) + "->" + a.Dst.Field.String()
+		}
 		fi := &fieldInfos[a.Dst.Field]
 		var v string
 		switch fi.kind {

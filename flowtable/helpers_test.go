@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// A multitenant node program in the shape of SPEC §2.3, for tests and
-// benchmarks. Local node 10.0.0.1, subnet 10.128.0.0/16, cluster network
-// 10.128.0.0/14, service network 172.30.0.0/16.
+// A multitenant node program in the shape of docs/openshift-rules.md, for
+// tests and benchmarks. Local node 10.0.0.1, subnet 10.128.0.0/16, cluster
+// network 10.128.0.0/14, service network 172.30.0.0/16.
 
 const nodeCookieBase = 0x0a000000
 

@@ -158,7 +158,7 @@ var (
 )
 
 func regField(n int) *mfield {
-	return &mfield{"reg" + strconv.Itoa(n), 32, kHex, true, preNone,
+	return &mfield{"reg" + strconv.Itoa(n), 32, kDec, true, preNone,
 		func(f *Fields) uint64 { return uint64(f.Regs[n]) }, func(f *Fields, v uint64) { f.Regs[n] = uint32(v) }}
 }
 
@@ -350,9 +350,13 @@ func exact(m *Match, f *mfield, v uint64) bool {
 // check verifies a prerequisite against m; it returns "" when met, or what
 // is missing.
 func (p prereq) check(m *Match) string {
-	ip := exact(m, mEthType, 0x0800)
-	arp := exact(m, mEthType, 0x0806)
-	proto := func(n uint64) bool { return ip && exact(m, mNwProto, n) }
+	if p == preNone {
+		return ""
+	}
+	et := m.Mask.EthType == 0xffff
+	ip := et && m.Value.EthType == 0x0800
+	arp := et && m.Value.EthType == 0x0806
+	proto := func(n uint8) bool { return ip && m.Mask.NwProto == 0xff && m.Value.NwProto == n }
 	switch p {
 	case preIPorARP:
 		if !ip && !arp {
@@ -391,10 +395,14 @@ func (p prereq) check(m *Match) string {
 var allFields = []*mfield{mRegs[0], mRegs[1], mRegs[2], mRegs[3], mRegs[4], mRegs[5], mRegs[6], mRegs[7],
 	mTunID, mTunSrc, mTunDst, mEthSrc, mEthDst, mNwSrc, mNwDst, mArpOp, mArpSha, mArpTha, mTpSrc, mTpDst}
 
+// everyField is in_port, dl_type, nw_proto and allFields: every match
+// field once.
+var everyField = append([]*mfield{mInPort, mEthType, mNwProto}, allFields...)
+
 // validate checks a normalized match: non-maskable fields are exact or
 // wildcarded, and every matched field's prerequisites hold.
 func (m *Match) validate() error {
-	for _, f := range append([]*mfield{mInPort, mEthType, mNwProto}, allFields...) {
+	for _, f := range everyField {
 		mk := f.get(&m.Mask)
 		if mk == 0 {
 			continue
@@ -434,8 +442,7 @@ func (m *Match) appendTo(b *strings.Builder) {
 	if m.Mask.InPort != 0 {
 		put("in_port=" + strconv.FormatUint(uint64(m.Value.InPort), 10))
 	}
-	protoShown := false
-	l4 := "tp_"
+	protoShown, icmp := false, false
 	if m.Mask.EthType != 0 {
 		switch et := m.Value.EthType; {
 		case et == 0x0806:
@@ -443,13 +450,11 @@ func (m *Match) appendTo(b *strings.Builder) {
 		case et == 0x0800 && m.Mask.NwProto != 0:
 			switch m.Value.NwProto {
 			case 6, 17, 132:
-				l4 = protoNames[m.Value.NwProto] + "_"
 				put(protoNames[m.Value.NwProto])
 				protoShown = true
 			case 1:
 				put("icmp")
-				protoShown = true
-				l4 = "icmp"
+				protoShown, icmp = true, true
 			default:
 				put("ip")
 			}
@@ -462,6 +467,8 @@ func (m *Match) appendTo(b *strings.Builder) {
 	if m.Mask.NwProto != 0 && !protoShown {
 		put("nw_proto=" + strconv.FormatUint(uint64(m.Value.NwProto), 10))
 	}
+	// L4 ports print as tp_src/tp_dst whatever the protocol, as ovs-ofctl
+	// prints them; ICMP's type and code under their own names.
 	for _, f := range allFields {
 		mk := f.get(&m.Mask)
 		if mk == 0 {
@@ -469,14 +476,10 @@ func (m *Match) appendTo(b *strings.Builder) {
 		}
 		name := f.name
 		switch {
-		case f == mTpSrc && l4 == "icmp":
+		case f == mTpSrc && icmp:
 			name = "icmp_type"
-		case f == mTpDst && l4 == "icmp":
+		case f == mTpDst && icmp:
 			name = "icmp_code"
-		case f == mTpSrc:
-			name = l4 + "src"
-		case f == mTpDst:
-			name = l4 + "dst"
 		}
 		put(name + "=" + formatFieldValue(f, f.get(&m.Value), mk))
 	}

@@ -395,13 +395,13 @@ func TestTrace(t *testing.T) {
 	tr := tbl.Snapshot().Trace(f)
 	out := tr.String()
 	for _, want := range []string{
-		"Flow: in_port=3,udp,nw_src=10.128.0.2,nw_dst=10.129.5.7,udp_dst=53",
+		"Flow: in_port=3,udp,nw_src=10.128.0.2,nw_dst=10.129.5.7,tp_dst=53",
 		" 0. ip, priority 100\n    goto_table:20\n",
 		"20. in_port=3,ip,nw_src=10.128.0.2, priority 100, cookie 0x100000000\n    load:0xa->NXM_NX_REG0[]\n     -> reg0=0xa (was 0x0)\n    goto_table:27\n",
 		"90. ip,nw_dst=10.129.5.0/24, priority 100, cookie 0xa000005\n",
 		"set_field:10.0.1.7->tun_dst\n     -> tun_dst=10.0.1.7\n",
 		"output:1\n     -> output to port 1 (tunnel tun_id=0xa dst=10.0.1.7)\n",
-		"Final flow: in_port=3,udp,reg0=0xa,tun_id=0xa,tun_dst=10.0.1.7,",
+		"Final flow: in_port=3,udp,reg0=10,tun_id=0xa,tun_dst=10.0.1.7,",
 		"Datapath actions: set(tunnel(tun_id=0xa,dst=10.0.1.7)),1\n",
 	} {
 		if !strings.Contains(out, want) {

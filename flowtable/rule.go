@@ -380,7 +380,7 @@ func ParseFields(s string) (Fields, error) {
 	if h.hasTable || h.hasPrio || h.hasCookie {
 		return Fields{}, &SyntaxError{Col: 1, Msg: "a packet description takes no table, priority or cookie"}
 	}
-	for _, f := range append([]*mfield{mInPort, mEthType, mNwProto}, allFields...) {
+	for _, f := range everyField {
 		if mk := f.get(&m.Mask); mk != 0 && mk != fullMask(f.bits) {
 			return Fields{}, &SyntaxError{Col: 1, Field: f.name, Msg: "a packet description takes no masks"}
 		}
@@ -393,7 +393,7 @@ func ParseFields(s string) (Fields, error) {
 func FormatFields(f Fields) string {
 	var m Match
 	m.Value = f
-	for _, fd := range append([]*mfield{mInPort, mEthType, mNwProto}, allFields...) {
+	for _, fd := range everyField {
 		if fd.get(&f) != 0 {
 			fd.set(&m.Mask, fullMask(fd.bits))
 		}

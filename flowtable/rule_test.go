@@ -6,7 +6,8 @@ import (
 	"testing"
 )
 
-// specRules are the rule shapes of the OpenShift program (SPEC §2.3), in
+// specRules are the rule shapes of the OpenShift program
+// (docs/openshift-rules.md), in
 // the forms the node agent and ovs-ofctl users write them.
 var specRules = []string{
 	// table 0: dispatch
@@ -27,7 +28,7 @@ var specRules = []string{
 	"table=20, priority=100, in_port=3, arp, nw_src=10.128.0.3, arp_sha=0a:58:0a:80:00:03, actions=load:0x5->NXM_NX_REG0[],goto_table:30",
 	"table=20, priority=100, in_port=3, arp, nw_src=10.128.0.3, arp_sha=00:00:00:80:00:03/00:00:00:ff:ff:ff, actions=load:0x5->NXM_NX_REG0[],goto_table:30",
 	"table=20, priority=100, in_port=3, ip, nw_src=10.128.0.3, actions=load:0x5->NXM_NX_REG0[],goto_table:27",
-	"table=20, priority=300, udp, udp_dst=4789, actions=drop",
+	"table=20, priority=300, udp, tp_dst=4789, actions=drop",
 	"table=25, priority=100, ip, nw_src=10.128.0.3, actions=load:0x5->NXM_NX_REG0[],goto_table:27",
 	"table=27, priority=0, actions=goto_table:30",
 	"table=30, priority=0, actions=goto_table:31",
@@ -47,24 +48,24 @@ var specRules = []string{
 	"table=70, priority=100, ip, nw_dst=10.128.0.3, actions=load:0x5->NXM_NX_REG1[],load:0x3->NXM_NX_REG2[],goto_table:80",
 	// table 80: isolation
 	"table=80, priority=300, ip, nw_src=10.128.0.1, actions=output:NXM_NX_REG2[]",
-	"table=80, priority=200, reg0=0x0, actions=output:NXM_NX_REG2[]",
-	"table=80, priority=200, reg1=0x0, actions=output:NXM_NX_REG2[]",
-	"table=80, priority=100, reg0=0x5, reg1=0x5, actions=output:NXM_NX_REG2[]",
+	"table=80, priority=200, reg0=0, actions=output:NXM_NX_REG2[]",
+	"table=80, priority=200, reg1=0, actions=output:NXM_NX_REG2[]",
+	"table=80, priority=100, reg0=5, reg1=5, actions=output:NXM_NX_REG2[]",
 	"table=80, priority=100, reg0=0x10/0xf0, actions=output:NXM_NX_REG2[0..15]",
 	"table=90, priority=100, cookie=0xa0a0002, ip, nw_dst=10.129.0.0/23, actions=move:NXM_NX_REG0[]->NXM_NX_TUN_ID[0..31],set_field:10.0.0.2->tun_dst,output:1",
-	"table=99, priority=200, udp, nw_dst=10.0.0.1, udp_dst=53, actions=output:2",
-	"table=99, priority=200, tcp, nw_dst=10.0.0.1, tcp_dst=53, actions=output:2",
+	"table=99, priority=200, udp, nw_dst=10.0.0.1, tp_dst=53, actions=output:2",
+	"table=99, priority=200, tcp, nw_dst=10.0.0.1, tp_dst=53, actions=output:2",
 	"table=99, priority=0, actions=goto_table:100",
-	"table=100, priority=100, ip, reg0=0x5, nw_dst=8.8.8.0/24, actions=drop",
+	"table=100, priority=100, ip, reg0=5, nw_dst=8.8.8.0/24, actions=drop",
 	"table=100, priority=0, actions=goto_table:101",
 	"table=101, priority=0, actions=output:2",
-	"table=110, priority=100, reg0=0x5, actions=resubmit(,111),resubmit(,120)",
+	"table=110, priority=100, reg0=5, actions=resubmit(,111),resubmit(,120)",
 	"table=120, priority=100, ip, tun_id=0x5, nw_dst=224.1.2.3, actions=output:4,output:5,in_port",
 	"table=253, priority=0, actions=note:01.ff",
 	// other shapes
 	"table=5, priority=10, dl_src=0a:58:00:00:00:00/ff:ff:00:00:00:00, dl_dst=ff:ff:ff:ff:ff:ff, actions=output:7",
-	"table=5, priority=10, tcp, tcp_src=0x1000/0xf000, tcp_dst=80, actions=output:7",
-	"table=5, priority=10, sctp, sctp_dst=9, actions=output:7",
+	"table=5, priority=10, tcp, tp_src=0x1000/0xf000, tp_dst=80, actions=output:7",
+	"table=5, priority=10, sctp, tp_dst=9, actions=output:7",
 	"table=5, priority=10, icmp, icmp_type=8, icmp_code=0, actions=output:7",
 	"table=5, priority=10, arp, arp_op=1, arp_tha=00:00:00:00:00:00, actions=output:7",
 	"table=5, priority=10, ip, nw_proto=47, actions=output:7",
@@ -107,13 +108,16 @@ func TestParseVariants(t *testing.T) {
 		{"actions=", "table=0, priority=32768, actions=drop"},
 		{"cookie=0x10, duration=3.2s, table=20, n_packets=5, n_bytes=300, idle_age=2, priority=100,ip,in_port=3,nw_src=10.128.0.3 actions=load:0x5->NXM_NX_REG0[],goto_table:27",
 			"table=20, priority=100, cookie=0x10, in_port=3, ip, nw_src=10.128.0.3, actions=load:0x5->NXM_NX_REG0[],goto_table:27"},
-		{"table=1,eth_src=0A:58:0A:80:00:03,eth_dst=0a:58:a:80:0:4,ip,ip_src=1.2.3.4/32,tcp_dst=80,tcp actions=output:5", "table=1, priority=32768, tcp, dl_src=0a:58:0a:80:00:03, dl_dst=0a:58:0a:80:00:04, nw_src=1.2.3.4, tcp_dst=80, actions=output:5"},
+		{"table=1,eth_src=0A:58:0A:80:00:03,eth_dst=0a:58:a:80:0:4,ip,ip_src=1.2.3.4/32,tcp_dst=80,tcp actions=output:5", "table=1, priority=32768, tcp, dl_src=0a:58:0a:80:00:03, dl_dst=0a:58:0a:80:00:04, nw_src=1.2.3.4, tp_dst=80, actions=output:5"},
 		{"table=1, arp, arp_spa=10.0.0.1, arp_tpa=10.0.0.2, actions=IN_PORT", "table=1, priority=32768, arp, nw_src=10.0.0.1, nw_dst=10.0.0.2, actions=in_port"},
 		{"actions=output:in_port, 5, mod_dl_dst:0a:00:00:00:00:01, set_tunnel:0x9", "table=0, priority=32768, actions=in_port,output:5,set_field:0a:00:00:00:00:01->eth_dst,set_field:0x9->tun_id"},
 		{"reg0=0x7/0x3, tun_id=0x0/0x0 actions=output:reg2[]", "table=0, priority=32768, reg0=0x3/0x3, actions=output:NXM_NX_REG2[]"},
 		{"actions=load:0xffffffff->NXM_NX_REG1[0..31],resubmit(,3)", "table=0, priority=32768, actions=load:0xffffffff->NXM_NX_REG1[],resubmit(,3)"},
 		{"ip,nw_dst=10.0.0.0/0 actions=drop", "table=0, priority=32768, ip, actions=drop"},
 		{"actions=note:0a.0B0c", "table=0, priority=32768, actions=note:0a.0b.0c"},
+		{"udp, udp_dst=53, udp_src=0x10/0xf0 actions=drop", "table=0, priority=32768, udp, tp_src=0x10/0xf0, tp_dst=53, actions=drop"},
+		{"sctp, sctp_dst=9 actions=drop", "table=0, priority=32768, sctp, tp_dst=9, actions=drop"},
+		{"reg0=0xa, reg7=0xffffffff actions=drop", "table=0, priority=32768, reg0=10, reg7=4294967295, actions=drop"},
 	}
 	for _, c := range cases {
 		r, err := ParseRule(c.in)
@@ -213,7 +217,7 @@ func TestParseFilterAndFields(t *testing.T) {
 	if err != nil || m.Value.TpDst != 80 || m.Mask.TpDst != 0xffff {
 		t.Fatalf("ParseMatch = %+v, %v", m, err)
 	}
-	desc := "in_port=3,tcp,reg0=0x5,tun_id=0x9,nw_src=10.128.0.3,nw_dst=10.128.0.4,tcp_src=1234,tcp_dst=80"
+	desc := "in_port=3,tcp,reg0=5,tun_id=0x9,nw_src=10.128.0.3,nw_dst=10.128.0.4,tp_src=1234,tp_dst=80"
 	fl, err := ParseFields(desc)
 	if err != nil {
 		t.Fatal(err)

@@ -9,8 +9,8 @@ import (
 	"strings"
 )
 
-// Port numbers of the two fixed ports of the switch (SPEC §2.1). Pods take
-// numbers from FirstPodPort up.
+// Port numbers of the two fixed ports of the switch (docs/openshift-rules.md
+// "Ports and registers"). Pods take numbers from FirstPodPort up.
 const (
 	PortVXLAN    uint32 = 1 // vxlan0, the VXLAN tunnel port
 	PortTun0     uint32 = 2 // tun0, the gateway port into the host stack
@@ -254,7 +254,7 @@ func (c NodeConfig) CheckRemote(n RemoteNode) error {
 }
 
 // PodMAC returns the MAC address of the pod with IPv4 address ip:
-// 0a:58 followed by the four address bytes (SPEC §2.3).
+// 0a:58 followed by the four address bytes (docs/openshift-rules.md).
 func PodMAC(ip netip.Addr) [6]byte { return packet.PodMAC(as4(ip)) }
 
 // FormatMAC formats a MAC address as ovs-ofctl and ip(8) print it.

@@ -1,9 +1,11 @@
 // Package sdn generates the OpenShift-SDN rule program that gvs-switchd
-// loads into the flow table: plain text in ovs-ofctl syntax, one rule per
-// string, so the switch needs to know nothing about pods, projects or VNIDs.
+// loads into the flow table: flowtable.Rule values built in Go (no text is
+// parsed on the way), so the switch needs to know nothing about pods,
+// projects or VNIDs. Text returns the program in ovs-ofctl syntax, the form
+// people read and the golden files in testdata hold.
 //
 // The program follows OpenShift SDN's (pkg/network/node/ovscontroller.go)
-// with the table layout of SPEC §2.3:
+// with the table layout of docs/openshift-rules.md:
 //
 //  1. Table 0 dispatches on in_port: vxlan0 (port 1) copies the VNI into
 //     reg0 and goes to 10; tun0 (port 2) is VNID 0 and goes to 30, except
@@ -21,8 +23,11 @@
 // SetupRules, PodRules, NodeRules, VNIDRules and MulticastRules are pure
 // functions of their arguments; each dynamic rule set carries a cookie
 // (PodCookie, NodeCookie, VNIDCookie, MulticastCookie) so that it can be
-// removed as one (PodFilter, NodeFilter, VNIDFilter). Subpackages nat and
-// gateway set up the host side: the masquerade rule and tun0.
+// removed as one (PodFilter, NodeFilter, VNIDFilter). They return an error,
+// and no rules, for input the validation functions (NodeConfig.Validate,
+// CheckPod, CheckRemote) refuse and that cannot be written as rules.
+// Subpackages nat and gateway set up the host side: the masquerade rule and
+// tun0.
 //
 // docs/openshift-rules.md explains every table.
 package sdn

@@ -1,18 +1,20 @@
 package sdn
 
 import (
+	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
+
+	"github.com/gvswitch/gvs/flowtable"
 )
 
 // RuleVersion is the version of the rule program, the second byte of the
-// version note in table 253. It must change whenever the text produced by
-// the generators changes: the golden test pins the program's hash to it.
+// version note in table 253. It must change whenever the rules produced by
+// the generators change: the golden test pins the hash of the program's
+// text (Text) to it.
 const RuleVersion = 1
 
-// The tables of the rule program (SPEC §2.3; docs/openshift-rules.md).
+// The tables of the rule program (docs/openshift-rules.md).
 const (
 	TableClassify         = 0   // dispatch on in_port
 	TableVXLANIn          = 10  // VXLAN from known nodes only
@@ -35,35 +37,26 @@ const (
 	TableVersion          = 253 // version note
 )
 
-// Fixed action texts.
-const (
-	actTunToReg0   = "move:NXM_NX_TUN_ID[0..31]->NXM_NX_REG0[]"
-	actReg0ToTun   = "move:NXM_NX_REG0[]->NXM_NX_TUN_ID[0..31]"
-	actOutputReg2  = "output:NXM_NX_REG2[]"
-	actDrop        = "drop"
-	actOutputTun0  = "output:2"
-	actOutputVXLAN = "output:1"
-)
+// match is the conditions of one rule, in the order the text prints them.
+type match = []flowtable.Cond
 
-func gotoTable(n int) string           { return "goto_table:" + strconv.Itoa(n) }
-func output(port uint32) string        { return "output:" + strconv.FormatUint(uint64(port), 10) }
-func loadReg(reg int, v uint32) string { return fmt.Sprintf("load:%#x->NXM_NX_REG%d[]", v, reg) }
+// The actions the program uses more than once.
+func tunToReg0() flowtable.Action {
+	return flowtable.Move(flowtable.FieldTunID.Bits(0, 31), flowtable.FieldReg0.Whole())
+}
 
-// flow formats one rule in ovs-ofctl syntax:
-// "table=N, priority=P[, cookie=0x…][, match], actions=a1,a2".
-func flow(table, priority int, cookie uint64, match string, actions ...string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "table=%d, priority=%d", table, priority)
-	if cookie != 0 {
-		fmt.Fprintf(&b, ", cookie=%#x", cookie)
-	}
-	if match != "" {
-		b.WriteString(", ")
-		b.WriteString(match)
-	}
-	b.WriteString(", actions=")
-	b.WriteString(strings.Join(actions, ","))
-	return b.String()
+func reg0ToTun() flowtable.Action {
+	return flowtable.Move(flowtable.FieldReg0.Whole(), flowtable.FieldTunID.Bits(0, 31))
+}
+
+func outputReg2() flowtable.Action  { return flowtable.OutputField(flowtable.FieldReg2.Whole()) }
+func outputTun0() flowtable.Action  { return flowtable.OutputPort(PortTun0) }
+func outputVXLAN() flowtable.Action { return flowtable.OutputPort(PortVXLAN) }
+
+func gotoTable(n uint8) flowtable.Action { return flowtable.GotoTable(n) }
+
+func loadReg(reg int, v uint32) flowtable.Action {
+	return flowtable.Load(uint64(v), flowtable.RegField(reg).Whole())
 }
 
 // VersionNote returns the payload of the table 253 note for mode m:
@@ -76,152 +69,165 @@ func VersionNote(m Mode) string {
 
 // SetupRules returns the node's static rules: the default rule of every
 // table and the rules that depend only on the node configuration. cfg must
-// be valid (see NodeConfig.Validate); the result is deterministic.
-func SetupRules(cfg NodeConfig) []string {
+// be valid (see NodeConfig.Validate); the result is deterministic. An error
+// (wrapping flowtable.ErrInvalidRule) means cfg was not valid.
+func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 	mode := cfg.Mode.Canonical()
 	gw := cfg.Gateway()
 	sub := cfg.Subnet.Masked()
-	var r []string
-	add := func(s string) { r = append(r, s) }
+	var b flowtable.Builder
+	var drop []flowtable.Action // no actions: drop
+	ip, arp := flowtable.IP(), flowtable.ARP()
+	inVXLAN, inTun0 := flowtable.InPort(PortVXLAN), flowtable.InPort(PortTun0)
+	nwSrc, nwDst := flowtable.NwSrcPrefix, flowtable.NwDstPrefix
 
 	// Table 0: dispatch on in_port.
 	// vxlan0: ARP to the local subnet, IP to the cluster network (and
 	// cluster multicast); the VNI is the source VNID.
 	for _, cn := range cfg.ClusterNetworks {
-		add(flow(TableClassify, 200, 0, fmt.Sprintf("in_port=%d, arp, nw_src=%v, nw_dst=%v", PortVXLAN, cn, sub), actTunToReg0, gotoTable(TableVXLANIn)))
+		b.Add(TableClassify, 200, 0, match{inVXLAN, arp, nwSrc(cn), nwDst(sub)}, tunToReg0(), gotoTable(TableVXLANIn))
 	}
 	for _, cn := range cfg.ClusterNetworks {
-		add(flow(TableClassify, 200, 0, fmt.Sprintf("in_port=%d, ip, nw_dst=%v", PortVXLAN, cn), actTunToReg0, gotoTable(TableVXLANIn)))
+		b.Add(TableClassify, 200, 0, match{inVXLAN, ip, nwDst(cn)}, tunToReg0(), gotoTable(TableVXLANIn))
 	}
 	for _, cn := range cfg.ClusterNetworks {
-		add(flow(TableClassify, 200, 0, fmt.Sprintf("in_port=%d, ip, nw_src=%v, nw_dst=%v", PortVXLAN, cn, multicastNet), actTunToReg0, gotoTable(TableVXLANIn)))
+		b.Add(TableClassify, 200, 0, match{inVXLAN, ip, nwSrc(cn), nwDst(multicastNet)}, tunToReg0(), gotoTable(TableVXLANIn))
 	}
-	add(flow(TableClassify, 150, 0, fmt.Sprintf("in_port=%d", PortVXLAN), actDrop))
+	b.Add(TableClassify, 150, 0, match{inVXLAN}, drop...)
 	// tun0: the host is VNID 0 (explicitly), except pod-sourced traffic the
 	// host sends back after service DNAT, which table 25 re-tags.
-	add(flow(TableClassify, 500, 0, fmt.Sprintf("in_port=%d, ip, nw_dst=%v", PortTun0, multicastNet), actDrop))
-	add(flow(TableClassify, 400, 0, fmt.Sprintf("in_port=%d, ip, nw_src=%v", PortTun0, gw), loadReg(0, 0), gotoTable(TableConntrack)))
+	b.Add(TableClassify, 500, 0, match{inTun0, ip, nwDst(multicastNet)}, drop...)
+	b.Add(TableClassify, 400, 0, match{inTun0, ip, flowtable.NwSrc(gw)}, loadReg(0, 0), gotoTable(TableConntrack))
 	for _, cn := range cfg.ClusterNetworks {
-		add(flow(TableClassify, 300, 0, fmt.Sprintf("in_port=%d, ip, nw_src=%v, nw_dst=%v", PortTun0, sub, cn), gotoTable(TableFromHost)))
+		b.Add(TableClassify, 300, 0, match{inTun0, ip, nwSrc(sub), nwDst(cn)}, gotoTable(TableFromHost))
 	}
 	for _, cn := range cfg.ClusterNetworks {
-		add(flow(TableClassify, 200, 0, fmt.Sprintf("in_port=%d, arp, nw_src=%v, nw_dst=%v", PortTun0, gw, cn), loadReg(0, 0), gotoTable(TableConntrack)))
+		b.Add(TableClassify, 200, 0, match{inTun0, arp, flowtable.NwSrc(gw), nwDst(cn)}, loadReg(0, 0), gotoTable(TableConntrack))
 	}
-	add(flow(TableClassify, 200, 0, fmt.Sprintf("in_port=%d, ip", PortTun0), loadReg(0, 0), gotoTable(TableConntrack)))
-	add(flow(TableClassify, 150, 0, fmt.Sprintf("in_port=%d", PortTun0), actDrop))
+	b.Add(TableClassify, 200, 0, match{inTun0, ip}, loadReg(0, 0), gotoTable(TableConntrack))
+	b.Add(TableClassify, 150, 0, match{inTun0}, drop...)
 	// pods
-	add(flow(TableClassify, 100, 0, "arp", gotoTable(TablePodIn)))
-	add(flow(TableClassify, 100, 0, "ip", gotoTable(TablePodIn)))
-	add(flow(TableClassify, 0, 0, "", actDrop))
+	b.Add(TableClassify, 100, 0, match{arp}, gotoTable(TablePodIn))
+	b.Add(TableClassify, 100, 0, match{ip}, gotoTable(TablePodIn))
+	b.Add(TableClassify, 0, 0, nil, drop...)
 
 	// Table 10: VXLAN from known nodes (NodeRules).
-	add(flow(TableVXLANIn, 0, 0, "", actDrop))
+	b.Add(TableVXLANIn, 0, 0, nil, drop...)
 
 	// Table 20: pod anti-spoofing (PodRules); pods may not speak VXLAN.
-	add(flow(TablePodIn, 300, 0, fmt.Sprintf("udp, udp_dst=%d", VXLANPort), actDrop))
-	add(flow(TablePodIn, 0, 0, "", actDrop))
+	b.Add(TablePodIn, 300, 0, match{flowtable.UDP(), flowtable.TpDst(VXLANPort)}, drop...)
+	b.Add(TablePodIn, 0, 0, nil, drop...)
 
 	// Table 25: pod traffic back from the host (PodRules).
-	add(flow(TableFromHost, 0, 0, "", actDrop))
+	b.Add(TableFromHost, 0, 0, nil, drop...)
 
 	// Tables 27 and 30: NetworkPolicy hooks, pass-through here.
-	add(flow(TablePolicyEgress, 0, 0, "", gotoTable(TableConntrack)))
-	add(flow(TableConntrack, 0, 0, "", gotoTable(TableRoute)))
+	b.Add(TablePolicyEgress, 0, 0, nil, gotoTable(TableConntrack))
+	b.Add(TableConntrack, 0, 0, nil, gotoTable(TableRoute))
 
 	// Table 31: route by destination.
-	add(flow(TableRoute, 300, 0, fmt.Sprintf("arp, nw_dst=%v", gw), actOutputTun0))
-	add(flow(TableRoute, 300, 0, fmt.Sprintf("ip, nw_dst=%v", gw), actOutputTun0))
-	add(flow(TableRoute, 200, 0, fmt.Sprintf("arp, nw_dst=%v", sub), gotoTable(TableARPLocal)))
-	add(flow(TableRoute, 200, 0, fmt.Sprintf("ip, nw_dst=%v", sub), gotoTable(TableIPLocal)))
+	b.Add(TableRoute, 300, 0, match{arp, flowtable.NwDst(gw)}, outputTun0())
+	b.Add(TableRoute, 300, 0, match{ip, flowtable.NwDst(gw)}, outputTun0())
+	b.Add(TableRoute, 200, 0, match{arp, nwDst(sub)}, gotoTable(TableARPLocal))
+	b.Add(TableRoute, 200, 0, match{ip, nwDst(sub)}, gotoTable(TableIPLocal))
 	for _, cn := range cfg.ClusterNetworks {
-		add(flow(TableRoute, 100, 0, fmt.Sprintf("arp, nw_dst=%v", cn), gotoTable(TableARPRemote)))
+		b.Add(TableRoute, 100, 0, match{arp, nwDst(cn)}, gotoTable(TableARPRemote))
 	}
 	for _, cn := range cfg.ClusterNetworks {
-		add(flow(TableRoute, 100, 0, fmt.Sprintf("ip, nw_dst=%v", cn), gotoTable(TableIPRemote)))
+		b.Add(TableRoute, 100, 0, match{ip, nwDst(cn)}, gotoTable(TableIPRemote))
 	}
-	add(flow(TableRoute, 100, 0, fmt.Sprintf("ip, nw_dst=%v", cfg.ServiceNetwork.Masked()), gotoTable(TableService)))
-	add(flow(TableRoute, 50, 0, fmt.Sprintf("in_port=%d, ip, nw_dst=%v", PortVXLAN, multicastNet), gotoTable(TableMulticastDeliver)))
-	add(flow(TableRoute, 25, 0, fmt.Sprintf("ip, nw_dst=%v", multicastNet), gotoTable(TableMulticastOut)))
-	add(flow(TableRoute, 10, 0, "ip", gotoTable(TableEgressDNS)))
-	add(flow(TableRoute, 0, 0, "", actDrop)) // ARP to anything else
+	b.Add(TableRoute, 100, 0, match{ip, nwDst(cfg.ServiceNetwork.Masked())}, gotoTable(TableService))
+	b.Add(TableRoute, 50, 0, match{inVXLAN, ip, nwDst(multicastNet)}, gotoTable(TableMulticastDeliver))
+	b.Add(TableRoute, 25, 0, match{ip, nwDst(multicastNet)}, gotoTable(TableMulticastOut))
+	b.Add(TableRoute, 10, 0, match{ip}, gotoTable(TableEgressDNS))
+	b.Add(TableRoute, 0, 0, nil, drop...) // ARP to anything else
 
 	// Tables 40, 50: ARP to a local pod (PodRules) / a remote subnet (NodeRules).
-	add(flow(TableARPLocal, 0, 0, "", actDrop))
-	add(flow(TableARPRemote, 0, 0, "", actDrop))
+	b.Add(TableARPLocal, 0, 0, nil, drop...)
+	b.Add(TableARPRemote, 0, 0, nil, drop...)
 
 	// Table 60: services go to the host (kube-proxy).
-	add(flow(TableService, 100, 0, "", actOutputTun0))
+	b.Add(TableService, 100, 0, nil, outputTun0())
 
 	// Table 70: IP to a local pod (PodRules).
-	add(flow(TableIPLocal, 0, 0, "", actDrop))
+	b.Add(TableIPLocal, 0, 0, nil, drop...)
 
 	// Table 80: isolation. The host (gateway) reaches every pod.
-	add(flow(TableIsolation, 300, 0, fmt.Sprintf("ip, nw_src=%v", gw), actOutputReg2))
+	b.Add(TableIsolation, 300, 0, match{ip, flowtable.NwSrc(gw)}, outputReg2())
 	if mode == ModeMultitenant {
 		// VNID 0 is global both ways; reg0 = reg1 = V rules come from VNIDRules.
-		add(flow(TableIsolation, 200, 0, "reg0=0", actOutputReg2))
-		add(flow(TableIsolation, 150, 0, "reg1=0", actOutputReg2))
-		add(flow(TableIsolation, 0, 0, "", actDrop))
+		b.Add(TableIsolation, 200, 0, match{flowtable.Reg(0, 0)}, outputReg2())
+		b.Add(TableIsolation, 150, 0, match{flowtable.Reg(1, 0)}, outputReg2())
+		b.Add(TableIsolation, 0, 0, nil, drop...)
 	} else {
-		add(flow(TableIsolation, 100, 0, "", actOutputReg2))
+		b.Add(TableIsolation, 100, 0, nil, outputReg2())
 	}
 
 	// Table 90: IP to a remote subnet (NodeRules).
-	add(flow(TableIPRemote, 0, 0, "", actDrop))
+	b.Add(TableIPRemote, 0, 0, nil, drop...)
 
 	// Tables 99–101: egress. DNS to the node IP always works; then egress
 	// firewall and egress IP hooks; default: tun0, where the host masquerades.
-	add(flow(TableEgressDNS, 200, 0, fmt.Sprintf("tcp, nw_dst=%v, tp_dst=53", cfg.NodeIP), actOutputTun0))
-	add(flow(TableEgressDNS, 200, 0, fmt.Sprintf("udp, nw_dst=%v, tp_dst=53", cfg.NodeIP), actOutputTun0))
-	add(flow(TableEgressDNS, 0, 0, "", gotoTable(TableEgressFW)))
-	add(flow(TableEgressFW, 0, 0, "", gotoTable(TableEgressIP)))
-	add(flow(TableEgressIP, 0, 0, "", actOutputTun0))
+	b.Add(TableEgressDNS, 200, 0, match{flowtable.TCP(), flowtable.NwDst(cfg.NodeIP), flowtable.TpDst(53)}, outputTun0())
+	b.Add(TableEgressDNS, 200, 0, match{flowtable.UDP(), flowtable.NwDst(cfg.NodeIP), flowtable.TpDst(53)}, outputTun0())
+	b.Add(TableEgressDNS, 0, 0, nil, gotoTable(TableEgressFW))
+	b.Add(TableEgressFW, 0, 0, nil, gotoTable(TableEgressIP))
+	b.Add(TableEgressIP, 0, 0, nil, outputTun0())
 
 	// Tables 110, 120: multicast, dropped unless a VNID opts in (MulticastRules).
-	add(flow(TableMulticastOut, 0, 0, "", actDrop))
-	add(flow(TableMulticastDeliver, 0, 0, "", actDrop))
+	b.Add(TableMulticastOut, 0, 0, nil, drop...)
+	b.Add(TableMulticastDeliver, 0, 0, nil, drop...)
 
 	// Table 253: version note.
-	add(flow(TableVersion, 0, 0, "", "note:"+VersionNote(mode)))
-	return r
+	b.Add(TableVersion, 0, 0, nil, flowtable.Note([]byte{mode.pluginID(), RuleVersion}))
+	return b.Rules()
 }
 
-// PodRules returns the five rules of one local pod (SPEC §2.3), all tagged
-// with PodCookie(pod.IP): table 20 ARP and IP anti-spoofing (reg0 = VNID),
-// table 25 (reg0 reloaded for traffic back from the host), table 40 (ARP to
-// the pod) and table 70 (reg1 = VNID, reg2 = port). In subnet mode the VNID
-// is always 0. The pod should pass cfg.CheckPod.
-func PodRules(cfg NodeConfig, pod Pod) []string {
+// PodRuleCount is the number of rules PodRules returns for one pod.
+const PodRuleCount = 5
+
+// PodRules returns the five rules of one local pod (docs/openshift-rules.md),
+// all tagged with PodCookie(pod.IP): table 20 ARP and IP anti-spoofing
+// (reg0 = VNID), table 25 (reg0 reloaded for traffic back from the host),
+// table 40 (ARP to the pod) and table 70 (reg1 = VNID, reg2 = port). In
+// subnet mode the VNID is always 0. The pod should pass cfg.CheckPod; an
+// error (wrapping flowtable.ErrInvalidRule) means it does not.
+func PodRules(cfg NodeConfig, pod Pod) ([]*flowtable.Rule, error) {
 	vnid := pod.VNID & MaxVNID
 	if cfg.Mode.Canonical() == ModeSubnet {
 		vnid = 0
 	}
-	ip := pod.IP.Unmap()
-	c := PodCookie(ip)
-	mac := FormatMAC(PodMAC(ip))
-	return []string{
-		flow(TablePodIn, 100, c, fmt.Sprintf("in_port=%d, arp, nw_src=%v, arp_sha=%s", pod.Port, ip, mac), loadReg(0, vnid), gotoTable(TableConntrack)),
-		flow(TablePodIn, 100, c, fmt.Sprintf("in_port=%d, ip, nw_src=%v", pod.Port, ip), loadReg(0, vnid), gotoTable(TablePolicyEgress)),
-		flow(TableFromHost, 100, c, fmt.Sprintf("ip, nw_src=%v", ip), loadReg(0, vnid), gotoTable(TablePolicyEgress)),
-		flow(TableARPLocal, 100, c, fmt.Sprintf("arp, nw_dst=%v", ip), output(pod.Port)),
-		flow(TableIPLocal, 100, c, fmt.Sprintf("ip, nw_dst=%v", ip), loadReg(1, vnid), loadReg(2, pod.Port), gotoTable(TableIsolation)),
-	}
+	ip := flowtable.NwSrc(pod.IP)
+	to := flowtable.NwDst(pod.IP)
+	c := PodCookie(pod.IP)
+	var b flowtable.Builder
+	b.Add(TablePodIn, 100, c, match{flowtable.InPort(pod.Port), flowtable.ARP(), ip, flowtable.ArpSha(PodMAC(pod.IP))},
+		loadReg(0, vnid), gotoTable(TableConntrack))
+	b.Add(TablePodIn, 100, c, match{flowtable.InPort(pod.Port), flowtable.IP(), ip}, loadReg(0, vnid), gotoTable(TablePolicyEgress))
+	b.Add(TableFromHost, 100, c, match{flowtable.IP(), ip}, loadReg(0, vnid), gotoTable(TablePolicyEgress))
+	b.Add(TableARPLocal, 100, c, match{flowtable.ARP(), to}, flowtable.OutputPort(pod.Port))
+	b.Add(TableIPLocal, 100, c, match{flowtable.IP(), to}, loadReg(1, vnid), loadReg(2, pod.Port), gotoTable(TableIsolation))
+	return b.Rules()
 }
 
 // NodeRules returns the three rules of one remote node, all tagged with
 // NodeCookie(node.IP): table 10 accepts its VXLAN (tun_src), tables 50 (ARP)
 // and 90 (IP) send traffic for its subnet into the tunnel with the source
-// VNID (reg0) as VNI. The node should pass cfg.CheckRemote.
-func NodeRules(cfg NodeConfig, node RemoteNode) []string {
+// VNID (reg0) as VNI. The node should pass cfg.CheckRemote; an error means it
+// does not.
+func NodeRules(cfg NodeConfig, node RemoteNode) ([]*flowtable.Rule, error) {
 	ip := node.IP.Unmap()
-	c := NodeCookie(ip)
-	sub := node.Subnet.Masked()
-	tunnel := []string{actReg0ToTun, fmt.Sprintf("set_field:%v->tun_dst", ip), actOutputVXLAN}
-	return []string{
-		flow(TableVXLANIn, 100, c, fmt.Sprintf("tun_src=%v", ip), gotoTable(TableConntrack)),
-		flow(TableARPRemote, 100, c, fmt.Sprintf("arp, nw_dst=%v", sub), tunnel...),
-		flow(TableIPRemote, 100, c, fmt.Sprintf("ip, nw_dst=%v", sub), tunnel...),
+	if !ip.Is4() {
+		return nil, fmt.Errorf("%w: node %s IP %v is not IPv4", ErrInvalidConfig, node.Name, node.IP)
 	}
+	c := NodeCookie(ip)
+	sub := flowtable.NwDstPrefix(node.Subnet.Masked())
+	tunnel := []flowtable.Action{reg0ToTun(), flowtable.SetFieldIPv4(flowtable.FieldTunDst, ip.As4()), outputVXLAN()}
+	var b flowtable.Builder
+	b.Add(TableVXLANIn, 100, c, match{flowtable.TunSrc(ip)}, gotoTable(TableConntrack))
+	b.Add(TableARPRemote, 100, c, match{flowtable.ARP(), sub}, tunnel...)
+	b.Add(TableIPRemote, 100, c, match{flowtable.IP(), sub}, tunnel...)
+	return b.Rules()
 }
 
 // VNIDRules returns the isolation rule that lets pods of VNID v talk to each
@@ -229,14 +235,14 @@ func NodeRules(cfg NodeConfig, node RemoteNode) []string {
 // nil outside multitenant mode and for VNID 0, which SetupRules already
 // covers. Install it with a VNID's first local pod, remove it (VNIDFilter)
 // with its last.
-func VNIDRules(cfg NodeConfig, v uint32) []string {
+func VNIDRules(cfg NodeConfig, v uint32) ([]*flowtable.Rule, error) {
 	if cfg.Mode.Canonical() != ModeMultitenant || v == 0 {
-		return nil
+		return nil, nil
 	}
 	v &= MaxVNID
-	return []string{
-		flow(TableIsolation, 100, VNIDCookie(v), fmt.Sprintf("reg0=%d, reg1=%d", v, v), actOutputReg2),
-	}
+	var b flowtable.Builder
+	b.Add(TableIsolation, 100, VNIDCookie(v), match{flowtable.Reg(0, v), flowtable.Reg(1, v)}, outputReg2())
+	return b.Rules()
 }
 
 // MulticastRules opts VNID v in to multicast between its local pods: table
@@ -246,9 +252,9 @@ func VNIDRules(cfg NodeConfig, v uint32) []string {
 // is not implemented: VXLAN multicast is dropped at table 0 unless these
 // rules exist, and nothing sends it. The switch caps the outputs of one
 // packet (flowtable.MaxOutputs), so only that many pods receive a copy.
-func MulticastRules(cfg NodeConfig, v uint32, ports []uint32) []string {
+func MulticastRules(cfg NodeConfig, v uint32, ports []uint32) ([]*flowtable.Rule, error) {
 	if len(ports) == 0 {
-		return nil
+		return nil, nil
 	}
 	if cfg.Mode.Canonical() == ModeSubnet {
 		v = 0
@@ -257,40 +263,62 @@ func MulticastRules(cfg NodeConfig, v uint32, ports []uint32) []string {
 	ps := slices.Clone(ports)
 	slices.Sort(ps)
 	ps = slices.Compact(ps)
-	outs := make([]string, len(ps))
+	outs := make([]flowtable.Action, len(ps))
 	for i, p := range ps {
-		outs[i] = output(p)
+		outs[i] = flowtable.OutputPort(p)
 	}
 	c := MulticastCookie(v)
-	return []string{
-		flow(TableMulticastOut, 100, c, fmt.Sprintf("reg0=%d", v), gotoTable(TableMulticastDeliver)),
-		flow(TableMulticastDeliver, 100, c, fmt.Sprintf("reg0=%d", v), outs...),
-	}
+	var b flowtable.Builder
+	b.Add(TableMulticastOut, 100, c, match{flowtable.Reg(0, v)}, gotoTable(TableMulticastDeliver))
+	b.Add(TableMulticastDeliver, 100, c, match{flowtable.Reg(0, v)}, outs...)
+	return b.Rules()
 }
 
 // Program returns the whole rule set of a node: SetupRules, then PodRules
 // for each pod (by IP), the VNIDRules of every VNID in use (ascending), and
 // NodeRules for each remote node (by IP). It is what a freshly built bridge
 // holds, and what the golden tests pin.
-func Program(cfg NodeConfig, pods []Pod, nodes []RemoteNode) []string {
-	r := SetupRules(cfg)
+func Program(cfg NodeConfig, pods []Pod, nodes []RemoteNode) ([]*flowtable.Rule, error) {
+	r, err := SetupRules(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	add := func(rs []*flowtable.Rule, err error) {
+		r = append(r, rs...)
+		errs = append(errs, err)
+	}
 	ps := slices.Clone(pods)
 	slices.SortFunc(ps, func(a, b Pod) int { return a.IP.Compare(b.IP) })
 	var vnids []uint32
 	for _, p := range ps {
-		r = append(r, PodRules(cfg, p)...)
+		add(PodRules(cfg, p))
 		vnids = append(vnids, p.VNID&MaxVNID)
 	}
 	slices.Sort(vnids)
 	for _, v := range slices.Compact(vnids) {
-		r = append(r, VNIDRules(cfg, v)...)
+		add(VNIDRules(cfg, v))
 	}
 	ns := slices.Clone(nodes)
 	slices.SortFunc(ns, func(a, b RemoteNode) int { return a.IP.Compare(b.IP) })
 	for _, n := range ns {
-		r = append(r, NodeRules(cfg, n)...)
+		add(NodeRules(cfg, n))
 	}
-	return r
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Text returns rules in ovs-ofctl add-flow syntax, one per string: the
+// form people read (gvsctl dump-flows, the golden files in testdata) and
+// ovs-ofctl takes. flowtable.ParseRule of each gives the rule back.
+func Text(rules []*flowtable.Rule) []string {
+	out := make([]string, len(rules))
+	for i, r := range rules {
+		out[i] = r.String()
+	}
+	return out
 }
 
 // GatewayMAC returns the MAC address tun0 uses: 0a:58 followed by the

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gvswitch/gvs/flowtable"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -43,7 +45,14 @@ func sampleNodes() []RemoteNode {
 	}
 }
 
+// sampleProgram returns the text of the sample node's program.
 func sampleProgram(t *testing.T, mode Mode) []string {
+	t.Helper()
+	return Text(sampleRules(t, mode))
+}
+
+// sampleRules returns the sample node's program.
+func sampleRules(t *testing.T, mode Mode) []*flowtable.Rule {
 	t.Helper()
 	cfg := sampleNode(mode)
 	if err := cfg.Validate(); err != nil {
@@ -59,7 +68,36 @@ func sampleProgram(t *testing.T, mode Mode) []string {
 			t.Fatal(err)
 		}
 	}
-	return Program(cfg, samplePods(), sampleNodes())
+	rules, err := Program(cfg, samplePods(), sampleNodes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rules
+}
+
+// must returns the text of a generator's rules, failing the test on an
+// error or when a rule's text does not parse back to the rule.
+func must(t *testing.T) func([]*flowtable.Rule, error) []string {
+	return func(rs []*flowtable.Rule, err error) []string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRoundTrip(t, rs)
+		return Text(rs)
+	}
+}
+
+// checkRoundTrip checks that the String of each rule parses back to an
+// Equal rule.
+func checkRoundTrip(t *testing.T, rs []*flowtable.Rule) {
+	t.Helper()
+	for _, r := range rs {
+		p, err := flowtable.ParseRule(r.String())
+		if err != nil || !p.Equal(r) {
+			t.Errorf("%s does not parse back to the rule: %v", r, err)
+		}
+	}
 }
 
 var goldenModes = []struct {
@@ -67,31 +105,84 @@ var goldenModes = []struct {
 	mode Mode
 }{{"subnet", ModeSubnet}, {"multitenant", ModeMultitenant}}
 
+// TestGolden checks the program against testdata/*.golden, rule by rule:
+// each line of the golden file, parsed, must be Equal to the rule the
+// generators build, in order. The golden files keep the text they were
+// written in (flowtable may print a rule differently, tp_dst for udp_dst)
+// until the program changes; then go test -update, after bumping
+// RuleVersion, rewrites them with Text.
 func TestGolden(t *testing.T) {
 	for _, m := range goldenModes {
 		t.Run(m.name, func(t *testing.T) {
-			got := strings.Join(sampleProgram(t, m.mode), "\n") + "\n"
-			path := filepath.Join("testdata", m.name+".golden")
+			rules := sampleRules(t, m.mode)
+			path := goldenPath(m.name)
+			want, err := os.ReadFile(path)
+			if err != nil && !(*update && errors.Is(err, os.ErrNotExist)) {
+				t.Fatalf("%v (run go test -update)", err)
+			}
+			diff := goldenDiff(string(want), rules)
+			if diff == "" {
+				return
+			}
 			if *update {
 				checkPin(t) // refuse to rewrite a changed program under the same RuleVersion
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+				if err := os.WriteFile(path, []byte(strings.Join(Text(rules), "\n")+"\n"), 0o644); err != nil {
 					t.Fatal(err)
 				}
 				return
 			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -update)", err)
-			}
-			if got != string(want) {
-				t.Errorf("program differs from %s (run go test -update after bumping RuleVersion):\n%s", path, lineDiff(string(want), got))
-			}
+			t.Errorf("program differs from %s (run go test -update after bumping RuleVersion):\n%s", path, diff)
 		})
 	}
 }
 
-// TestRuleVersionPinned ties RuleVersion to the program text: a change to
-// the program without a new RuleVersion fails, even with -update.
+func goldenPath(name string) string { return filepath.Join("testdata", name+".golden") }
+
+// goldenDiff compares the rules of a golden file's text with rules and
+// describes the differences, "" when there are none.
+func goldenDiff(golden string, rules []*flowtable.Rule) string {
+	lines := strings.Split(strings.TrimSuffix(golden, "\n"), "\n")
+	if golden == "" {
+		lines = nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(lines) || i < len(rules); i++ {
+		var gl, rl string
+		var gr *flowtable.Rule
+		if i < len(lines) {
+			gl = lines[i]
+			var err error
+			if gr, err = flowtable.ParseRule(gl); err != nil {
+				fmt.Fprintf(&b, "line %d: %v\n", i+1, err)
+			}
+		}
+		if i < len(rules) {
+			rl = rules[i].String()
+		}
+		if gr == nil || i >= len(rules) || !gr.Equal(rules[i]) {
+			fmt.Fprintf(&b, "line %d:\n- %s\n+ %s\n", i+1, gl, rl)
+		}
+	}
+	return b.String()
+}
+
+// programText returns the text of mode's sample program as the golden
+// file holds it when its rules are the program's, else Text's.
+func programText(t *testing.T, name string, mode Mode) string {
+	t.Helper()
+	rules := sampleRules(t, mode)
+	golden, err := os.ReadFile(goldenPath(name))
+	if err == nil && goldenDiff(string(golden), rules) == "" {
+		return strings.TrimSuffix(string(golden), "\n")
+	}
+	return strings.Join(Text(rules), "\n")
+}
+
+// TestRuleVersionPinned ties RuleVersion to the program: a change to the
+// program without a new RuleVersion fails, even with -update. The pin
+// hashes the program's text as the golden file holds it (programText), so
+// a change of how flowtable prints rules alone needs no new RuleVersion,
+// which would make every node rebuild its bridge.
 func TestRuleVersionPinned(t *testing.T) {
 	got, changed := checkPin(t)
 	if !changed {
@@ -116,7 +207,7 @@ func checkPin(t *testing.T) (pin string, changed bool) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "RuleVersion %d\n", RuleVersion)
 	for _, m := range goldenModes {
-		prog := strings.Join(sampleProgram(t, m.mode), "\n")
+		prog := programText(t, m.name, m.mode)
 		fmt.Fprintf(&b, "%s %x\n", m.name, sha256.Sum256([]byte(prog)))
 	}
 	got := b.String()
@@ -135,24 +226,6 @@ func checkPin(t *testing.T) (pin string, changed bool) {
 		t.Fatalf("the rule program changed but RuleVersion is still %d: bump RuleVersion, then run go test -update\nwant:\n%sgot:\n%s", RuleVersion, want, got)
 	}
 	return got, true
-}
-
-func lineDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	var b strings.Builder
-	for i := 0; i < len(w) || i < len(g); i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			fmt.Fprintf(&b, "line %d:\n- %s\n+ %s\n", i+1, wl, gl)
-		}
-	}
-	return b.String()
 }
 
 // parsedRule is a rule split into its parts, for structural checks.
@@ -286,8 +359,8 @@ func TestPodRules(t *testing.T) {
 		cfg := sampleNode(m.mode)
 		cookies := map[uint64]string{}
 		for _, p := range samplePods() {
-			rules := PodRules(cfg, p)
-			if len(rules) != 5 {
+			rules := must(t)(PodRules(cfg, p))
+			if len(rules) != PodRuleCount {
 				t.Fatalf("%s: pod %s has %d rules, want 5", m.name, p.Name, len(rules))
 			}
 			wantTables := []int{TablePodIn, TablePodIn, TableFromHost, TableARPLocal, TableIPLocal}
@@ -317,7 +390,7 @@ func TestPodRules(t *testing.T) {
 			cookies[PodCookie(p.IP)] = p.Name
 		}
 		for _, n := range sampleNodes() {
-			rules := NodeRules(cfg, n)
+			rules := must(t)(NodeRules(cfg, n))
 			if len(rules) != 3 {
 				t.Fatalf("node %s has %d rules, want 3", n.Name, len(rules))
 			}
@@ -354,14 +427,14 @@ func TestCookies(t *testing.T) {
 }
 
 func TestVNIDRules(t *testing.T) {
-	if r := VNIDRules(sampleNode(ModeSubnet), 10); r != nil {
-		t.Errorf("subnet mode VNIDRules = %q, want none", r)
+	if r, err := VNIDRules(sampleNode(ModeSubnet), 10); r != nil || err != nil {
+		t.Errorf("subnet mode VNIDRules = %q, %v; want none", r, err)
 	}
 	mt := sampleNode(ModeMultitenant)
-	if r := VNIDRules(mt, 0); r != nil {
-		t.Errorf("VNID 0 rules = %q, want none (SetupRules covers it)", r)
+	if r, err := VNIDRules(mt, 0); r != nil || err != nil {
+		t.Errorf("VNID 0 rules = %q, %v; want none (SetupRules covers it)", r, err)
 	}
-	r := VNIDRules(mt, 10)
+	r := must(t)(VNIDRules(mt, 10))
 	if len(r) != 1 || r[0] != "table=80, priority=100, cookie=0x30000000a, reg0=10, reg1=10, actions=output:NXM_NX_REG2[]" {
 		t.Errorf("VNIDRules(10) = %q", r)
 	}
@@ -369,10 +442,10 @@ func TestVNIDRules(t *testing.T) {
 
 func TestMulticastRules(t *testing.T) {
 	cfg := sampleNode(ModeMultitenant)
-	if MulticastRules(cfg, 10, nil) != nil {
+	if r, err := MulticastRules(cfg, 10, nil); r != nil || err != nil {
 		t.Error("rules without ports")
 	}
-	r := MulticastRules(cfg, 10, []uint32{7, 3, 7})
+	r := must(t)(MulticastRules(cfg, 10, []uint32{7, 3, 7}))
 	want := []string{
 		"table=110, priority=100, cookie=0x40000000a, reg0=10, actions=goto_table:120",
 		"table=120, priority=100, cookie=0x40000000a, reg0=10, actions=output:3,output:7",
@@ -380,15 +453,27 @@ func TestMulticastRules(t *testing.T) {
 	if strings.Join(r, "\n") != strings.Join(want, "\n") {
 		t.Errorf("MulticastRules = %q, want %q", r, want)
 	}
-	for _, s := range r {
+	for i, s := range r {
 		parseRule(t, s)
+		if !mustParse(t, want[i]).Equal(mustParse(t, s)) {
+			t.Errorf("%q and %q are different rules", want[i], s)
+		}
 	}
 }
 
+func mustParse(t *testing.T, s string) *flowtable.Rule {
+	t.Helper()
+	r, err := flowtable.ParseRule(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func TestSetupRulesModes(t *testing.T) {
-	sub := strings.Join(SetupRules(sampleNode(ModeSubnet)), "\n")
-	short := strings.Join(SetupRules(sampleNode("subnet")), "\n")
-	empty := strings.Join(SetupRules(sampleNode("")), "\n")
+	sub := strings.Join(must(t)(SetupRules(sampleNode(ModeSubnet))), "\n")
+	short := strings.Join(must(t)(SetupRules(sampleNode("subnet"))), "\n")
+	empty := strings.Join(must(t)(SetupRules(sampleNode(""))), "\n")
 	if sub != short || sub != empty {
 		t.Error("mode spellings give different programs")
 	}
@@ -398,7 +483,7 @@ func TestSetupRulesModes(t *testing.T) {
 	if !strings.Contains(sub, "note:00.") {
 		t.Error("subnet mode note")
 	}
-	mt := strings.Join(SetupRules(sampleNode("multitenant")), "\n")
+	mt := strings.Join(must(t)(SetupRules(sampleNode("multitenant"))), "\n")
 	for _, want := range []string{
 		"table=80, priority=200, reg0=0, actions=output:NXM_NX_REG2[]",
 		"table=80, priority=150, reg1=0, actions=output:NXM_NX_REG2[]",

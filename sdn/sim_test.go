@@ -134,16 +134,16 @@ func (s *simulator) run(p simPacket) []simOutput {
 					i, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(dst, "NXM_NX_REG"), "[]"))
 					st.regs[i] = uint32(n)
 				}
-			case a == actTunToReg0:
+			case a == "move:NXM_NX_TUN_ID[0..31]->NXM_NX_REG0[]":
 				st.regs[0] = st.tunID
-			case a == actReg0ToTun:
+			case a == "move:NXM_NX_REG0[]->NXM_NX_TUN_ID[0..31]":
 				st.tunID = st.regs[0]
 			case strings.HasPrefix(a, "set_field:"):
 				v, _, _ := strings.Cut(strings.TrimPrefix(a, "set_field:"), "->")
 				st.tunDst = netip.MustParseAddr(v)
 			case strings.HasPrefix(a, "output:"):
 				port := st.regs[2]
-				if a != actOutputReg2 {
+				if a != "output:NXM_NX_REG2[]" {
 					n, _ := strconv.Atoi(strings.TrimPrefix(a, "output:"))
 					port = uint32(n)
 				}
@@ -254,7 +254,7 @@ func TestProgramBehaviour(t *testing.T) {
 
 func TestMulticastOptIn(t *testing.T) {
 	cfg := sampleNode(ModeMultitenant)
-	rules := append(sampleProgram(t, ModeMultitenant), MulticastRules(cfg, 10, []uint32{4, 6})...)
+	rules := append(sampleProgram(t, ModeMultitenant), must(t)(MulticastRules(cfg, 10, []uint32{4, 6}))...)
 	sim := newSimulator(t, rules)
 	var got []string
 	for _, o := range sim.run(fromPod(4, ipWeb, netip.MustParseAddr("224.1.1.1"))) {

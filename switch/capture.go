@@ -1,6 +1,6 @@
 package vswitch
 
-// Packet capture (gvsctl capture, SPEC §5). The way of a captured frame:
+// Packet capture (gvsctl capture, docs/operations.md "Packet capture"). The way of a captured frame:
 //
 //  1. StartCapture publishes a *Capture in the port's entry (an
 //     atomic.Pointer). Workers load that pointer once per batch: with no

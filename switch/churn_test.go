@@ -123,6 +123,7 @@ type churnPort struct {
 	closed  chan struct{}
 	once    sync.Once
 	errs    *churnErrors
+	wrote   chan<- struct{} // told (without blocking) after each batch written
 }
 
 func (p *churnPort) Name() string   { return fmt.Sprintf("churn%d", p.no) }
@@ -200,6 +201,10 @@ func (p *churnPort) WriteTunnel(bufs [][]byte, eps []vxlan.Endpoint, offset int)
 			s.delivered.Add(1)
 		}
 	}
+	select {
+	case p.wrote <- struct{}{}:
+	default:
+	}
 	return len(bufs), nil
 }
 
@@ -224,7 +229,7 @@ func (e *churnErrors) add(format string, args ...any) {
 	}
 }
 
-// churnProgram parses the program of churnPods local pods and churnRemotes
+// churnProgram builds the program of churnPods local pods and churnRemotes
 // remote nodes.
 func churnProgram(tb testing.TB) []*flowtable.Rule {
 	tb.Helper()
@@ -236,7 +241,7 @@ func churnProgram(tb testing.TB) []*flowtable.Rule {
 	for j := range nodes {
 		nodes[j] = churnRemote(j)
 	}
-	rs, err := flowtable.ParseRules(strings.Join(sdn.Program(churnNode, pods, nodes), "\n"))
+	rs, err := sdn.Program(churnNode, pods, nodes)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -284,8 +289,23 @@ func churnRun(t *testing.T, tbl *flowtable.Table, cacheSize int) {
 	defer sw.Close()
 	errs := &churnErrors{}
 	ports := map[uint32]*churnPort{}
+	wrote := make(chan struct{}, 1)
+	// await waits until cond holds or d passes, checking it again after
+	// every batch a port writes; it reports whether cond held.
+	await := func(d time.Duration, cond func() bool) bool {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		for !cond() {
+			select {
+			case <-wrote:
+			case <-timer.C:
+				return cond()
+			}
+		}
+		return true
+	}
 	for _, no := range []uint32{a.Port, b.Port, sdn.PortVXLAN} {
-		p := &churnPort{no: no, streams: streams, in: make(chan churnMsg, 256), closed: make(chan struct{}), errs: errs}
+		p := &churnPort{no: no, streams: streams, in: make(chan churnMsg, 256), closed: make(chan struct{}), errs: errs, wrote: wrote}
 		ports[no] = p
 		if no == sdn.PortVXLAN {
 			err = sw.AddTunnel(no, p)
@@ -324,28 +344,32 @@ func churnRun(t *testing.T, tbl *flowtable.Table, cacheSize int) {
 		for i, s := range streams {
 			base[i] = s.delivered.Load()
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for i, s := range streams {
-			for s.delivered.Load() < base[i]+2 {
-				if errs.n.Load() > 0 || time.Now().After(deadline) {
-					t.Fatalf("%s: stream %s stalled at %d frames delivered of %d sent; %v; switch drops: %s",
-						what, s.name, s.delivered.Load(), s.sent.Load(), errs, churnDrops(sw.Stats()))
+		moved := func() bool {
+			for i, s := range streams {
+				if s.delivered.Load() < base[i]+2 {
+					return false
 				}
-				time.Sleep(20 * time.Microsecond)
 			}
+			return true
+		}
+		if !await(10*time.Second, func() bool { return moved() || errs.n.Load() > 0 }) || errs.n.Load() > 0 {
+			for _, s := range streams {
+				t.Logf("stream %s: %d frames delivered of %d sent", s.name, s.delivered.Load(), s.sent.Load())
+			}
+			t.Fatalf("%s: traffic stalled; %v; switch drops: %s", what, errs, churnDrops(sw.Stats()))
 		}
 	}
 	progress("before the updates")
 
 	// The writer adds and removes the rules of pods not in the program,
-	// as the daemon does: parse PodRules, then one Apply per ADD or DEL
+	// as the daemon does: PodRules, then one Apply per ADD or DEL
 	// (their VNIDs have local pods already, so no VNIDRules come along).
 	addLat := make([]time.Duration, 0, churnUpdates/2)
 	delLat := make([]time.Duration, 0, churnUpdates/2)
 	for k := range churnUpdates / 2 {
 		p := churnPod(churnPods + k)
 		t0 := time.Now()
-		rs, err := flowtable.ParseRules(strings.Join(sdn.PodRules(churnNode, p), "\n"))
+		rs, err := sdn.PodRules(churnNode, p)
 		if err == nil {
 			err = tbl.Apply(nil, rs)
 		}
@@ -365,12 +389,14 @@ func churnRun(t *testing.T, tbl *flowtable.Table, cacheSize int) {
 	stopSender()
 
 	// Every frame sent must arrive.
-	deadline := time.Now().Add(10 * time.Second)
-	for _, s := range streams {
-		for s.delivered.Load() < s.sent.Load() && errs.n.Load() == 0 && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
+	await(10*time.Second, func() bool {
+		for _, s := range streams {
+			if s.delivered.Load() < s.sent.Load() {
+				return errs.n.Load() > 0
+			}
 		}
-	}
+		return true
+	})
 	var total uint64
 	for _, s := range streams {
 		sent, got := s.sent.Load(), s.delivered.Load()
@@ -392,7 +418,7 @@ func churnRun(t *testing.T, tbl *flowtable.Table, cacheSize int) {
 	all := append(slices.Clone(addLat), delLat...)
 	t.Logf("%d frames in %d streams through %d updates (%d lookups, %d cache hits)",
 		total, len(streams), len(all), st.Lookups, st.CacheHits)
-	t.Logf("update latency with %d rules loaded, under traffic: add (parse+apply) %s; remove %s; all %s",
+	t.Logf("update latency with %d rules loaded, under traffic: add (build+apply) %s; remove %s; all %s",
 		tbl.Len(), latencySummary(addLat), latencySummary(delLat), latencySummary(all))
 }
 

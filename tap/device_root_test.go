@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/tap"
 	"golang.org/x/sys/unix"

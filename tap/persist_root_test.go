@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/tap"
 	"golang.org/x/sys/unix"
 )

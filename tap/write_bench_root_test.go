@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/tap"
 	"golang.org/x/sys/unix"

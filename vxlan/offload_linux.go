@@ -2,7 +2,7 @@
 
 package vxlan
 
-// Offloads of the tunnel port (SPEC §2.1): a raw recvmmsg receive path
+// Offloads of the tunnel port (docs/architecture.md "Offloads"): a raw recvmmsg receive path
 // that allocates nothing, UDP GRO on the receive socket with GRO-style
 // coalescing of the inner TCP segments, and TCP segmentation of
 // super-frames with UDP GSO (UDP_SEGMENT) on the send sockets.

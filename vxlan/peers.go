@@ -14,7 +14,8 @@ import (
 var ErrNotIPv4 = errors.New("vxlan: peer address is not IPv4")
 
 // Peers is the set of known nodes' underlay IPv4 addresses; the tunnel port
-// accepts VXLAN packets only from them (SPEC §2.1).
+// accepts VXLAN packets only from them (docs/architecture.md, a packet's
+// way).
 //
 // Readers (Contains) take no lock and allocate nothing: the set is an
 // immutable map published through an atomic.Pointer. Writers (Set, Add,

@@ -2,7 +2,7 @@
 
 package vxlan
 
-// The tunnel port, vxlan0 (SPEC §2.1).
+// The tunnel port, vxlan0 (docs/openshift-rules.md "Ports and registers").
 //
 // Receive path (ReadTunnel, one goroutine at a time):
 //  1. A raw recvmmsg on the socket bound to Local:4789 reads up to

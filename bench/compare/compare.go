@@ -74,8 +74,9 @@ type Config struct {
 // (gvs-bench udp-probe → udp-echo); rtt_ping_* are ICMP echo (iputils
 // ping), taken at the same time on the same pod pair, except
 // rtt_ping_sparse_*: ping alone, one request every 200 ms, the way ping is
-// run by hand (SPEC §7's idle reference, ≈0.12 ms for the kernel, is of
-// this kind: between two requests every CPU goes idle).
+// run by hand (the idle reference of the RTT target, ≈0.12 ms for the
+// kernel, is of this kind: between two requests every CPU goes idle;
+// docs/benchmarks.md).
 type Metrics struct {
 	TCP1Gbps    float64 `json:"tcp1_gbps"`
 	TCP4Gbps    float64 `json:"tcp4_gbps"`

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 )
 
 // vethPair creates namespaces <p>-a and <p>-b joined by veth a (10.77.0.1)

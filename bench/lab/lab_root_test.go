@@ -131,7 +131,15 @@ func TestLab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // let the shell set its trap
+	// The shell says "ready" once its trap is set.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(log); strings.Contains(string(b), "ready") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the shell did not get ready")
+		}
+	}
 	start := time.Now()
 	if err := p.Stop(); err != nil {
 		t.Errorf("Stop: %v", err)

@@ -85,7 +85,8 @@ func rssKB(pid int, field string) int {
 // TestControlPlaneScale: a real gvs-master (embedded etcd) and N simulated
 // nodes (the real agent with a counting sink, one etcd client each) while
 // P projects are created. Reports convergence time and memory. Run with
-// GVS_SCALE=1 [GVS_SCALE_NODES=500 GVS_SCALE_PROJECTS=2000].
+// make test-scale [GVS_SCALE_NODES=500 GVS_SCALE_PROJECTS=2000], which sets
+// GVS_SCALE=1 and, as root, runs it in a throwaway network namespace.
 func TestControlPlaneScale(t *testing.T) {
 	if os.Getenv("GVS_SCALE") == "" {
 		t.Skip("set GVS_SCALE=1 to run the control-plane scale test")

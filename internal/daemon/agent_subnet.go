@@ -71,11 +71,11 @@ func (d *Daemon) ChangeSubnet(sub netip.Prefix) error {
 		}
 	}
 	var dels []flowtable.Filter
-	var adds []string
+	var adds []*flowtable.Rule
 	if old.Subnet.IsValid() {
 		// The old setup rules, exactly (other cookie-0 rules, added by
 		// hand with gvsctl add-flows, stay).
-		prev, err := flowtable.ParseRules(strings.Join(sdn.SetupRules(old), "\n"))
+		prev, err := sdn.SetupRules(old)
 		if err != nil {
 			return fmt.Errorf("old setup rules: %w", err)
 		}
@@ -85,7 +85,10 @@ func (d *Daemon) ChangeSubnet(sub netip.Prefix) error {
 		}
 	}
 	if sub.IsValid() {
-		adds = sdn.SetupRules(nn)
+		var err error
+		if adds, err = sdn.SetupRules(nn); err != nil {
+			return fmt.Errorf("new setup rules: %w", err)
+		}
 	}
 	var gone []string
 	for key, p := range d.pods {
@@ -107,7 +110,7 @@ func (d *Daemon) ChangeSubnet(sub netip.Prefix) error {
 			dropped = append(dropped, ip)
 		}
 	}
-	if err := d.applyText(dels, adds); err != nil {
+	if err := d.table.Apply(dels, adds); err != nil {
 		return fmt.Errorf("subnet %v → %v: rules: %w", old.Subnet, sub, err)
 	}
 	var errs []error

@@ -15,6 +15,7 @@ import (
 	"github.com/gvswitch/gvs/sdn/master"
 	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
+	"google.golang.org/grpc/connectivity"
 )
 
 var agentTestConfig = registry.Config{
@@ -55,6 +56,19 @@ func waitSink(t *testing.T, s *countSink, what string, cond func(*countSink) boo
 			t.Fatalf("timed out waiting for %s (remotes %v, projects %v)", what, s.remotes, s.projects)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitConn waits until the agent's etcd connection is in state want.
+func waitConn(t *testing.T, ctx context.Context, a *agent, want connectivity.State) {
+	t.Helper()
+	conn := a.cli.ActiveConnection()
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for st := conn.GetState(); st != want; st = conn.GetState() {
+		if !conn.WaitForStateChange(wctx, st) {
+			t.Fatalf("the agent's etcd connection stayed %v, want %v", st, want)
+		}
 	}
 }
 
@@ -148,7 +162,9 @@ func TestAgentSurvivesEtcdRestart(t *testing.T) {
 	waitSink(t, sa, "3 remotes", func(s *countSink) bool { return len(s.remotes) == 3 })
 
 	f.Stop()
-	time.Sleep(3 * time.Second)
+	// Once the agent's connection has failed to come back, the agent is
+	// cut off: its state must be unchanged.
+	waitConn(t, ctx, a, connectivity.TransientFailure)
 	sa.mu.Lock()
 	if len(sa.remotes) != 3 {
 		t.Errorf("remotes dropped while etcd was down: %v", sa.remotes)

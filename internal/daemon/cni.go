@@ -14,7 +14,7 @@ import (
 
 	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/flowtable"
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/sdn"
 	vswitch "github.com/gvswitch/gvs/switch"
@@ -194,7 +194,7 @@ func (b *cniBackend) Check(_ context.Context, l cniplugin.Lease) error {
 	p := d.pods[leaseKey(l)]
 	var want int
 	if p != nil {
-		want = len(sdn.PodRules(d.node, sdn.Pod{Name: p.Name, Namespace: p.Project, IP: p.IP, Port: p.Port, VNID: p.VNID}))
+		want = sdn.PodRuleCount
 	}
 	d.mu.Unlock()
 	if p == nil {

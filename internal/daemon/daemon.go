@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -17,7 +18,7 @@ import (
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/accept"
 	"github.com/gvswitch/gvs/internal/control"
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/gateway"
@@ -160,7 +161,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 }
 
 func (d *Daemon) setup(ctx context.Context) error {
-	if err := d.applyText(nil, sdn.SetupRules(d.node)); err != nil {
+	setup, err := sdn.SetupRules(d.node)
+	if err != nil {
+		return fmt.Errorf("setup rules: %w", err)
+	}
+	if err := d.table.Add(setup...); err != nil {
 		return fmt.Errorf("setup rules: %w", err)
 	}
 	// vxlan0, port 1. UDP datagrams are merged toward the pods once a pod
@@ -209,13 +214,21 @@ func (d *Daemon) setup(ctx context.Context) error {
 	return nil
 }
 
-// applyText parses rule text and applies it atomically after the deletions.
-func (d *Daemon) applyText(dels []flowtable.Filter, rules []string) error {
-	parsed, err := flowtable.ParseRules(strings.Join(rules, "\n"))
+// applyPodRules installs a pod's rules, with its VNID's isolation rules
+// when it is the VNID's first local pod, in one table update.
+func (d *Daemon) applyPodRules(p sdn.Pod) error {
+	rules, err := sdn.PodRules(d.node, p)
 	if err != nil {
 		return err
 	}
-	return d.table.Apply(dels, parsed)
+	if d.node.Mode == sdn.ModeMultitenant && p.VNID != 0 && d.vnids[p.VNID] == 0 {
+		vr, err := sdn.VNIDRules(d.node, p.VNID)
+		if err != nil {
+			return err
+		}
+		rules = append(rules, vr...)
+	}
+	return d.table.Apply(nil, rules)
 }
 
 // AddRemote installs the rules for a remote node and accepts its VXLAN.
@@ -234,7 +247,11 @@ func (d *Daemon) AddRemote(p PeerConfig) error {
 	if err := d.node.CheckRemote(rn); err != nil {
 		return err
 	}
-	if err := d.applyText([]flowtable.Filter{cookieFilter(sdn.NodeCookie(ip))}, sdn.NodeRules(d.node, rn)); err != nil {
+	rules, err := sdn.NodeRules(d.node, rn)
+	if err == nil {
+		err = d.table.Apply([]flowtable.Filter{cookieFilter(sdn.NodeCookie(ip))}, rules)
+	}
+	if err != nil {
 		return fmt.Errorf("peer %s: %w", p.Name, err)
 	}
 	d.remotes[ip] = rn
@@ -273,7 +290,12 @@ func (d *Daemon) SetProjectVNID(project string, vnid uint32) error {
 		return nil
 	}
 	var dels []flowtable.Filter
-	var rules []string
+	var rules []*flowtable.Rule
+	var errs []error
+	add := func(rs []*flowtable.Rule, err error) {
+		rules = append(rules, rs...)
+		errs = append(errs, err)
+	}
 	var moved []*Pod
 	counts := maps.Clone(d.vnids)
 	for _, p := range d.pods {
@@ -281,12 +303,12 @@ func (d *Daemon) SetProjectVNID(project string, vnid uint32) error {
 			continue
 		}
 		dels = append(dels, cookieFilter(sdn.PodCookie(p.IP)))
-		rules = append(rules, sdn.PodRules(d.node, sdn.Pod{Name: p.Name, Namespace: p.Project, IP: p.IP, Port: p.Port, VNID: vnid})...)
+		add(sdn.PodRules(d.node, sdn.Pod{Name: p.Name, Namespace: p.Project, IP: p.IP, Port: p.Port, VNID: vnid}))
 		if counts[p.VNID]--; counts[p.VNID] == 0 && p.VNID != 0 {
 			dels = append(dels, cookieFilter(sdn.VNIDCookie(p.VNID)))
 		}
 		if counts[vnid] == 0 {
-			rules = append(rules, sdn.VNIDRules(d.node, vnid)...)
+			add(sdn.VNIDRules(d.node, vnid))
 		}
 		counts[vnid]++
 		moved = append(moved, p)
@@ -294,7 +316,11 @@ func (d *Daemon) SetProjectVNID(project string, vnid uint32) error {
 	if len(moved) == 0 {
 		return nil
 	}
-	if err := d.applyText(dels, rules); err != nil {
+	err := errors.Join(errs...)
+	if err == nil {
+		err = d.table.Apply(dels, rules)
+	}
+	if err != nil {
 		return fmt.Errorf("re-tag project %s: %w", project, err)
 	}
 	for v, n := range counts {
@@ -537,11 +563,7 @@ func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *
 		persisted = true
 	}
 	p.dev = podDev
-	rules := sdn.PodRules(d.node, sp)
-	if d.node.Mode == sdn.ModeMultitenant && p.VNID != 0 && d.vnids[p.VNID] == 0 {
-		rules = append(rules, sdn.VNIDRules(d.node, p.VNID)...)
-	}
-	if err := d.applyText(nil, rules); err != nil {
+	if err := d.applyPodRules(sp); err != nil {
 		return nil, err
 	}
 	d.vnids[p.VNID]++

@@ -3,7 +3,7 @@ package daemon
 import (
 	"fmt"
 
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/vxlan"
 	"github.com/vishvananda/netlink"
 )

@@ -124,7 +124,7 @@ func (m *cniMetrics) histogram() *prometheus.HistogramVec {
 		m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "gvs_cni_request_duration_seconds",
 			Help: "Time gvs-switchd took to answer CNI requests, by verb and result (success or error).",
-			// The SPEC's target is ADD p99 ≤ 20 ms.
+			// The target is ADD p99 ≤ 20 ms (docs/cni.md "Latency").
 			Buckets: []float64{.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"verb", "result"})
 	})

@@ -25,7 +25,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gvswitch/gvs/cniplugin"
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/sdn"
 	vswitch "github.com/gvswitch/gvs/switch"
@@ -252,11 +252,7 @@ func (d *Daemon) adoptPod(ctx context.Context, l cniplugin.Lease, dev *tap.Devic
 			_ = d.sw.RemovePort(l.Port) // closes dev
 		}
 	}()
-	rules := sdn.PodRules(d.node, sp)
-	if d.node.Mode == sdn.ModeMultitenant && sp.VNID != 0 && d.vnids[sp.VNID] == 0 {
-		rules = append(rules, sdn.VNIDRules(d.node, sp.VNID)...)
-	}
-	if err := d.applyText(nil, rules); err != nil {
+	if err := d.applyPodRules(sp); err != nil {
 		return err
 	}
 	mac := packet.PodMAC(l.IP.As4())

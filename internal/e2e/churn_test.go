@@ -69,9 +69,13 @@ func TestChurnNoLoss(t *testing.T) {
 			ip = ip.Next()
 		}
 		pod := sdn.Pod{Name: "churn", IP: ip, Port: 200}
+		rules, err := sdn.PodRules(sdn.NodeConfig{Mode: sdn.ModeSubnet}, pod)
+		if err != nil {
+			t.Fatal(err)
+		}
 		nodes = append(nodes, churnNode{
 			socket: n.Socket,
-			add:    strings.Join(sdn.PodRules(sdn.NodeConfig{Mode: sdn.ModeSubnet}, pod), "\n"),
+			add:    strings.Join(sdn.Text(rules), "\n"),
 			del:    sdn.PodFilter(ip),
 		})
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 )
 
 // BenchmarkCNIAdd measures CNI ADD latency as a runtime sees it (libcni

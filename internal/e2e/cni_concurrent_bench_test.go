@@ -13,7 +13,7 @@ import (
 
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 )
 
 // BenchmarkCNIAddConcurrent measures a burst of 20 CNI ADDs on one node,

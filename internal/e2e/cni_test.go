@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -19,7 +21,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 )
 
 // cniCluster is one node (two pods attached by CNI ADD during Up) and an
@@ -319,11 +321,29 @@ func TestCNIChainPortmap(t *testing.T) {
 	}
 	bin := filepath.Join(binDir, "gvs-bench")
 	srv := exec.Command("ip", "netns", "exec", filepath.Base(ns), bin, "tcp-server", "-l", ":5201")
+	stdout, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }() // by its pid: ip netns exec execs the server
-	time.Sleep(300 * time.Millisecond)
+	// The server prints "listening on ADDR" once it listens.
+	listening := make(chan bool, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		listening <- strings.HasPrefix(line, "listening on")
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case ok := <-listening:
+		if !ok {
+			t.Fatal("tcp-server did not start listening")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("tcp-server did not start listening")
+	}
 	to := netip.AddrPortFrom(c.Nodes[0].IP, 18080).String()
 	out, err := c.Lab.Exec(ctx(t), c.Lab.External.NS, bin, "tcp-client", "-c", to, "-bytes", "100000")
 	if err != nil {

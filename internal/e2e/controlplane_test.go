@@ -50,6 +50,17 @@ func eventually(d time.Duration, cond func() bool) bool {
 	}
 }
 
+// leaseLosses counts the times node i's gvs-switchd logged that it lost its
+// node lease (internal/daemon/agent.go, keepAlive).
+func leaseLosses(t *testing.T, c *cluster.Cluster, i int) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.Lab.StateDir(), c.Nodes[i].Name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "node lease lost")
+}
+
 // remotes returns the remote nodes node i has rules for, from gvsctl show.
 func remotes(t *testing.T, c *cluster.Cluster, i int) []string {
 	out, err := c.Ctl(ctx(t), i, "show")
@@ -168,18 +179,31 @@ func TestControlPlaneExternalEtcd(t *testing.T) {
 	res := make(chan result, 1)
 	pctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	txBefore := portTx(t, c, 1, dst)
 	go func() {
 		out, err := c.Lab.Exec(pctx, src.NS, "ping", "-c", "240", "-i", "0.05", "-W", "1", "-q", dst.IP.String())
 		res <- result{string(out), err}
 	}()
-	time.Sleep(time.Second)
+	// The outage starts once the ping's requests reach dst.
+	if !eventually(10*time.Second, func() bool { return portTx(t, c, 1, dst) >= txBefore+5 }) {
+		t.Fatalf("the ping from %s does not reach %s", src.Name, dst.Name)
+	}
+	lost := make([]int, len(c.Nodes))
+	for i := range c.Nodes {
+		lost[i] = leaseLosses(t, c, i)
+	}
 	t.Log("stopping every etcd member")
 	for _, m := range c.Etcd {
 		if err := m.Stop(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(8 * time.Second) // longer than the 3 s node lease
+	// The outage lasts until every node has lost its node lease (3 s).
+	for i := range c.Nodes {
+		if !eventually(30*time.Second, func() bool { return leaseLosses(t, c, i) > lost[i] }) {
+			t.Fatalf("%s did not lose its node lease with etcd down", c.Nodes[i].Name)
+		}
+	}
 	t.Log("starting etcd again")
 	for _, m := range c.Etcd {
 		if err := m.Start(ctx(t)); err != nil {

@@ -18,7 +18,7 @@ import (
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/control"
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/vxlan"
 )
 
@@ -84,10 +84,23 @@ func TestMultitenant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(700 * time.Millisecond)
+		// tcpdump says "listening on eth0" once it captures.
+		if !eventually(10*time.Second, func() bool {
+			b, _ := os.ReadFile(pcap + ".log")
+			return strings.Contains(string(b), "listening on")
+		}) {
+			t.Fatal("tcpdump did not start capturing")
+		}
 		ping(t, c.Lab, alpha1.NS, alpha2.IP, 56)
 		ping(t, c.Lab, beta1.NS, beta2.IP, 56)
-		time.Sleep(300 * time.Millisecond)
+		// -U writes each packet as it is captured: wait until both pings'
+		// VXLAN packets are in the file.
+		eventually(5*time.Second, func() bool {
+			vnis, _, err := readVNIs(pcap)
+			_, a := vnis[alpha1.IP.String()]
+			_, b := vnis[beta1.IP.String()]
+			return err == nil && a && b
+		})
 		dump.Stop()
 		if out, err := exec.Command("tcpdump", "-nr", pcap).CombinedOutput(); err != nil {
 			t.Errorf("tcpdump cannot read the capture: %v\n%s", err, out)
@@ -163,8 +176,8 @@ func TestMultitenant(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(300 * time.Millisecond)
-		if after := tunnelDrops(t, c, 0); after < before+5 {
+		var after uint64
+		if !eventually(5*time.Second, func() bool { after = tunnelDrops(t, c, 0); return after >= before+5 }) {
 			t.Errorf("unknown-peer drops went from %d to %d; want +5", before, after)
 		}
 		if tx := portTx(t, c, 0, def1); tx != txBefore {
@@ -293,14 +306,27 @@ func portTx(t *testing.T, c *cluster.Cluster, node int, p cluster.Pod) uint64 {
 // returns, for each inner IPv4 source, the VNI it travelled with.
 func vnisBySource(t *testing.T, path string) map[string]uint32 {
 	t.Helper()
-	f, err := os.Open(path)
+	out, noI, err := readVNIs(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if noI > 0 {
+		t.Errorf("%d VXLAN packets without the I flag", noI)
+	}
+	return out
+}
+
+// readVNIs is vnisBySource without a test: the VNIs by inner source, and
+// how many VXLAN packets lacked the I flag.
+func readVNIs(path string) (vnis map[string]uint32, noI int, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
 	}
 	defer f.Close()
 	r, err := pcapgo.NewReader(f)
 	if err != nil {
-		t.Fatalf("reading %s: %v", path, err)
+		return nil, 0, fmt.Errorf("reading %s: %w", path, err)
 	}
 	out := map[string]uint32{}
 	src := gopacket.NewPacketSource(r, r.LinkType())
@@ -311,7 +337,7 @@ func vnisBySource(t *testing.T, path string) map[string]uint32 {
 			continue
 		}
 		if !vx.ValidIDFlag {
-			t.Errorf("VXLAN packet without the I flag")
+			noI++
 		}
 		// The inner IPv4 layer is the first one after the VXLAN header.
 		var inner *layers.IPv4
@@ -328,7 +354,7 @@ func vnisBySource(t *testing.T, path string) map[string]uint32 {
 			out[inner.SrcIP.String()] = vx.VNI
 		}
 	}
-	return out
+	return out, noI, nil
 }
 
 // ethIPv4UDP builds a small Ethernet/IPv4/UDP frame.

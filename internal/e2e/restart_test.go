@@ -18,7 +18,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
-	"github.com/gvswitch/gvs/internal/netconf"
+	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/tap"
 )

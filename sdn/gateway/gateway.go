@@ -2,7 +2,8 @@
 // the node's network namespace: the link holds the subnet's gateway address
 // and the routes to the cluster and service networks, so that the host
 // reaches every pod and pods reach services and the outside world through
-// the host stack (SPEC §2.1, §2.4).
+// the host stack (docs/openshift-rules.md "NAT egress, services and host
+// access").
 //
 // Configure works in the network namespace of the calling thread, like the
 // netlink calls it makes; run it on a locked OS thread inside the node

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// VNID limits (SPEC §3).
+// VNID limits (docs/control-plane.md "Allocation").
 const (
 	GlobalVNID     uint32 = 0  // reaches and is reached by every project
 	MinVNID        uint32 = 10 // first allocatable VNID; 1–9 are reserved

@@ -1,7 +1,8 @@
 // Package nat installs gvs's NAT egress rule with nftables (through netlink,
 // google/nftables; no nft binary is needed): pods reach the outside world
 // through tun0, and the host masquerades traffic from the cluster network to
-// anything outside it (SPEC §2.4).
+// anything outside it (docs/openshift-rules.md "NAT egress, services and
+// host access").
 //
 // The functions work in the network namespace of the calling thread. To
 // use them for another namespace, lock the OS thread, enter the namespace,

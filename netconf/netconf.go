@@ -2,13 +2,21 @@
 // namespaces, moves links between them, and gives a pod's interface its
 // name, MAC, MTU, addresses and routes.
 //
+// It is what a program embedding gvs's dataplane uses to attach a pod: the
+// tap package creates a TAP in the calling thread's namespace and leaves
+// the link's configuration to the caller; Do creates it elsewhere,
+// MoveToNS moves it into the pod's namespace and ConfigureLink names it and
+// gives it its MAC, MTU, addresses and routes (see the package example).
+// gvs-switchd attaches its pods the same way.
+//
 // It is the only place in gvs besides the CNI code that imports
 // github.com/vishvananda/netlink; the dataplane packages (tap, vxlan,
 // switch) stay free of it.
 //
 // Namespaces are named by path: /run/netns/NAME for a named namespace (see
 // NsPath) or /proc/PID/ns/net for a process's. The empty path means the
-// namespace of the calling process.
+// namespace of the calling process. Everything here needs CAP_NET_ADMIN
+// (and CAP_SYS_ADMIN to create namespaces), in practice root.
 package netconf
 
 import (
