@@ -52,7 +52,7 @@ var (
 
 const headroom = 64
 
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces)")
@@ -65,7 +65,7 @@ func requireRoot(t *testing.T) {
 // testNet is two namespaces joined by a veth pair.
 type testNet struct{ a, b string }
 
-func ip(t *testing.T, args ...string) {
+func ip(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 		t.Fatalf("ip %v: %v\n%s", args, err, out)
@@ -74,7 +74,7 @@ func ip(t *testing.T, args ...string) {
 
 // newTestNet creates the topology above; with kernelVXLAN false, ns B has
 // no vx0 (so a test can bind 4789 there itself).
-func newTestNet(t *testing.T, kernelVXLAN bool) *testNet {
+func newTestNet(t testing.TB, kernelVXLAN bool) *testNet {
 	t.Helper()
 	n := nsCounter.Add(1)
 	tn := &testNet{
@@ -113,7 +113,7 @@ func newTestNet(t *testing.T, kernelVXLAN bool) *testNet {
 
 // inNS runs fn on a locked OS thread switched into the named namespace.
 // Sockets fn opens stay in that namespace.
-func inNS(t *testing.T, name string, fn func() error) {
+func inNS(t testing.TB, name string, fn func() error) {
 	t.Helper()
 	errc := make(chan error, 1)
 	go func() {
@@ -149,7 +149,7 @@ func inNS(t *testing.T, name string, fn func() error) {
 	}
 }
 
-func listenIn(t *testing.T, ns string, cfg Config) *Port {
+func listenIn(t testing.TB, ns string, cfg Config) *Port {
 	t.Helper()
 	var p *Port
 	inNS(t, ns, func() (err error) {
@@ -160,7 +160,7 @@ func listenIn(t *testing.T, ns string, cfg Config) *Port {
 	return p
 }
 
-func udpIn(t *testing.T, ns string, laddr string) *net.UDPConn {
+func udpIn(t testing.TB, ns string, laddr string) *net.UDPConn {
 	t.Helper()
 	var c *net.UDPConn
 	inNS(t, ns, func() (err error) {
