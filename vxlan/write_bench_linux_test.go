@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/packet"
+	"github.com/gvswitch/gvs/port"
 )
 
 // benchSender opens a tunnel port in a namespace of its own, sending to a
 // peer namespace where a UDP socket that nobody reads holds the VXLAN port
 // (the kernel drops what overflows its small buffer). It returns once a
 // datagram has made it across, so the neighbour entry is resolved.
-func benchSender(b *testing.B) (*Port, Endpoint) {
+func benchSender(b *testing.B) (*Port, port.Endpoint) {
 	b.Helper()
 	requireRoot(b)
 	tn := newTestNet(b, false)
@@ -22,12 +23,13 @@ func benchSender(b *testing.B) (*Port, Endpoint) {
 	p := listenIn(b, tn.a, Config{Local: addrA, Peers: peers, Offload: true})
 	sink := udpIn(b, tn.b, "192.0.2.2:4789")
 	_ = sink.SetReadBuffer(64 << 10)
-	ep := Endpoint{Addr: addrB.As4(), VNI: 7}
+	ep := port.Endpoint{Addr: addrB.As4(), VNI: 7}
 	warm := [][]byte{withFrame(udpFrame(vx0MAC, gvsMAC, overlayA, overlayB, 1, 2, []byte{1}))}
+	wm := metas(warm, ep)
 	buf := make([]byte, 2048)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, err := p.WriteTunnel(warm, []Endpoint{ep}, headroom); err != nil {
+		if _, err := p.Write(warm, wm, headroom); err != nil {
 			b.Fatal(err)
 		}
 		_ = sink.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
@@ -51,25 +53,16 @@ func benchFrames(n, flows int) [][]byte {
 	return bufs
 }
 
-func benchEps(n int, ep Endpoint) []Endpoint {
-	eps := make([]Endpoint, n)
-	for i := range eps {
-		eps[i] = ep
-	}
-	return eps
-}
-
 // BenchmarkWriteFlows is the switch's batch toward vxlan0 under many
 // flows: 64 frames of 1400 bytes, each of its own flow, per call.
 func BenchmarkWriteFlows(b *testing.B) {
 	p, ep := benchSender(b)
 	bufs := benchFrames(64, 64)
-	gso := make([]packet.GSO, len(bufs))
-	eps := benchEps(len(bufs), ep)
+	meta := metas(bufs, ep)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(bufs) * 1400))
 	for b.Loop() {
-		if _, err := p.WriteTunnelGSO(bufs, gso, eps, headroom); err != nil {
+		if _, err := p.Write(bufs, meta, headroom); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -82,12 +75,11 @@ func BenchmarkWriteFlows(b *testing.B) {
 func BenchmarkWriteTrain(b *testing.B) {
 	p, ep := benchSender(b)
 	bufs := benchFrames(64, 1)
-	gso := make([]packet.GSO, len(bufs))
-	eps := benchEps(len(bufs), ep)
+	meta := metas(bufs, ep)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(bufs) * 1400))
 	for b.Loop() {
-		if _, err := p.WriteTunnelGSO(bufs, gso, eps, headroom); err != nil {
+		if _, err := p.Write(bufs, meta, headroom); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -101,11 +93,11 @@ func BenchmarkWriteSuper(b *testing.B) {
 	const mss = 1398
 	frame := tcpSuperFrame(44 * mss)
 	bufs := [][]byte{withFrame(frame)}
-	gso := []packet.GSO{{Type: packet.GSOTCPv4, NeedsCsum: true, HdrLen: 54, Size: mss, CsumStart: 34, CsumOffset: 16}}
+	meta := metas(bufs, ep, packet.GSO{Type: packet.GSOTCPv4, NeedsCsum: true, HdrLen: 54, Size: mss, CsumStart: 34, CsumOffset: 16})
 	b.ReportAllocs()
 	b.SetBytes(int64(len(frame)))
 	for b.Loop() {
-		if _, err := p.WriteTunnelGSO(bufs, gso, []Endpoint{ep}, headroom); err != nil {
+		if _, err := p.Write(bufs, meta, headroom); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -122,12 +114,11 @@ func BenchmarkWriteSuper4(b *testing.B) {
 		bufs = append(bufs, withFrame(f))
 	}
 	g := packet.GSO{Type: packet.GSOTCPv4, NeedsCsum: true, HdrLen: 54, Size: mss, CsumStart: 34, CsumOffset: 16}
-	gso := []packet.GSO{g, g, g, g}
-	eps := benchEps(4, ep)
+	meta := metas(bufs, ep, g, g, g, g)
 	b.ReportAllocs()
 	b.SetBytes(int64(4 * len(bufs[0])))
 	for b.Loop() {
-		if _, err := p.WriteTunnelGSO(bufs, gso, eps, headroom); err != nil {
+		if _, err := p.Write(bufs, meta, headroom); err != nil {
 			b.Fatal(err)
 		}
 	}
