@@ -16,7 +16,7 @@ const spareBuffers = 8
 // pending is the frames of one batch queued for one destination port.
 type pending struct {
 	e     *portEntry
-	q     Port // the queue of e the frames are written to
+	qi    int // the queue of e the frames are written to
 	bufs  [][]byte
 	meta  []port.Meta
 	bytes int
@@ -195,12 +195,13 @@ func (w *worker) route(i, size int) {
 	}
 }
 
-// queueFor returns the queue of e a frame of flow hash h is written to.
-func (e *portEntry) queueFor(h uint32) Port {
+// queueFor returns the index of the queue of e a frame of flow hash h is
+// written to.
+func (e *portEntry) queueFor(h uint32) int {
 	if len(e.q) == 1 {
-		return e.q[0]
+		return 0
 	}
-	return e.q[h%uint32(len(e.q))]
+	return int(h % uint32(len(e.q)))
 }
 
 // FlowHash is the flow hash the switch gives every frame it writes
@@ -244,9 +245,9 @@ func FlowHash(f *flowtable.Fields) uint32 {
 	return h
 }
 
-func (w *worker) pendingFor(e *portEntry, q Port) *pending {
+func (w *worker) pendingFor(e *portEntry, qi int) *pending {
 	for j := 0; j < w.nPend; j++ {
-		if w.pend[j].q == q {
+		if w.pend[j].e == e && w.pend[j].qi == qi {
 			return &w.pend[j]
 		}
 	}
@@ -259,7 +260,7 @@ func (w *worker) pendingFor(e *portEntry, q Port) *pending {
 	}
 	p := &w.pend[w.nPend]
 	w.nPend++
-	p.e, p.q = e, q
+	p.e, p.qi = e, qi
 	return p
 }
 
@@ -270,7 +271,7 @@ func (w *worker) flush() {
 		if c := p.e.capture.Load(); c != nil {
 			c.tx(w, p)
 		}
-		n, err := p.q.Write(p.bufs, p.meta, Headroom)
+		n, err := p.e.q[p.qi].Write(p.bufs, p.meta, Headroom)
 		n = max(min(n, len(p.bufs)), 0)
 		p.e.stats.txPackets.n.Add(uint64(n))
 		if n == len(p.bufs) {
@@ -292,7 +293,7 @@ func (w *worker) flush() {
 		p.bufs = p.bufs[:0]
 		p.meta = p.meta[:0]
 		p.bytes = 0
-		p.e, p.q = nil, nil
+		p.e, p.qi = nil, 0
 	}
 	w.nPend = 0
 	w.nSpare = 0

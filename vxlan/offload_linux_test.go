@@ -147,28 +147,38 @@ func TestDropsCountedWhileBlocked(t *testing.T) {
 	}
 }
 
+// linkedPorts opens port a (configured as ca) in one namespace and b (cb)
+// in the other, each the other's only peer, and sends a frame from a to b
+// to ep, so that the neighbour entry is resolved: its queue would drop
+// most of a first burst.
+func linkedPorts(t *testing.T, ca, cb Config, ep port.Endpoint) (tn *testNet, a, b *Port) {
+	t.Helper()
+	requireRoot(t)
+	tn = newTestNet(t, false)
+	ca.Local, cb.Local = addrA, addrB
+	ca.Peers, _ = NewPeers(addrB)
+	cb.Peers, _ = NewPeers(addrA)
+	a = listenIn(t, tn.a, ca)
+	b = listenIn(t, tn.b, cb)
+	warm := [][]byte{withFrame(udpFrame(gvsMAC, vx0MAC, overlayA, overlayB, 1, 2, []byte{0}))}
+	if _, err := a.Write(warm, metas(warm, ep), headroom); err != nil {
+		t.Fatal(err)
+	}
+	readFrames(t, b, newBatch(1), 1)
+	return tn, a, b
+}
+
 // TestWriteRunBatches sends bursts of complete frames through Write (one
 // UDP GSO train per run of equal sizes where the kernel has it): every
 // frame arrives, intact and in order.
 func TestWriteRunBatches(t *testing.T) {
-	requireRoot(t)
-	tn := newTestNet(t, false)
-	pa, _ := NewPeers(addrB)
-	pb, _ := NewPeers(addrA)
-	a := listenIn(t, tn.a, Config{Local: addrA, Peers: pa, Offload: true})
-	b := listenIn(t, tn.b, Config{Local: addrB, Peers: pb, Offload: true})
 	ep := port.Endpoint{Addr: addrB.As4(), VNI: 9}
+	_, a, b := linkedPorts(t, Config{Offload: true}, Config{Offload: true}, ep)
 	frame := func(i, size int) []byte {
 		p := bytes.Repeat([]byte{byte(i)}, size)
 		return udpFrame(gvsMAC, vx0MAC, overlayA, overlayB, 1000, 2000, p)
 	}
-	// Warm up the neighbor entry.
-	warm := [][]byte{withFrame(frame(0, 10))}
-	if _, err := a.Write(warm, metas(warm, ep), headroom); err != nil {
-		t.Fatal(err)
-	}
 	rb := newBatch(64)
-	readFrames(t, b, rb, 1)
 	var want [][]byte
 	var bufs [][]byte
 	for i := range 40 {
@@ -217,19 +227,9 @@ func TestWriteRunBatches(t *testing.T) {
 // may overtake each other, but every frame arrives, and the frames of one
 // flow in the order they were given.
 func TestWriteFlowsInOrder(t *testing.T) {
-	requireRoot(t)
-	tn := newTestNet(t, false)
-	pa, _ := NewPeers(addrB)
-	pb, _ := NewPeers(addrA)
-	a := listenIn(t, tn.a, Config{Local: addrA, Peers: pa, Offload: true, Batch: 16, SendSockets: 4})
-	b := listenIn(t, tn.b, Config{Local: addrB, Peers: pb})
 	ep := port.Endpoint{Addr: addrB.As4(), VNI: 3}
-	warm := [][]byte{withFrame(udpFrame(gvsMAC, vx0MAC, overlayA, overlayB, 1, 2, []byte{0}))}
-	if _, err := a.Write(warm, metas(warm, ep), headroom); err != nil {
-		t.Fatal(err)
-	}
+	_, a, b := linkedPorts(t, Config{Offload: true, Batch: 16, SendSockets: 4}, Config{}, ep)
 	rb := newBatch(64)
-	readFrames(t, b, rb, 1)
 	const flows, perFlow = 8, 5
 	var bufs [][]byte
 	var meta []port.Meta
@@ -290,22 +290,12 @@ func TestWriteFlowsInOrder(t *testing.T) {
 // datagrams one by one (the kernel fragments them), and every frame still
 // arrives.
 func TestWriteGSOFallback(t *testing.T) {
-	requireRoot(t)
-	tn := newTestNet(t, false)
-	pa, _ := NewPeers(addrB)
-	pb, _ := NewPeers(addrA)
-	a := listenIn(t, tn.a, Config{Local: addrA, Peers: pa, Offload: true})
-	b := listenIn(t, tn.b, Config{Local: addrB, Peers: pb})
+	ep := port.Endpoint{Addr: addrB.As4(), VNI: 5}
+	tn, a, b := linkedPorts(t, Config{Offload: true}, Config{}, ep)
 	if _, gso := a.Offloads(); !gso {
 		t.Skip("no UDP GSO on this kernel")
 	}
-	ep := port.Endpoint{Addr: addrB.As4(), VNI: 5}
-	warm := [][]byte{withFrame(udpFrame(gvsMAC, vx0MAC, overlayA, overlayB, 1, 2, []byte{0}))}
-	if _, err := a.Write(warm, metas(warm, ep), headroom); err != nil {
-		t.Fatal(err)
-	}
 	rb := newBatch(64)
-	readFrames(t, b, rb, 1)
 	ip(t, "-n", tn.a, "link", "set", "va", "mtu", "1000")
 	var bufs [][]byte
 	for i := range 4 {
