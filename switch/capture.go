@@ -16,27 +16,25 @@ package vswitch
 //     Nothing ever waits: when the queue or the buffers are exhausted the
 //     frame is counted as dropped. GSO super-frames are captured whole,
 //     without their virtio_net_hdr, as tcpdump on a TAP shows them.
-//  4. On a tunnel port the inner frame is wrapped in synthesized outer
-//     headers (Ethernet with zero MACs, IPv4 between CaptureConfig.Local and
-//     the remote node, UDP from vxlan.SourcePort of the inner frame to 4789,
-//     VXLAN with the frame's VNI), so that the capture reads like one taken
-//     on the underlay. The outer MACs, IP id, TTL and UDP checksum are not
-//     the ones on the wire.
+//  4. On a port that is a Framer (the tunnel) the frame is put behind the
+//     outer headers the port says it has on the wire (for vxlan0: IPv4
+//     between the node and the remote one, UDP between the ports the
+//     datagram used, VXLAN with the frame's VNI), so that the capture reads
+//     like one taken on the underlay. The port writes them into the
+//     worker's scratch space, and they are copied with the frame.
 //  5. The reader (Next) drains the queue and returns buffers with Release.
 //     Stop, RemovePort and Close end the capture; Next then returns the
 //     frames still queued and after them ErrCaptureStopped.
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/gvswitch/gvs/packet"
-	"github.com/gvswitch/gvs/vxlan"
+	"github.com/gvswitch/gvs/port"
 )
 
 // Capture errors.
@@ -91,11 +89,11 @@ func ParseCaptureDir(s string) (CaptureDir, error) {
 // Capture defaults and limits.
 const (
 	// DefaultSnaplen is the default snap length: tcpdump's, and larger
-	// than any super-frame (packet.MaxSuperFrame) plus the synthesized
-	// tunnel headers, so nothing is truncated by default.
+	// than any super-frame (packet.MaxSuperFrame) plus the outer headers
+	// of a tunnel (MaxWireHeader), so nothing is truncated by default.
 	DefaultSnaplen = 262144
-	// MinSnaplen is the smallest snap length accepted: the synthesized
-	// tunnel headers and an inner Ethernet header fit.
+	// MinSnaplen is the smallest snap length accepted: vxlan0's outer
+	// headers and an inner Ethernet header fit.
 	MinSnaplen = 64
 	// DefaultCaptureQueue is the default number of frames in flight
 	// between the workers and the reader.
@@ -109,8 +107,6 @@ const (
 	// captureMaxBigBytes in flight.
 	captureSmallBuf    = 2048
 	captureMaxBigBytes = 32 << 20
-	// tunnelHeaders is the synthesized outer Ethernet+IPv4+UDP+VXLAN.
-	tunnelHeaders = packet.EthernetLen + 20 + 8 + vxlan.HeaderLen
 )
 
 // CaptureConfig configures a capture. The zero value captures both
@@ -123,9 +119,6 @@ type CaptureConfig struct {
 	// Queue is the most frames queued for the reader; 0 means
 	// DefaultCaptureQueue. Frames beyond it are dropped (and counted).
 	Queue int
-	// Local is the node's underlay address, the outer source of frames the
-	// tunnel port sends (and the destination of those it receives).
-	Local [4]byte
 }
 
 // CapturedFrame is one captured frame. Data is the frame's first
@@ -152,8 +145,8 @@ type Capture struct {
 	e      *portEntry
 	dir    CaptureDir
 	snap   int
-	local  [4]byte
-	tunnel bool
+	framer Framer // the port's outer headers, or nil
+	hdr    int    // their length
 
 	q        chan CapturedFrame
 	free     chan []byte
@@ -224,10 +217,13 @@ func (s *Switch) StartCapture(no uint32, cfg CaptureConfig) (*Capture, error) {
 		return nil, fmt.Errorf("%w: %d of %d; stop one first", ErrTooManyCaptures, n, MaxCaptures)
 	}
 	c := &Capture{
-		s: s, e: e, dir: cfg.Dir, snap: cfg.Snaplen, local: cfg.Local, tunnel: e.isTunnel(),
+		s: s, e: e, dir: cfg.Dir, snap: cfg.Snaplen, framer: e.framer,
 		q:    make(chan CapturedFrame, cfg.Queue),
 		free: make(chan []byte, cfg.Queue),
 		done: make(chan struct{}),
+	}
+	if c.framer != nil {
+		c.hdr = c.framer.WireHeaderLen()
 	}
 	if !e.capture.CompareAndSwap(nil, c) {
 		return nil, fmt.Errorf("%w: port %d (%s)", ErrCaptureBusy, no, e.name())
@@ -326,49 +322,50 @@ func (c *Capture) buffer(n int) []byte {
 	return make([]byte, n)
 }
 
-// rx captures the batch a worker just read (frames at Headroom).
+// rx captures the batch w just read (frames at Headroom).
 func (c *Capture) rx(w *worker, n int) {
 	if c.dir&CaptureRx == 0 {
 		return
 	}
 	now := time.Now()
 	for i := 0; i < n; i++ {
-		ep := w.eps[i]
-		c.put(now, CaptureRx, w.bufs[i][Headroom:Headroom+w.sizes[i]], ep.Addr, c.local, ep.VNI)
+		m := &w.meta[i]
+		if m.Size < 0 || m.Size > len(w.bufs[i])-Headroom {
+			continue // process drops it as malformed
+		}
+		c.put(w, now, CaptureRx, w.bufs[i][Headroom:Headroom+m.Size], m)
 	}
 }
 
-// tx captures the frames queued for the capture's port (frames at
+// tx captures the frames w queued for the capture's port (frames at
 // Headroom), before the port's Write may change them.
-func (c *Capture) tx(p *pending) {
+func (c *Capture) tx(w *worker, p *pending) {
 	if c.dir&CaptureTx == 0 {
 		return
 	}
 	now := time.Now()
 	for i, b := range p.bufs {
-		ep := p.eps[i]
-		c.put(now, CaptureTx, b[Headroom:], c.local, ep.Addr, ep.VNI)
+		m := &p.meta[i]
+		c.put(w, now, CaptureTx, b[Headroom:Headroom+m.Size], m)
 	}
 }
 
-// put copies one frame into the queue, or counts it as dropped. src, dst
-// and vni are used on a tunnel port only.
-func (c *Capture) put(now time.Time, dir CaptureDir, frame []byte, src, dst [4]byte, vni uint32) {
-	hdr := 0
-	if c.tunnel {
-		hdr = tunnelHeaders
-	}
-	orig := hdr + len(frame)
+// put copies one frame, behind the port's outer headers if it has any,
+// into the queue, or counts it as dropped.
+func (c *Capture) put(w *worker, now time.Time, dir CaptureDir, frame []byte, m *port.Meta) {
+	orig := c.hdr + len(frame)
 	n := min(orig, c.snap)
 	b := c.buffer(n)
 	if b == nil {
 		c.countDrop()
 		return
 	}
-	if hdr > 0 {
-		putTunnelHeaders(b, len(frame), src, dst, vxlan.SourcePort(frame), vni)
+	k := 0
+	if c.framer != nil {
+		c.framer.PutWireHeader(w.wire[:c.hdr], m, dir == CaptureRx)
+		k = copy(b[:n], w.wire[:c.hdr])
 	}
-	copy(b[hdr:n], frame)
+	copy(b[k:n], frame)
 	select {
 	case c.q <- CapturedFrame{Time: now, Dir: dir, OrigLen: orig, Data: b[:n]}:
 		c.captured.Add(1)
@@ -382,27 +379,4 @@ func (c *Capture) put(now time.Time, dir CaptureDir, frame []byte, src, dst [4]b
 func (c *Capture) countDrop() {
 	c.dropped.Add(1)
 	c.s.capTotals.dropped.n.Add(1)
-}
-
-// putTunnelHeaders writes outer Ethernet, IPv4, UDP and VXLAN headers for
-// an inner frame of innerLen bytes into b[:tunnelHeaders]. Lengths of a
-// super-frame that exceed the 16-bit fields are capped at 65535.
-func putTunnelHeaders(b []byte, innerLen int, src, dst [4]byte, sport uint16, vni uint32) {
-	clear(b[:12]) // MACs
-	binary.BigEndian.PutUint16(b[12:14], 0x0800)
-	ip := b[packet.EthernetLen : packet.EthernetLen+20]
-	ip[0], ip[1] = 0x45, 0
-	binary.BigEndian.PutUint16(ip[2:4], uint16(min(20+8+vxlan.HeaderLen+innerLen, 0xffff)))
-	binary.BigEndian.PutUint32(ip[4:8], 0x4000) // id 0, DF
-	ip[8], ip[9] = 64, 17
-	ip[10], ip[11] = 0, 0
-	copy(ip[12:16], src[:])
-	copy(ip[16:20], dst[:])
-	binary.BigEndian.PutUint16(ip[10:12], ^packet.Checksum(ip, 0))
-	udp := b[packet.EthernetLen+20 : packet.EthernetLen+28]
-	binary.BigEndian.PutUint16(udp[0:2], sport)
-	binary.BigEndian.PutUint16(udp[2:4], vxlan.UDPPort)
-	binary.BigEndian.PutUint16(udp[4:6], uint16(min(8+vxlan.HeaderLen+innerLen, 0xffff)))
-	binary.BigEndian.PutUint16(udp[6:8], 0) // no checksum (allowed over IPv4)
-	vxlan.PutHeader(b[packet.EthernetLen+28:tunnelHeaders], vni)
 }

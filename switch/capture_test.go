@@ -3,14 +3,13 @@ package vswitch
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
-
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/port"
 )
 
 // captureWorker is batchWorker with the tunnel frames sent with VNI 42 to
@@ -41,7 +40,7 @@ func TestCaptureRxTx(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := w.s.StartCapture(1, CaptureConfig{Local: [4]byte{192, 0, 2, 1}})
+	tx, err := w.s.StartCapture(1, CaptureConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +58,7 @@ func TestCaptureRxTx(t *testing.T) {
 		t.Fatalf("rx capture has %d frames, want %d", len(got), n)
 	}
 	for i, f := range got {
-		want := w.bufs[i][Headroom : Headroom+w.sizes[i]]
+		want := w.bufs[i][Headroom : Headroom+w.meta[i].Size]
 		if f.Dir != CaptureRx || f.OrigLen != len(want) || !bytes.Equal(f.Data, want) {
 			t.Fatalf("rx frame %d: dir %v len %d\n got %x\nwant %x", i, f.Dir, f.OrigLen, f.Data, want)
 		}
@@ -69,31 +68,20 @@ func TestCaptureRxTx(t *testing.T) {
 	if len(got) != n/2 {
 		t.Fatalf("tunnel capture has %d frames, want %d", len(got), n/2)
 	}
+	// Each frame sent into the tunnel is behind the outer header the port
+	// gave it (testFramer): sent, to 192.0.2.2 with VNI 42, with the
+	// frame's flow hash and size.
+	frame := udpFrame(3, 9)
+	var fl flowtable.Fields
+	flowtable.Extract(frame, &fl)
 	for _, f := range got {
-		p := gopacket.NewPacket(f.Data, layers.LayerTypeEthernet, gopacket.Default)
-		ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
-		vx, _ := p.Layer(layers.LayerTypeVXLAN).(*layers.VXLAN)
-		if ip == nil || vx == nil {
-			t.Fatalf("tunnel frame does not decode:\n%s", p.Dump())
+		h := f.Data[:testWireLen]
+		if h[0] != 't' || [4]byte(h[1:5]) != [4]byte{192, 0, 2, 2} || binary.BigEndian.Uint32(h[5:]) != 42 ||
+			binary.BigEndian.Uint32(h[9:]) != FlowHash(&fl) || int(binary.BigEndian.Uint32(h[13:])) != len(frame) {
+			t.Errorf("tunnel frame's outer header %x", h)
 		}
-		if ip.SrcIP.String() != "192.0.2.1" || ip.DstIP.String() != "192.0.2.2" || vx.VNI != 42 || f.Dir != CaptureTx {
-			t.Errorf("tunnel frame: %s → %s vni %d dir %v", ip.SrcIP, ip.DstIP, vx.VNI, f.Dir)
-		}
-		if int(ip.Length) != len(f.Data)-14 || f.OrigLen != len(f.Data) {
-			t.Errorf("outer IP length %d, frame %d, orig %d", ip.Length, len(f.Data), f.OrigLen)
-		}
-		csum := ip.Checksum
-		if err := ip.SerializeTo(gopacket.NewSerializeBuffer(), gopacket.SerializeOptions{ComputeChecksums: true}); err != nil || ip.Checksum != csum {
-			t.Errorf("outer IP checksum %#x, want %#x (%v)", csum, ip.Checksum, err)
-		}
-		var inner *layers.UDP
-		for _, l := range p.Layers() {
-			if u, ok := l.(*layers.UDP); ok {
-				inner = u // the last UDP layer is the inner one
-			}
-		}
-		if inner == nil || inner.DstPort != 53 {
-			t.Errorf("inner frame: %v", p.Layers())
+		if f.Dir != CaptureTx || f.OrigLen != testWireLen+len(frame) || !bytes.Equal(f.Data[testWireLen:], frame) {
+			t.Errorf("tunnel frame: dir %v, orig %d, %x", f.Dir, f.OrigLen, f.Data)
 		}
 	}
 	if st := tx.Stats(); st.Captured != uint64(n/2) || st.Dropped != 0 {
@@ -117,6 +105,32 @@ func TestCaptureRxTx(t *testing.T) {
 		t.Error(err)
 	} else {
 		c.Stop()
+	}
+}
+
+// TestCaptureTunnelRx: frames read from a tunnel port are captured behind
+// the outer header the port says they came with (received, from the
+// remote endpoint of their Meta).
+func TestCaptureTunnelRx(t *testing.T) {
+	w0 := captureWorker(t)
+	e := (*w0.s.ports.Load())[1]
+	w := w0.s.newWorker(e, e.q[0])
+	frame := udpFrame(9, 3)
+	w.meta[0] = port.Meta{Size: copy(w.bufs[0][Headroom:], frame), Tunnel: port.Endpoint{Addr: [4]byte{192, 0, 2, 7}, Port: 40000, VNI: 5}}
+	c, err := w.s.StartCapture(1, CaptureConfig{Dir: CaptureRx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	w.process(1)
+	got := drain(t, c)
+	if len(got) != 1 {
+		t.Fatalf("%d frames captured, want 1", len(got))
+	}
+	h := got[0].Data[:testWireLen]
+	if h[0] != 'r' || [4]byte(h[1:5]) != [4]byte{192, 0, 2, 7} || binary.BigEndian.Uint32(h[5:]) != 5 ||
+		!bytes.Equal(got[0].Data[testWireLen:], frame) {
+		t.Errorf("captured %x", got[0].Data)
 	}
 }
 
@@ -149,7 +163,7 @@ func TestCaptureSnaplen(t *testing.T) {
 	defer c.Stop()
 	w.process(len(w.bufs))
 	for _, f := range drain(t, c) {
-		if len(f.Data) != MinSnaplen || f.OrigLen != tunnelHeaders+len(udpFrame(3, 9)) {
+		if len(f.Data) != MinSnaplen || f.OrigLen != testWireLen+len(udpFrame(3, 9)) {
 			t.Fatalf("truncated frame: %d bytes of %d", len(f.Data), f.OrigLen)
 		}
 	}
@@ -189,10 +203,11 @@ func TestCaptureAllocs(t *testing.T) {
 // blockingPort is a Port whose Read blocks until Close.
 type blockingPort struct{ closed chan struct{} }
 
-func (p *blockingPort) Name() string                         { return "blocking" }
-func (p *blockingPort) BatchSize() int                       { return 8 }
-func (p *blockingPort) Write(b [][]byte, _ int) (int, error) { return len(b), nil }
-func (p *blockingPort) Read([][]byte, []int, int) (int, error) {
+func (p *blockingPort) Name() string                                        { return "blocking" }
+func (p *blockingPort) Caps() port.Caps                                     { return port.Caps{} }
+func (p *blockingPort) BatchSize() int                                      { return 8 }
+func (p *blockingPort) Write(b [][]byte, _ []port.Meta, _ int) (int, error) { return len(b), nil }
+func (p *blockingPort) Read([][]byte, []port.Meta, int) (int, error) {
 	<-p.closed
 	return 0, errors.New("closed")
 }

@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/port"
 	"github.com/gvswitch/gvs/sdn"
-	"github.com/gvswitch/gvs/vxlan"
 )
 
 // Size of the test: churnPods local pods (5 rules each, 50 VNIDs) and
@@ -74,7 +74,7 @@ func churnRemote(j int) sdn.RemoteNode {
 type churnStream struct {
 	name        string
 	in, out     uint32
-	inEP, outEP vxlan.Endpoint
+	inEP, outEP port.Endpoint
 	frame       []byte // template; the payload's sequence number is set per frame
 
 	sent      atomic.Uint64 // frames handed to the in port
@@ -112,12 +112,13 @@ type churnMsg struct {
 	seq uint64
 }
 
-// churnPort is an in-memory port (Port and TunnelPort) that builds the
-// frames it reads from the streams' templates and checks every frame the
-// switch writes to it: right port, right endpoint, next sequence number of
-// its stream.
+// churnPort is an in-memory port (a tunnel if tunnel is set) that builds
+// the frames it reads from the streams' templates and checks every frame
+// the switch writes to it: right port, right endpoint, next sequence number
+// of its stream.
 type churnPort struct {
 	no      uint32
+	tunnel  bool
 	streams []*churnStream
 	in      chan churnMsg
 	closed  chan struct{}
@@ -126,8 +127,9 @@ type churnPort struct {
 	wrote   chan<- struct{} // told (without blocking) after each batch written
 }
 
-func (p *churnPort) Name() string   { return fmt.Sprintf("churn%d", p.no) }
-func (p *churnPort) BatchSize() int { return 16 }
+func (p *churnPort) Name() string    { return fmt.Sprintf("churn%d", p.no) }
+func (p *churnPort) Caps() port.Caps { return port.Caps{Tunnel: p.tunnel} }
+func (p *churnPort) BatchSize() int  { return 16 }
 func (p *churnPort) Close() error {
 	p.once.Do(func() { close(p.closed) })
 	return nil
@@ -140,7 +142,7 @@ func (p *churnPort) fill(buf []byte, m churnMsg) int {
 	return n
 }
 
-func (p *churnPort) ReadTunnel(bufs [][]byte, sizes []int, eps []vxlan.Endpoint, offset int) (int, error) {
+func (p *churnPort) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 	var m churnMsg
 	select {
 	case m = <-p.in:
@@ -149,9 +151,9 @@ func (p *churnPort) ReadTunnel(bufs [][]byte, sizes []int, eps []vxlan.Endpoint,
 	}
 	n := 0
 	for {
-		sizes[n] = p.fill(bufs[n][offset:], m)
-		if eps != nil {
-			eps[n] = p.streams[m.s].inEP
+		meta[n] = port.Meta{Size: p.fill(bufs[n][offset:], m)}
+		if p.tunnel {
+			meta[n].Tunnel = p.streams[m.s].inEP
 		}
 		n++
 		if n == len(bufs) {
@@ -165,19 +167,11 @@ func (p *churnPort) ReadTunnel(bufs [][]byte, sizes []int, eps []vxlan.Endpoint,
 	}
 }
 
-func (p *churnPort) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
-	return p.ReadTunnel(bufs, sizes, nil, offset)
-}
-
-func (p *churnPort) Write(bufs [][]byte, offset int) (int, error) {
-	return p.WriteTunnel(bufs, nil, offset)
-}
-
-// WriteTunnel checks each frame. Each stream is written by one worker only
+// Write checks each frame. Each stream is written by one worker only
 // (that of its in port), so its delivered counter has a single writer.
-func (p *churnPort) WriteTunnel(bufs [][]byte, eps []vxlan.Endpoint, offset int) (int, error) {
+func (p *churnPort) Write(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 	for i, b := range bufs {
-		f := b[offset:]
+		f := b[offset : offset+meta[i].Size]
 		if len(f) != churnPayload+12 {
 			p.errs.add("port %d: frame of %d bytes", p.no, len(f))
 			continue
@@ -192,8 +186,8 @@ func (p *churnPort) WriteTunnel(bufs [][]byte, eps []vxlan.Endpoint, offset int)
 		switch {
 		case s.out != p.no:
 			p.errs.add("stream %s: frame %d written to port %d, want %d", s.name, seq, p.no, s.out)
-		case eps != nil && eps[i] != s.outEP:
-			p.errs.add("stream %s: frame %d sent to %v, want %v", s.name, seq, eps[i], s.outEP)
+		case p.tunnel && meta[i].Tunnel != s.outEP:
+			p.errs.add("stream %s: frame %d sent to %v, want %v", s.name, seq, meta[i].Tunnel, s.outEP)
 		case seq != s.delivered.Load():
 			p.errs.add("stream %s: frame %d arrived, want %d (lost, duplicated or reordered)", s.name, seq, s.delivered.Load())
 			s.delivered.Store(seq + 1)
@@ -274,7 +268,7 @@ func churnRun(t *testing.T, tbl *flowtable.Table, cacheSize int) {
 	a, b := churnPod(0), churnPod(50)
 	remote := churnRemote(0)
 	remotePod := remote.Subnet.Addr().Next().Next().Next().Next().Next()
-	tunEP := vxlan.Endpoint{Addr: remote.IP.As4(), VNI: a.VNID}
+	tunEP := port.Endpoint{Addr: remote.IP.As4(), VNI: a.VNID}
 	streams := []*churnStream{
 		{name: "a->b", in: a.Port, out: b.Port, frame: churnFrame(a.IP, b.IP)},
 		{name: "b->a", in: b.Port, out: a.Port, frame: churnFrame(b.IP, a.IP)},
@@ -305,14 +299,10 @@ func churnRun(t *testing.T, tbl *flowtable.Table, cacheSize int) {
 		return true
 	}
 	for _, no := range []uint32{a.Port, b.Port, sdn.PortVXLAN} {
-		p := &churnPort{no: no, streams: streams, in: make(chan churnMsg, 256), closed: make(chan struct{}), errs: errs, wrote: wrote}
+		p := &churnPort{no: no, tunnel: no == sdn.PortVXLAN, streams: streams, in: make(chan churnMsg, 256),
+			closed: make(chan struct{}), errs: errs, wrote: wrote}
 		ports[no] = p
-		if no == sdn.PortVXLAN {
-			err = sw.AddTunnel(no, p)
-		} else {
-			err = sw.AddPort(no, p)
-		}
-		if err != nil {
+		if err := sw.AddPort(no, p); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,15 +5,12 @@ import (
 	"github.com/gvswitch/gvs/vxlan"
 )
 
-// The real ports satisfy the switch's interfaces.
+// The real ports satisfy the switch's Port interface, and the tunnel's
+// Framer.
 var (
-	_ Port       = (*tap.Device)(nil)
-	_ TunnelPort = (*vxlan.Port)(nil)
-)
-
-// The real ports implement the offload interfaces too.
-var (
-	_ OffloadPort       = (*tap.Device)(nil)
-	_ OffloadTunnelPort = (*vxlan.Port)(nil)
-	_ OffloadTunnelPort = (*vxlan.Queue)(nil)
+	_ Port   = (*tap.Device)(nil)
+	_ Port   = (*vxlan.Port)(nil)
+	_ Port   = (*vxlan.Queue)(nil)
+	_ Framer = (*vxlan.Port)(nil)
+	_ Framer = (*vxlan.Queue)(nil)
 )

@@ -1,65 +1,17 @@
 package vswitch
 
 import (
-	"errors"
-	"sync"
 	"testing"
 
+	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/packet"
-	"github.com/gvswitch/gvs/vxlan"
+	"github.com/gvswitch/gvs/port"
 )
-
-// gsoFrame is a frame with its offload metadata, as an OffloadPort reads
-// or writes it.
-type gsoFrame struct {
-	frame []byte
-	gso   packet.GSO
-}
-
-// memOffloadPort is a memPort that also implements OffloadPort: frames
-// injected with their metadata come out of ReadGSO, and WriteGSO records
-// the metadata it was given.
-type memOffloadPort struct {
-	memPort
-	inG  chan gsoFrame
-	gmu  sync.Mutex
-	outG []gsoFrame
-}
-
-func newMemOffloadPort(name string) *memOffloadPort {
-	return &memOffloadPort{memPort: *newMemPort(name), inG: make(chan gsoFrame, 64)}
-}
-
-func (p *memOffloadPort) ReadGSO(bufs [][]byte, sizes []int, gso []packet.GSO, offset int) (int, error) {
-	select {
-	case f := <-p.inG:
-		sizes[0] = copy(bufs[0][offset:], f.frame)
-		gso[0] = f.gso
-		return 1, nil
-	case <-p.closed:
-		return 0, errors.New("closed")
-	}
-}
-
-func (p *memOffloadPort) WriteGSO(bufs [][]byte, gso []packet.GSO, offset int) (int, error) {
-	p.gmu.Lock()
-	defer p.gmu.Unlock()
-	for i, b := range bufs {
-		p.outG = append(p.outG, gsoFrame{append([]byte(nil), b[offset:]...), gso[i]})
-	}
-	return len(bufs), nil
-}
-
-func (p *memOffloadPort) writtenGSO() []gsoFrame {
-	p.gmu.Lock()
-	defer p.gmu.Unlock()
-	return append([]gsoFrame(nil), p.outG...)
-}
 
 // TestSwitchCarriesGSO: a super-frame read from an offload port reaches
 // another offload port with its metadata; a plain port never sees it (the
 // switch drops it as DropGSO); a complete frame from the offload port
-// still reaches the plain port; NoOffload makes offload ports plain.
+// still reaches the plain port.
 func TestSwitchCarriesGSO(t *testing.T) {
 	sw, _ := newTestSwitch(t, `
 table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.4, actions=output:4
@@ -72,36 +24,47 @@ table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.5, actions=output:5
 		}
 	}
 	g := packet.GSO{Type: packet.GSOTCPv4, NeedsCsum: true, HdrLen: 54, Size: 1448, CsumStart: 34, CsumOffset: 16}
-	a.inG <- gsoFrame{udpFrame(3, 4), g}
-	a.inG <- gsoFrame{udpFrame(3, 5), g}
-	a.inG <- gsoFrame{udpFrame(3, 5), packet.GSO{}}
-	waitFor(t, "the frames", func() bool { return len(b.writtenGSO()) == 1 && len(c.written()) == 1 })
-	if got := b.writtenGSO()[0]; got.gso != g || string(got.frame) != string(udpFrame(3, 4)) {
-		t.Errorf("offload port got %+v", got)
+	a.sendMeta(udpFrame(3, 4), port.Meta{GSO: g})
+	a.sendMeta(udpFrame(3, 5), port.Meta{GSO: g})
+	a.send(udpFrame(3, 5))
+	waitFor(t, "the frames", func() bool { return len(b.written()) == 1 && len(c.written()) == 1 })
+	if got, m := b.written()[0], b.writtenMeta()[0]; m.GSO != g || string(got) != string(udpFrame(3, 4)) {
+		t.Errorf("offload port got %x %+v", got, m)
+	}
+	if m := c.writtenMeta()[0]; m.GSO.IsGSO() {
+		t.Errorf("plain port got GSO metadata %+v", m)
 	}
 	waitFor(t, "a gso drop", func() bool { return sw.Stats().Drops[DropGSO] == 1 })
 }
 
-// memOffloadTunnel is a memTunnel that implements OffloadTunnelPort.
-type memOffloadTunnel struct {
-	memTunnel
-	mu2  sync.Mutex
-	outG []packet.GSO
-}
-
-func (p *memOffloadTunnel) ReadTunnelGSO(bufs [][]byte, sizes []int, gso []packet.GSO, eps []vxlan.Endpoint, offset int) (int, error) {
-	n, err := p.ReadTunnel(bufs, sizes, eps, offset)
-	for i := range n {
-		gso[i] = packet.GSO{}
+// TestSwitchNoOffload: with Config.NoOffload no port counts as an offload
+// port: a super-frame read anywhere is dropped (DropGSO), complete frames
+// still pass.
+func TestSwitchNoOffload(t *testing.T) {
+	tbl := flowtable.New(flowtable.Config{})
+	rs, err := flowtable.ParseRules("table=0, priority=100, in_port=3, ip, actions=output:4\n")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return n, err
-}
-
-func (p *memOffloadTunnel) WriteTunnelGSO(bufs [][]byte, gso []packet.GSO, eps []vxlan.Endpoint, offset int) (int, error) {
-	p.mu2.Lock()
-	p.outG = append(p.outG, gso...)
-	p.mu2.Unlock()
-	return p.WriteTunnel(bufs, eps, offset)
+	if err := tbl.Add(rs...); err != nil {
+		t.Fatal(err)
+	}
+	sw, err := New(Config{Table: tbl, NoOffload: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sw.Close() })
+	a, b := newMemOffloadPort("a"), newMemOffloadPort("b")
+	if err := sw.AddPort(3, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.AddPort(4, b); err != nil {
+		t.Fatal(err)
+	}
+	a.sendMeta(udpFrame(3, 4), port.Meta{GSO: packet.GSO{Type: packet.GSOTCPv4, HdrLen: 54, Size: 1000}})
+	a.send(udpFrame(3, 4))
+	waitFor(t, "the complete frame", func() bool { return len(b.written()) == 1 })
+	waitFor(t, "a gso drop", func() bool { return sw.Stats().Drops[DropGSO] == 1 })
 }
 
 func TestSwitchGSOToTunnel(t *testing.T) {
@@ -109,25 +72,18 @@ func TestSwitchGSOToTunnel(t *testing.T) {
 table=0, priority=100, in_port=3, ip, actions=set_field:192.0.2.2->tun_dst, load:0x2a->NXM_NX_TUN_ID[0..31], output:1
 `)
 	a := newMemOffloadPort("a")
-	vx := &memOffloadTunnel{memTunnel: *newMemTunnel()}
+	vx := newMemTunnel()
+	vx.caps.Offload = true
 	if err := sw.AddPort(3, a); err != nil {
 		t.Fatal(err)
 	}
-	if err := sw.AddTunnel(1, vx); err != nil {
+	if err := sw.AddPort(1, vx); err != nil {
 		t.Fatal(err)
 	}
 	g := packet.GSO{Type: packet.GSOTCPv4, Size: 1000, HdrLen: 54}
-	a.inG <- gsoFrame{udpFrame(3, 9), g}
+	a.sendMeta(udpFrame(3, 9), port.Meta{GSO: g})
 	waitFor(t, "the tunnel write", func() bool { return len(vx.written()) == 1 })
-	vx.mu2.Lock()
-	defer vx.mu2.Unlock()
-	if len(vx.outG) != 1 || vx.outG[0] != g {
-		t.Errorf("tunnel got metadata %+v", vx.outG)
+	if m := vx.writtenMeta()[0]; m.GSO != g || m.Tunnel != (port.Endpoint{Addr: [4]byte{192, 0, 2, 2}, VNI: 42}) {
+		t.Errorf("tunnel got metadata %+v", m)
 	}
 }
-
-// The test ports implement the offload interfaces.
-var (
-	_ OffloadPort       = (*memOffloadPort)(nil)
-	_ OffloadTunnelPort = (*memOffloadTunnel)(nil)
-)

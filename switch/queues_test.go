@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/gvswitch/gvs/flowtable"
-	"github.com/gvswitch/gvs/vxlan"
+	"github.com/gvswitch/gvs/port"
 )
 
 // udpFlowFrame is udpFrame with the given UDP ports.
@@ -39,7 +39,7 @@ table=0, priority=100, in_port=4, ip, nw_dst=10.0.0.3, actions=output:3
 	const flows = 64
 	for round := 0; round < 2; round++ {
 		for i := range flows {
-			a.in <- udpFlowFrame(3, 4, uint16(1000+i), 53)
+			a.send(udpFlowFrame(3, 4, uint16(1000+i), 53))
 		}
 	}
 	queueOf := map[uint16]int{} // source port → queue
@@ -62,7 +62,7 @@ table=0, priority=100, in_port=4, ip, nw_dst=10.0.0.3, actions=output:3
 	// Replies come in on every queue (a worker per queue reads them) and
 	// reach a; a reply of flow i, written to b, would take flow i's queue.
 	for i := range flows {
-		b[i%3].in <- udpFlowFrame(4, 3, 53, uint16(1000+i))
+		b[i%3].send(udpFlowFrame(4, 3, 53, uint16(1000+i)))
 	}
 	waitFor(t, "a to receive every reply", func() bool { return len(a.written()) == flows })
 	for i := range flows {
@@ -71,10 +71,10 @@ table=0, priority=100, in_port=4, ip, nw_dst=10.0.0.3, actions=output:3
 			!flowtable.Extract(udpFlowFrame(4, 3, 53, uint16(1000+i)), &rep) {
 			t.Fatal("test frames do not parse")
 		}
-		if flowHash(&req) != flowHash(&rep) {
+		if FlowHash(&req) != FlowHash(&rep) {
 			t.Errorf("flow %d: request and reply hash differently", i)
 		}
-		if q := int(flowHash(&rep) % 3); q != queueOf[uint16(1000+i)] {
+		if q := int(FlowHash(&rep) % 3); q != queueOf[uint16(1000+i)] {
 			t.Errorf("flow %d: requests on queue %d, a reply would take %d", i, queueOf[uint16(1000+i)], q)
 		}
 	}
@@ -99,44 +99,70 @@ func TestSwitchMultiQueueInvalid(t *testing.T) {
 	if err := sw.AddPortQueues(3, []Port{newMemPort("a"), nil}); !errors.Is(err, ErrInvalidPort) {
 		t.Errorf("a nil queue: got %v, want ErrInvalidPort", err)
 	}
-	// Queues must agree on offloads.
+	// Queues must agree on their Caps.
 	if err := sw.AddPortQueues(3, []Port{newMemOffloadPort("a"), newMemPort("b")}); !errors.Is(err, ErrInvalidPort) {
 		t.Errorf("mixed offloads: got %v, want ErrInvalidPort", err)
+	}
+	if err := sw.AddPortQueues(3, []Port{newMemPort("a"), newMemTunnel()}); !errors.Is(err, ErrInvalidPort) {
+		t.Errorf("a tunnel queue on a plain port: got %v, want ErrInvalidPort", err)
+	}
+	// A Framer must fit the worker's scratch space.
+	if err := sw.AddPort(3, &bigFramer{memPort: newMemTunnel()}); !errors.Is(err, ErrInvalidPort) {
+		t.Errorf("outer headers of %d bytes: got %v, want ErrInvalidPort", MaxWireHeader+1, err)
 	}
 	if len(sw.Ports()) != 0 {
 		t.Errorf("ports after failed adds: %v", sw.Ports())
 	}
 }
 
-// TestSwitchTunnelQueues: every queue of a tunnel port is read, and frames
-// toward the tunnel are all written to queue 0 (the queues share one send
-// side).
+// bigFramer claims outer headers longer than MaxWireHeader.
+type bigFramer struct{ *memPort }
+
+func (bigFramer) WireHeaderLen() int                           { return MaxWireHeader + 1 }
+func (bigFramer) PutWireHeader(b []byte, m *port.Meta, _ bool) {}
+
+// TestSwitchTunnelQueues: every queue of a tunnel port is read, frames
+// from each carry their endpoint into the pipeline, and frames toward the
+// tunnel are spread over its queues by flow, like those toward any
+// multi-queue port (a tunnel's queues share one send side, so any queue
+// may send any frame).
 func TestSwitchTunnelQueues(t *testing.T) {
 	sw, _ := newTestSwitch(t, `
-table=0, priority=100, in_port=1, actions=output:3
+table=0, priority=100, in_port=1, tun_src=192.0.2.2, actions=output:3
 table=0, priority=100, in_port=3, ip, actions=set_field:192.0.2.2->tun_dst, output:1
 `)
 	a := newMemPort("a")
-	vx := []*memTunnel{newMemTunnel(), newMemTunnel()}
+	vx := []*memPort{newMemTunnel(), newMemTunnel()}
 	if err := sw.AddPort(3, a); err != nil {
 		t.Fatal(err)
 	}
-	if err := sw.AddTunnelQueues(1, []TunnelPort{vx[0], vx[1]}); err != nil {
+	if err := sw.AddPortQueues(1, []Port{vx[0], vx[1]}); err != nil {
 		t.Fatal(err)
 	}
 	for i, q := range vx {
-		q.inEP <- vxlan.Endpoint{Addr: [4]byte{192, 0, 2, 2}}
-		q.in <- udpFlowFrame(9, 3, uint16(i), 4)
+		q.sendMeta(udpFlowFrame(9, 3, uint16(i), 4), port.Meta{Tunnel: port.Endpoint{Addr: [4]byte{192, 0, 2, 2}}})
 	}
 	waitFor(t, "a to receive from both tunnel queues", func() bool { return len(a.written()) == 2 })
 	for i := range 32 {
-		a.in <- udpFlowFrame(3, 9, uint16(1000+i), 53)
+		a.send(udpFlowFrame(3, 9, uint16(1000+i), 53))
 	}
 	waitFor(t, "the tunnel to take 32 frames", func() bool { return len(vx[0].written())+len(vx[1].written()) == 32 })
-	if n := len(vx[1].written()); n != 0 {
-		t.Errorf("%d frames written to tunnel queue 1, want all on queue 0", n)
+	for qi, q := range vx {
+		if len(q.written()) == 0 {
+			t.Errorf("no frame of 32 flows written to tunnel queue %d", qi)
+		}
+		for _, m := range q.writtenMeta() {
+			if int(m.Hash%2) != qi || m.Tunnel.Addr != [4]byte{192, 0, 2, 2} {
+				t.Errorf("queue %d got a frame of hash %#x to %v", qi, m.Hash, m.Tunnel.Addr)
+			}
+		}
 	}
-	if err := sw.AddTunnelQueues(2, []TunnelPort{vx[0], vx[0]}); !errors.Is(err, ErrInvalidPort) {
+	if err := sw.AddPortQueues(2, []Port{vx[0], vx[0]}); !errors.Is(err, ErrInvalidPort) {
 		t.Errorf("the same queue twice: got %v, want ErrInvalidPort", err)
+	}
+	for _, pi := range sw.Ports() {
+		if pi.No == 1 && (!pi.Tunnel || pi.Queues != 2) {
+			t.Errorf("tunnel port info %+v", pi)
+		}
 	}
 }

@@ -3,35 +3,39 @@ package vswitch
 // The way of a frame through the switch:
 //
 //  1. A port's worker reads a batch of frames into buffers it owns, each
-//     frame at offset Headroom (tunnel frames arrive decapsulated, with the
-//     remote node and VNI beside them).
+//     frame at offset Headroom, with a port.Meta per frame beside it (its
+//     size, offload metadata and, from a tunnel, the remote node and VNI).
 //  2. For each frame it extracts the header fields once into a
 //     flowtable.Fields, with in_port and, for tunnel frames, tun_id/tun_src.
 //  3. The worker's exact-match cache answers for flows it has seen under the
 //     current flow-table snapshot; otherwise the snapshot's pipeline runs.
-//  4. The verdict's outputs are queued per destination port (a copy is made
-//     for every output after the first); drops are counted by reason and by
-//     table.
+//  4. The verdict's outputs are queued per destination queue (a copy is
+//     made for every output after the first), each with a port.Meta: the
+//     size, the offload metadata, the tunnel destination for a tunnel port,
+//     and the flow hash (FlowHash), which picks the queue of a multi-queue
+//     port and which the tunnel reuses for its outer source port. Drops
+//     are counted by reason and by table.
 //  5. At the end of the batch every queued destination is written in one
 //     call, so a batch costs one write per destination, not per frame.
 //
-// Offloads: a port that implements OffloadPort (or OffloadTunnelPort) is
-// read and written with a packet.GSO per frame. A TAP with TSO then hands
-// over 64 KiB TCP super-frames and the tunnel port hands over coalesced
-// ones; the switch runs the pipeline once per super-frame (its headers are
-// those of every segment) and passes the metadata to the output, which
-// either takes the super-frame whole (a TAP) or segments it (vxlan0). A
-// super-frame for a port without the interface is dropped (DropGSO).
+// Offloads: a port whose Caps have Offload may hand over super-frames
+// (port.Meta.GSO): a TAP with TSO 64 KiB TCP super-frames, the tunnel port
+// coalesced ones. The switch runs the pipeline once per super-frame (its
+// headers are those of every segment) and passes the metadata to the
+// output, which either takes the super-frame whole (a TAP) or segments it
+// (vxlan0). A super-frame for a port without Offload is dropped (DropGSO).
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/port"
 )
 
 // Sentinel errors of switch management.
@@ -58,9 +62,9 @@ type Config struct {
 	// MaxFrame is the largest frame a port may deliver; 0 means
 	// DefaultMaxFrame. Each worker keeps BatchSize+8 buffers of this size.
 	MaxFrame int
-	// NoOffload makes the switch ignore the OffloadPort and
-	// OffloadTunnelPort interfaces of its ports: every frame then goes
-	// through Read/Write (ReadTunnel/WriteTunnel) without GSO metadata.
+	// NoOffload makes the switch treat every port as one without
+	// port.Caps.Offload: a super-frame any port reads is dropped
+	// (DropGSO).
 	NoOffload bool
 	// Logger receives management events, never per-packet logs. Nil discards.
 	Logger *slog.Logger
@@ -96,70 +100,26 @@ type Switch struct {
 
 type portMap map[uint32]*portEntry
 
-// portEntry is one attached port: one or more queues of the same kind, each
-// read by a worker of its own.
+// portEntry is one attached port: one or more queues with the same Caps,
+// each read by a worker of its own.
 type portEntry struct {
-	no uint32
-	q  []queue // queue 0 names the port
-	// spread says whether frames toward the port are spread over its queues
-	// by flow (multi-queue ports other than tunnels; see AddPortQueues).
-	spread  bool
+	no      uint32
+	q       []Port    // queue 0 names the port
+	caps    port.Caps // of every queue, Offload cleared by Config.NoOffload
+	framer  Framer    // queue 0 as a Framer, or nil (capture.go)
 	stats   portCounters
 	capture atomic.Pointer[Capture] // nil unless a capture runs (capture.go)
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when every queue's worker has returned
 }
 
-// queue is one queue of a port. Exactly one of port and tunnel is set;
-// offload and offTunnel are port or tunnel as their GSO-aware interfaces,
-// when they implement them and the switch uses offloads.
-type queue struct {
-	port      Port
-	tunnel    TunnelPort
-	offload   OffloadPort
-	offTunnel OffloadTunnelPort
-}
-
-func (q *queue) name() string {
-	if q.tunnel != nil {
-		return q.tunnel.Name()
-	}
-	return q.port.Name()
-}
-
-func (q *queue) batchSize() int {
-	n := 0
-	if q.tunnel != nil {
-		n = q.tunnel.BatchSize()
-	} else {
-		n = q.port.BatchSize()
-	}
-	if n <= 0 {
-		n = 1
-	}
-	return n
-}
-
-func (q *queue) close() error {
-	if q.tunnel != nil {
-		return q.tunnel.Close()
-	}
-	return q.port.Close()
-}
-
-func (e *portEntry) name() string { return e.q[0].name() }
-
-// isTunnel reports whether the port is a tunnel port.
-func (e *portEntry) isTunnel() bool { return e.q[0].tunnel != nil }
-
-// takesGSO reports whether super-frames may be written to the port.
-func (e *portEntry) takesGSO() bool { return e.q[0].offload != nil || e.q[0].offTunnel != nil }
+func (e *portEntry) name() string { return e.q[0].Name() }
 
 // close closes every queue.
 func (e *portEntry) close() error {
 	var errs []error
-	for i := range e.q {
-		if err := e.q[i].close(); err != nil {
+	for _, q := range e.q {
+		if err := q.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -183,73 +143,55 @@ func New(cfg Config) (*Switch, error) {
 	return s, nil
 }
 
-// AddPort attaches p as port number no and starts its worker. The switch
-// owns p from now on and closes it when the port is removed.
+// AddPort attaches p as port number no and starts its worker. What the
+// switch does with it follows from p.Caps(): a tunnel port's frames carry
+// tun_src and tun_id into the pipeline and leave with tun_dst and tun_id; an
+// Offload port exchanges super-frames. The switch owns p from now on and
+// closes it when the port is removed.
 func (s *Switch) AddPort(no uint32, p Port) error {
 	return s.AddPortQueues(no, []Port{p})
 }
 
-// AddPortQueues attaches a port with several queues, such as the queues of a
-// multi-queue TAP (tap.Config.MultiQueue), as port number no. Each queue gets
-// a worker of its own that reads it, so the queues are served in parallel.
-// Frames toward the port are spread over the queues by a symmetric hash of
-// their IPv4 addresses and, for TCP, UDP and SCTP, ports: the frames of one
-// flow, in either direction, always take the same queue, and a multi-queue
-// TAP, which sends a flow's frames to userspace on the queue that flow was
-// last written to, hands the replies to the same worker. The queues must be
-// all of one kind (all or none OffloadPort) and distinct; queue 0 names the
+// AddPortQueues attaches a port with several queues as port number no: the
+// queues of a multi-queue TAP (tap.Config.MultiQueue), or the receive
+// queues of the tunnel (vxlan.Port.Queues). Each queue gets a worker of its
+// own that reads it, so the queues are served in parallel. Frames toward
+// the port are spread over the queues by their flow hash (FlowHash): the
+// frames of one flow, in either direction, always take the same queue, and
+// a multi-queue TAP, which sends a flow's frames to userspace on the queue
+// that flow was last written to, hands the replies to the same worker. The
+// queues must be distinct and report the same Caps; queue 0 names the
 // port. The switch owns every queue and closes each when the port is
 // removed.
 func (s *Switch) AddPortQueues(no uint32, queues []Port) error {
-	e := &portEntry{no: no, q: make([]queue, len(queues))}
-	for i, p := range queues {
-		e.q[i].port = p
+	if len(queues) == 0 {
+		return fmt.Errorf("%w: %d has no queues", ErrInvalidPort, no)
 	}
-	e.spread = len(queues) > 1
-	return s.add(e)
-}
-
-// AddTunnel attaches a tunnel port as port number no (1 in the OpenShift
-// program) and starts its worker. The switch owns p from now on.
-func (s *Switch) AddTunnel(no uint32, p TunnelPort) error {
-	return s.AddTunnelQueues(no, []TunnelPort{p})
-}
-
-// AddTunnelQueues attaches a tunnel port with several receive queues (the
-// queues of a vxlan.Port with Config.Readers > 1) as port number no, with
-// one reading worker per queue. A tunnel's queues share one send side, so
-// every frame toward the port is written to queue 0. The switch owns every
-// queue.
-func (s *Switch) AddTunnelQueues(no uint32, queues []TunnelPort) error {
-	e := &portEntry{no: no, q: make([]queue, len(queues))}
-	for i, p := range queues {
-		e.q[i].tunnel = p
+	e := &portEntry{no: no, q: slices.Clone(queues)}
+	for i, q := range e.q {
+		if q == nil {
+			return fmt.Errorf("%w: %d: queue %d is nil", ErrInvalidPort, no, i)
+		}
+		if c := q.Caps(); i == 0 {
+			e.caps = c
+		} else if c != e.caps {
+			return fmt.Errorf("%w: %d: queue %d has caps %+v, queue 0 %+v", ErrInvalidPort, no, i, c, e.caps)
+		}
+		if j := slices.Index(e.q[:i], q); j >= 0 {
+			return fmt.Errorf("%w: %d: queues %d and %d are the same", ErrInvalidPort, no, j, i)
+		}
+	}
+	if s.cfg.NoOffload {
+		e.caps.Offload = false
+	}
+	e.framer, _ = e.q[0].(Framer)
+	if e.framer != nil && e.framer.WireHeaderLen() > MaxWireHeader {
+		return fmt.Errorf("%w: %d: outer headers of %d bytes, more than %d", ErrInvalidPort, no, e.framer.WireHeaderLen(), MaxWireHeader)
 	}
 	return s.add(e)
 }
 
 func (s *Switch) add(e *portEntry) error {
-	if len(e.q) == 0 {
-		return fmt.Errorf("%w: %d has no queues", ErrInvalidPort, e.no)
-	}
-	for i := range e.q {
-		q := &e.q[i]
-		if q.port == nil && q.tunnel == nil {
-			return fmt.Errorf("%w: %d: queue %d is nil", ErrInvalidPort, e.no, i)
-		}
-		if !s.cfg.NoOffload {
-			q.offload, _ = q.port.(OffloadPort)
-			q.offTunnel, _ = q.tunnel.(OffloadTunnelPort)
-		}
-		if (q.offload != nil || q.offTunnel != nil) != e.takesGSO() {
-			return fmt.Errorf("%w: %d: queue %d differs from queue 0 in offloads", ErrInvalidPort, e.no, i)
-		}
-		for j := range i {
-			if (q.port != nil && e.q[j].port == q.port) || (q.tunnel != nil && e.q[j].tunnel == q.tunnel) {
-				return fmt.Errorf("%w: %d: queues %d and %d are the same", ErrInvalidPort, e.no, j, i)
-			}
-		}
-	}
 	if e.no == flowtable.PortNone || e.no >= flowtable.PortMax {
 		return fmt.Errorf("%w: %d", ErrInvalidPort, e.no)
 	}
@@ -341,7 +283,8 @@ func (s *Switch) Close() error {
 type PortInfo struct {
 	No     uint32
 	Name   string
-	Tunnel bool
+	Tunnel bool // the port's Caps have Tunnel
+	Queues int  // the number of queues, each read by a worker
 	Stats  PortStats
 }
 
@@ -350,7 +293,7 @@ func (s *Switch) Ports() []PortInfo {
 	m := *s.ports.Load()
 	out := make([]PortInfo, 0, len(m))
 	for _, e := range m {
-		out = append(out, PortInfo{No: e.no, Name: e.name(), Tunnel: e.isTunnel(), Stats: e.stats.snapshot()})
+		out = append(out, PortInfo{No: e.no, Name: e.name(), Tunnel: e.caps.Tunnel, Queues: len(e.q), Stats: e.stats.snapshot()})
 	}
 	return out
 }

@@ -1,50 +1,84 @@
 package vswitch
 
 import (
+	"bytes"
 	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gvswitch/gvs/flowtable"
-	"github.com/gvswitch/gvs/vxlan"
+	"github.com/gvswitch/gvs/port"
 )
 
-// memPort is an in-memory Port: frames pushed with inject are read by the
-// switch; frames the switch writes are collected.
+// memFrame is a frame with its metadata, as a port reads or writes it.
+type memFrame struct {
+	frame []byte
+	meta  port.Meta
+}
+
+// memPort is an in-memory Port with the Caps it is given: frames pushed
+// with send are read by the switch; frames the switch writes are
+// collected with their metadata.
 type memPort struct {
 	name   string
-	in     chan []byte
+	caps   port.Caps
+	in     chan memFrame
 	mu     sync.Mutex
-	out    [][]byte
+	out    []memFrame
 	closed chan struct{}
 	once   sync.Once
 }
 
 func newMemPort(name string) *memPort {
-	return &memPort{name: name, in: make(chan []byte, 64), closed: make(chan struct{})}
+	return &memPort{name: name, in: make(chan memFrame, 64), closed: make(chan struct{})}
 }
 
-func (p *memPort) Name() string   { return p.name }
-func (p *memPort) BatchSize() int { return 8 }
+// newMemTunnel is a memPort that is a tunnel.
+func newMemTunnel() *memPort {
+	p := newMemPort("vxlan0")
+	p.caps.Tunnel = true
+	return p
+}
+
+// newMemOffloadPort is a memPort that takes super-frames.
+func newMemOffloadPort(name string) *memPort {
+	p := newMemPort(name)
+	p.caps.Offload = true
+	return p
+}
+
+func (p *memPort) Name() string    { return p.name }
+func (p *memPort) Caps() port.Caps { return p.caps }
+func (p *memPort) BatchSize() int  { return 8 }
 func (p *memPort) Close() error {
 	p.once.Do(func() { close(p.closed) })
 	return nil
 }
 
-func (p *memPort) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+// send has the switch read frame, a complete frame.
+func (p *memPort) send(frame []byte) { p.in <- memFrame{frame: frame} }
+
+// sendMeta has the switch read frame with m (its Size is set here).
+func (p *memPort) sendMeta(frame []byte, m port.Meta) { p.in <- memFrame{frame, m} }
+
+func (p *memPort) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
+	n := 0
+	take := func(f memFrame) {
+		meta[n] = f.meta
+		meta[n].Size = copy(bufs[n][offset:], f.frame)
+		n++
+	}
 	select {
 	case f := <-p.in:
-		sizes[0] = copy(bufs[0][offset:], f)
+		take(f)
 	case <-p.closed:
 		return 0, errors.New("closed")
 	}
-	n := 1
 	for n < len(bufs) {
 		select {
 		case f := <-p.in:
-			sizes[n] = copy(bufs[n][offset:], f)
-			n++
+			take(f)
 		default:
 			return n, nil
 		}
@@ -52,48 +86,35 @@ func (p *memPort) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	return n, nil
 }
 
-func (p *memPort) Write(bufs [][]byte, offset int) (int, error) {
+func (p *memPort) Write(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, b := range bufs {
-		p.out = append(p.out, append([]byte(nil), b[offset:]...))
+	for i, b := range bufs {
+		p.out = append(p.out, memFrame{bytes.Clone(b[offset : offset+meta[i].Size]), meta[i]})
 	}
 	return len(bufs), nil
 }
 
+// written returns the frames written so far.
 func (p *memPort) written() [][]byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([][]byte(nil), p.out...)
-}
-
-// memTunnel is an in-memory TunnelPort.
-type memTunnel struct {
-	memPort
-	inEP  chan vxlan.Endpoint
-	outEP []vxlan.Endpoint
-}
-
-func newMemTunnel() *memTunnel {
-	return &memTunnel{memPort: *newMemPort("vxlan0"), inEP: make(chan vxlan.Endpoint, 64)}
-}
-
-func (p *memTunnel) ReadTunnel(bufs [][]byte, sizes []int, eps []vxlan.Endpoint, offset int) (int, error) {
-	select {
-	case f := <-p.in:
-		sizes[0] = copy(bufs[0][offset:], f)
-		eps[0] = <-p.inEP
-		return 1, nil
-	case <-p.closed:
-		return 0, errors.New("closed")
+	var out [][]byte
+	for _, f := range p.out {
+		out = append(out, f.frame)
 	}
+	return out
 }
 
-func (p *memTunnel) WriteTunnel(bufs [][]byte, eps []vxlan.Endpoint, offset int) (int, error) {
+// writtenMeta returns the metadata of the frames written so far.
+func (p *memPort) writtenMeta() []port.Meta {
 	p.mu.Lock()
-	p.outEP = append(p.outEP, eps...)
-	p.mu.Unlock()
-	return p.Write(bufs, offset)
+	defer p.mu.Unlock()
+	var out []port.Meta
+	for _, f := range p.out {
+		out = append(out, f.meta)
+	}
+	return out
 }
 
 // udpFrame builds an Ethernet/IPv4/UDP frame from 10.0.0.src to 10.0.0.dst.
@@ -151,31 +172,32 @@ table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.9, actions=set_field:192.0.2
 table=10, priority=100, actions=output:NXM_NX_REG2[]
 `)
 	a, b, vx := newMemPort("a"), newMemPort("b"), newMemTunnel()
-	for no, p := range map[uint32]Port{3: a, 4: b} {
+	for no, p := range map[uint32]Port{3: a, 4: b, 1: vx} {
 		if err := sw.AddPort(no, p); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := sw.AddTunnel(1, vx); err != nil {
-		t.Fatal(err)
 	}
 	if err := sw.AddPort(3, newMemPort("dup")); !errors.Is(err, ErrPortExists) {
 		t.Fatalf("adding port 3 twice: got %v, want ErrPortExists", err)
 	}
 
-	a.in <- udpFrame(3, 4)
-	a.in <- udpFrame(3, 9)
-	a.in <- udpFrame(3, 7) // no rule: table miss in table 0
-	a.in <- []byte{1, 2, 3}
+	a.send(udpFrame(3, 4))
+	a.send(udpFrame(3, 9))
+	a.send(udpFrame(3, 7)) // no rule: table miss in table 0
+	a.send([]byte{1, 2, 3})
 	waitFor(t, "b and the tunnel to receive", func() bool { return len(b.written()) == 1 && len(vx.written()) == 1 })
 	if got := b.written()[0]; string(got) != string(udpFrame(3, 4)) {
 		t.Errorf("port 4 got %x", got)
 	}
-	vx.mu.Lock()
-	ep := vx.outEP[0]
-	vx.mu.Unlock()
-	if ep.Addr != [4]byte{192, 0, 2, 2} || ep.VNI != 42 {
+	m := vx.writtenMeta()[0]
+	if ep := m.Tunnel; ep.Addr != [4]byte{192, 0, 2, 2} || ep.VNI != 42 {
 		t.Errorf("tunnel endpoint = %+v, want 192.0.2.2 VNI 42", ep)
+	}
+	// The tunnel gets the switch's flow hash of the frame.
+	var f flowtable.Fields
+	flowtable.Extract(udpFrame(3, 9), &f)
+	if m.Hash != FlowHash(&f) || m.Size != len(udpFrame(3, 9)) {
+		t.Errorf("tunnel frame meta %+v, want hash %#x", m, FlowHash(&f))
 	}
 	waitFor(t, "drops to be counted", func() bool {
 		st := sw.Stats()
@@ -199,16 +221,14 @@ func TestSwitchTunnelInputAndRemovePort(t *testing.T) {
 table=0, priority=100, in_port=1, tun_src=192.0.2.7, tun_id=0x2a, actions=output:3
 `)
 	vx, a := newMemTunnel(), newMemPort("a")
-	if err := sw.AddTunnel(1, vx); err != nil {
+	if err := sw.AddPort(1, vx); err != nil {
 		t.Fatal(err)
 	}
 	if err := sw.AddPort(3, a); err != nil {
 		t.Fatal(err)
 	}
-	vx.in <- udpFrame(9, 3)
-	vx.inEP <- vxlan.Endpoint{Addr: [4]byte{192, 0, 2, 7}, VNI: 42}
-	vx.in <- udpFrame(9, 3)
-	vx.inEP <- vxlan.Endpoint{Addr: [4]byte{192, 0, 2, 8}, VNI: 42} // unknown source: miss
+	vx.sendMeta(udpFrame(9, 3), port.Meta{Tunnel: port.Endpoint{Addr: [4]byte{192, 0, 2, 7}, VNI: 42}})
+	vx.sendMeta(udpFrame(9, 3), port.Meta{Tunnel: port.Endpoint{Addr: [4]byte{192, 0, 2, 8}, VNI: 42}}) // unknown source: miss
 	waitFor(t, "one frame through the tunnel rule", func() bool { return len(a.written()) == 1 })
 	waitFor(t, "one table miss", func() bool { return sw.Stats().Drops[DropTableMiss] == 1 })
 
@@ -216,8 +236,7 @@ table=0, priority=100, in_port=1, tun_src=192.0.2.7, tun_id=0x2a, actions=output
 	if err := sw.RemovePort(3); err != nil {
 		t.Fatal(err)
 	}
-	vx.in <- udpFrame(9, 3)
-	vx.inEP <- vxlan.Endpoint{Addr: [4]byte{192, 0, 2, 7}, VNI: 42}
+	vx.sendMeta(udpFrame(9, 3), port.Meta{Tunnel: port.Endpoint{Addr: [4]byte{192, 0, 2, 7}, VNI: 42}})
 	waitFor(t, "a no_port drop", func() bool { return sw.Stats().Drops[DropNoPort] == 1 })
 	if err := sw.RemovePort(3); !errors.Is(err, ErrNoSuchPort) {
 		t.Fatalf("removing port 3 twice: %v", err)

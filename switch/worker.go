@@ -6,8 +6,7 @@ import (
 	"sync"
 
 	"github.com/gvswitch/gvs/flowtable"
-	"github.com/gvswitch/gvs/packet"
-	"github.com/gvswitch/gvs/vxlan"
+	"github.com/gvswitch/gvs/port"
 )
 
 // spareBuffers is how many extra buffers a worker keeps for frames that go to
@@ -17,10 +16,9 @@ const spareBuffers = 8
 // pending is the frames of one batch queued for one destination port.
 type pending struct {
 	e     *portEntry
-	q     *queue // the queue of e the frames are written to
+	qi    int // the queue of e the frames are written to
 	bufs  [][]byte
-	eps   []vxlan.Endpoint
-	gso   []packet.GSO
+	meta  []port.Meta
 	bytes int
 }
 
@@ -29,11 +27,9 @@ type pending struct {
 type worker struct {
 	s      *Switch
 	in     *portEntry
-	q      *queue // the queue of in this worker reads
+	q      Port // the queue of in this worker reads
 	bufs   [][]byte
-	sizes  []int
-	eps    []vxlan.Endpoint
-	gso    []packet.GSO // per-frame offload metadata (zero unless the port offloads)
+	meta   []port.Meta
 	spare  [][]byte
 	nSpare int
 	cache  *flowtable.Cache
@@ -41,18 +37,18 @@ type worker struct {
 	v      flowtable.Verdict
 	pend   []pending
 	nPend  int
+	// wire is scratch space for a capture's outer headers (capture.go).
+	wire [MaxWireHeader]byte
 }
 
-func (s *Switch) newWorker(e *portEntry, q *queue) *worker {
-	n := q.batchSize()
+func (s *Switch) newWorker(e *portEntry, q Port) *worker {
+	n := max(q.BatchSize(), 1)
 	w := &worker{
 		s:     s,
 		in:    e,
 		q:     q,
 		bufs:  make([][]byte, n),
-		sizes: make([]int, n),
-		eps:   make([]vxlan.Endpoint, n),
-		gso:   make([]packet.GSO, n),
+		meta:  make([]port.Meta, n),
 		spare: make([][]byte, spareBuffers),
 	}
 	for i := range w.bufs {
@@ -78,27 +74,16 @@ func (s *Switch) frameSize() int {
 // fails.
 func (s *Switch) worker(ctx context.Context, e *portEntry, qi int, wg *sync.WaitGroup) {
 	defer wg.Done()
-	q := &e.q[qi]
+	q := e.q[qi]
 	w := s.newWorker(e, q)
 	for {
-		var n int
-		var err error
-		switch {
-		case q.offTunnel != nil:
-			n, err = q.offTunnel.ReadTunnelGSO(w.bufs, w.sizes, w.gso, w.eps, Headroom)
-		case q.offload != nil:
-			n, err = q.offload.ReadGSO(w.bufs, w.sizes, w.gso, Headroom)
-		case q.tunnel != nil:
-			n, err = q.tunnel.ReadTunnel(w.bufs, w.sizes, w.eps, Headroom)
-		default:
-			n, err = q.port.Read(w.bufs, w.sizes, Headroom)
-		}
+		n, err := q.Read(w.bufs, w.meta, Headroom)
 		if n > 0 {
-			w.process(n)
+			w.process(min(n, len(w.bufs)))
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Error("port read failed; worker stops", "port", e.no, "name", q.name(), "queue", qi, "err", err)
+				s.log.Error("port read failed; worker stops", "port", e.no, "name", q.Name(), "queue", qi, "err", err)
 			}
 			return
 		}
@@ -116,13 +101,22 @@ func (w *worker) process(n int) {
 	}
 	var rxBytes uint64
 	for i := 0; i < n; i++ {
-		size := w.sizes[i]
+		m := &w.meta[i]
+		size := m.Size
+		if size < 0 || size > len(w.bufs[i])-Headroom {
+			w.drop(DropMalformed) // a port that broke the Read contract
+			continue
+		}
 		rxBytes += uint64(size)
 		frame := w.bufs[i][Headroom : Headroom+size]
 		w.f = flowtable.Fields{InPort: in.no}
-		if w.q.tunnel != nil {
-			w.f.TunID = uint64(w.eps[i].VNI)
-			w.f.TunSrc = w.eps[i].Addr
+		if in.caps.Tunnel {
+			w.f.TunID = uint64(m.Tunnel.VNI)
+			w.f.TunSrc = m.Tunnel.Addr
+		}
+		if m.GSO.IsGSO() && !in.caps.Offload {
+			w.drop(DropGSO) // Config.NoOffload, or a port that broke its Caps
+			continue
 		}
 		if !flowtable.Extract(frame, &w.f) {
 			w.drop(DropMalformed)
@@ -157,6 +151,8 @@ func (w *worker) drop(r DropReason) {
 // route queues frame i for each output of the verdict in w.v.
 func (w *worker) route(i, size int) {
 	ports := *w.s.ports.Load()
+	hash := FlowHash(&w.f)
+	g := w.meta[i].GSO
 	// Outputs after the first get copies, made before the first output may
 	// rewrite the original.
 	for k := w.v.NOut - 1; k >= 0; k-- {
@@ -180,49 +176,60 @@ func (w *worker) route(i, size int) {
 		if out.SetEthDst {
 			copy(buf[Headroom:Headroom+6], out.EthDst[:])
 		}
-		g := w.gso[i]
-		if g.IsGSO() && !dst.takesGSO() {
+		if g.IsGSO() && !dst.caps.Offload {
 			w.drop(DropGSO)
 			continue
 		}
-		var ep vxlan.Endpoint
-		if dst.isTunnel() {
+		m := port.Meta{Size: size, GSO: g, Hash: hash}
+		if dst.caps.Tunnel {
 			if out.TunDst == ([4]byte{}) {
 				w.drop(DropNoTunnelDst)
 				continue
 			}
-			ep = vxlan.Endpoint{Addr: out.TunDst, VNI: uint32(out.TunID) & 0xffffff}
+			m.Tunnel = port.Endpoint{Addr: out.TunDst, VNI: uint32(out.TunID) & 0xffffff}
 		}
-		p := w.pendingFor(dst, w.queueFor(dst))
+		p := w.pendingFor(dst, dst.queueFor(hash))
 		p.bufs = append(p.bufs, buf[:Headroom+size])
-		p.eps = append(p.eps, ep)
-		p.gso = append(p.gso, g)
+		p.meta = append(p.meta, m)
 		p.bytes += size
 	}
 }
 
-// queueFor returns the queue of e the current frame (w.f) is written to.
-func (w *worker) queueFor(e *portEntry) *queue {
-	if !e.spread {
-		return &e.q[0]
+// queueFor returns the index of the queue of e a frame of flow hash h is
+// written to.
+func (e *portEntry) queueFor(h uint32) int {
+	if len(e.q) == 1 {
+		return 0
 	}
-	return &e.q[flowHash(&w.f)%uint32(len(e.q))]
+	return int(h % uint32(len(e.q)))
 }
 
-// flowHash is a hash of f's IPv4 addresses (ARP's too) and, for TCP, UDP
-// and SCTP, of the protocol and ports. It is the same for both directions
-// of a flow: symmetric in source and destination, and blind to what
-// differs between a request and its reply (ICMP types, ARP opcodes).
-// Non-IPv4 frames (IPv6, which Extract does not parse) all hash alike.
-func flowHash(f *flowtable.Fields) uint32 {
+// FlowHash is the flow hash the switch gives every frame it writes
+// (port.Meta.Hash): a hash of f's IPv4 addresses (ARP's too) and, for TCP,
+// UDP and SCTP, of the protocol and ports; of the Ethernet addresses and
+// type for frames other than IPv4 and ARP. It is the same for both
+// directions of a flow: symmetric in source and destination, and blind to
+// what differs between a request and its reply (ICMP types, ARP opcodes).
+// It allocates nothing.
+func FlowHash(f *flowtable.Fields) uint32 {
 	a := binary.BigEndian.Uint32(f.NwSrc[:])
 	b := binary.BigEndian.Uint32(f.NwDst[:])
 	var pa, pb, proto uint32
-	if f.EthType == 0x0800 {
+	switch f.EthType {
+	case 0x0800:
 		switch f.NwProto {
 		case 6, 17, 132: // TCP, UDP, SCTP
 			pa, pb, proto = uint32(f.TpSrc), uint32(f.TpDst), uint32(f.NwProto)
 		}
+	case 0x0806:
+	default:
+		// IPv6 and the rest, whose L3 Extract does not parse: the
+		// Ethernet addresses tell the conversations apart.
+		a = binary.BigEndian.Uint32(f.EthSrc[2:])
+		b = binary.BigEndian.Uint32(f.EthDst[2:])
+		pa = uint32(binary.BigEndian.Uint16(f.EthSrc[:2]))
+		pb = uint32(binary.BigEndian.Uint16(f.EthDst[:2]))
+		proto = uint32(f.EthType)
 	}
 	if a > b || (a == b && pa > pb) {
 		a, b, pa, pb = b, a, pb, pa
@@ -238,9 +245,9 @@ func flowHash(f *flowtable.Fields) uint32 {
 	return h
 }
 
-func (w *worker) pendingFor(e *portEntry, q *queue) *pending {
+func (w *worker) pendingFor(e *portEntry, qi int) *pending {
 	for j := 0; j < w.nPend; j++ {
-		if w.pend[j].q == q {
+		if w.pend[j].e == e && w.pend[j].qi == qi {
 			return &w.pend[j]
 		}
 	}
@@ -248,13 +255,12 @@ func (w *worker) pendingFor(e *portEntry, q *queue) *pending {
 		capacity := len(w.bufs) + len(w.spare)
 		w.pend = append(w.pend, pending{
 			bufs: make([][]byte, 0, capacity),
-			eps:  make([]vxlan.Endpoint, 0, capacity),
-			gso:  make([]packet.GSO, 0, capacity),
+			meta: make([]port.Meta, 0, capacity),
 		})
 	}
 	p := &w.pend[w.nPend]
 	w.nPend++
-	p.e, p.q = e, q
+	p.e, p.qi = e, qi
 	return p
 }
 
@@ -263,30 +269,16 @@ func (w *worker) flush() {
 	for j := 0; j < w.nPend; j++ {
 		p := &w.pend[j]
 		if c := p.e.capture.Load(); c != nil {
-			c.tx(p)
+			c.tx(w, p)
 		}
-		var n int
-		var err error
-		q := p.q
-		switch {
-		case q.offTunnel != nil:
-			n, err = q.offTunnel.WriteTunnelGSO(p.bufs, p.gso, p.eps, Headroom)
-		case q.offload != nil:
-			n, err = q.offload.WriteGSO(p.bufs, p.gso, Headroom)
-		case q.tunnel != nil:
-			n, err = q.tunnel.WriteTunnel(p.bufs, p.eps, Headroom)
-		default:
-			n, err = q.port.Write(p.bufs, Headroom)
-		}
-		if n > len(p.bufs) {
-			n = len(p.bufs)
-		}
+		n, err := p.e.q[p.qi].Write(p.bufs, p.meta, Headroom)
+		n = max(min(n, len(p.bufs)), 0)
 		p.e.stats.txPackets.n.Add(uint64(n))
 		if n == len(p.bufs) {
 			p.e.stats.txBytes.n.Add(uint64(p.bytes))
 		} else {
-			for _, b := range p.bufs[:n] {
-				p.e.stats.txBytes.n.Add(uint64(len(b) - Headroom))
+			for _, m := range p.meta[:n] {
+				p.e.stats.txBytes.n.Add(uint64(m.Size))
 			}
 			lost := uint64(len(p.bufs) - n)
 			p.e.stats.txDrops.n.Add(lost)
@@ -299,10 +291,9 @@ func (w *worker) flush() {
 			p.bufs[k] = nil
 		}
 		p.bufs = p.bufs[:0]
-		p.eps = p.eps[:0]
-		p.gso = p.gso[:0]
+		p.meta = p.meta[:0]
 		p.bytes = 0
-		p.e, p.q = nil, nil
+		p.e, p.qi = nil, 0
 	}
 	w.nPend = 0
 	w.nSpare = 0

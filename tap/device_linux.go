@@ -9,11 +9,12 @@ package tap
 //  2. Read: the first read of a batch waits in the netpoller; the kernel
 //     writes virtio_net_hdr+frame at bufs[i][offset-VnetHdrLen:], so the frame
 //     lands at bufs[i][offset] without a copy. Further reads take what is
-//     ready without waiting. Each header is parsed; a partial checksum is
-//     completed in software. GSO super-frames (TSO enabled) are returned
-//     whole by ReadGSO with their metadata, and dropped and counted by Read.
-//  3. Write: a header goes into the headroom in front of each frame (zeroed,
-//     or from the frame's packet.GSO with WriteGSO), one write(2) per frame.
+//     ready without waiting. Each header is parsed into meta[i].GSO: a
+//     partial checksum of a complete frame is completed in software, and a
+//     GSO super-frame (TSO or USO enabled) is returned whole with its
+//     metadata.
+//  3. Write: a header made from meta[i].GSO (zero for a complete frame)
+//     goes into the headroom in front of each frame, one write(2) per frame.
 //  4. Close closes the *os.File, which wakes a Read blocked in the poller.
 
 import (
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/packet"
+	"github.com/gvswitch/gvs/port"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,14 +39,14 @@ const DefaultBatchSize = 64
 const tunPath = "/dev/net/tun"
 
 // supportedOffloads are the TUN_F_* bits gvs can handle: checksum offload,
-// TCP segmentation offload and UDP segmentation offload (the switch passes
-// super-frames on with ReadGSO/WriteGSO and the tunnel port segments them,
-// packet.Segment).
+// TCP segmentation offload and UDP segmentation offload (Read returns
+// super-frames whole with their port.Meta, the switch passes them on and
+// the tunnel port segments them, packet.Segment).
 const supportedOffloads = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6 | unix.TUN_F_TSO_ECN |
 	unix.TUN_F_USO4 | unix.TUN_F_USO6
 
-// OffloadsTSO is the offload set for a pod TAP whose frames are read with
-// ReadGSO: checksum offload and TSO for IPv4 and IPv6.
+// OffloadsTSO is the offload set for a pod TAP that hands over TCP
+// super-frames: checksum offload and TSO for IPv4 and IPv6.
 const OffloadsTSO = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6
 
 // OffloadsUSO are the UDP segmentation offload bits (Linux 6.2 and later;
@@ -59,7 +61,7 @@ var (
 	ErrClosed = errors.New("tap: device closed")
 	// ErrHeadroom is returned when offset leaves no room for the
 	// virtio_net_hdr (offset < VnetHdrLen) or a buffer is shorter than
-	// offset.
+	// offset (on Write: than offset plus the frame's port.Meta.Size).
 	ErrHeadroom = errors.New("tap: buffer offset smaller than the virtio_net_hdr")
 	// ErrNotFound is returned by Open when the interface does not exist.
 	ErrNotFound = errors.New("tap: interface not found")
@@ -80,9 +82,9 @@ type Config struct {
 	// Device of its own: Create makes the first, Open attaches more.
 	MultiQueue bool
 	// Offloads are TUN_F_* bits passed to TUNSETOFFLOAD. 0 (none) makes the
-	// kernel hand over complete frames. unix.TUN_F_CSUM and the TSO bits
-	// (see OffloadsTSO) are accepted; with TSO, read with ReadGSO, since
-	// Read drops super-frames (DropGSO).
+	// kernel hand over complete frames. unix.TUN_F_CSUM and the TSO and USO
+	// bits (see OffloadsTSO, OffloadsUSO) are accepted; with them Read
+	// returns super-frames of up to packet.MaxSuperFrame bytes.
 	Offloads uint
 	// BatchSize is what BatchSize reports; 0 means DefaultBatchSize.
 	BatchSize int
@@ -120,8 +122,8 @@ const (
 	DropTruncated
 	// DropBadVnetHdr: ParseVnetHdr rejected the header.
 	DropBadVnetHdr
-	// DropGSO: a GSO super-frame arrived through Read (ReadGSO passes it
-	// on), or one of a type ReadGSO does not pass (UDP).
+	// DropGSO: a GSO super-frame of a type Read does not pass on (not
+	// TCPv4, TCPv6 or UDP L4).
 	DropGSO
 	// NumDropReasons is the number of drop reasons.
 	NumDropReasons
@@ -146,6 +148,9 @@ func (r DropReason) String() string {
 type Stats struct {
 	RxPackets uint64 // frames returned by Read
 	RxBytes   uint64 // their bytes, Ethernet header included
+	// RxWaits counts the times Read found no frame and waited in the
+	// netpoller: wake-ups, each a thread hand-off.
+	RxWaits uint64
 	// RxCsumCompleted counts frames whose partial checksum Read completed.
 	RxCsumCompleted uint64
 	RxDrops         [NumDropReasons]uint64 // indexed by DropReason
@@ -170,6 +175,7 @@ type counters struct {
 	rxPackets atomic.Uint64
 	rxBytes   atomic.Uint64
 	rxCsum    atomic.Uint64
+	rxWaits   atomic.Uint64
 	rxDrops   [NumDropReasons]atomic.Uint64
 	_         [64]byte
 	txPackets atomic.Uint64
@@ -179,8 +185,8 @@ type counters struct {
 }
 
 // Device is one queue of a TAP device. It implements the switch's Port
-// interface (Name, Read, Write, BatchSize, Close) and the optional Fd and
-// Stats.
+// interface (vswitch.Port: Name, Caps, BatchSize, Read, Write, Close) and
+// offers Fd and Stats besides.
 //
 // Concurrency: Read is called by one goroutine at a time; Write may be
 // called from several; Close may be called at any time and makes a blocked
@@ -355,6 +361,12 @@ func (d *Device) BatchSize() int { return d.batch }
 // less OffloadsUSO on a kernel without USO.
 func (d *Device) Offloads() uint { return d.offloads }
 
+// Caps reports an Offload port: Read returns super-frames when the TAP has
+// TSO or USO (Config.Offloads), and Write takes TCP super-frames whatever
+// the TAP's offloads (the kernel segments them if the pod's interface
+// cannot take them), UDP ones on a kernel with USO (Linux 6.2+).
+func (d *Device) Caps() port.Caps { return port.Caps{Offload: true} }
+
 // Fd returns the TAP file descriptor, for setup calls the package does not
 // wrap. The Device owns it: do not close it, do not make it blocking, and do
 // not use it after Close.
@@ -403,6 +415,7 @@ func (d *Device) Stats() Stats {
 		RxPackets:       d.stats.rxPackets.Load(),
 		RxBytes:         d.stats.rxBytes.Load(),
 		RxCsumCompleted: d.stats.rxCsum.Load(),
+		RxWaits:         d.stats.rxWaits.Load(),
 		TxPackets:       d.stats.txPackets.Load(),
 		TxBytes:         d.stats.txBytes.Load(),
 		TxErrors:        d.stats.txErrors.Load(),
@@ -422,6 +435,7 @@ func (d *Device) readRaw(fd uintptr) bool {
 			continue
 		}
 		if err == unix.EAGAIN && d.rwait {
+			d.stats.rxWaits.Add(1)
 			return false
 		}
 		d.rn, d.rerr = n, err
@@ -431,34 +445,22 @@ func (d *Device) readRaw(fd uintptr) bool {
 
 // Read reads at least one frame, waiting for it, then as many more as are
 // ready without waiting, up to len(bufs). Frame i lands at bufs[i][offset:]
-// with its length in sizes[i]; its virtio_net_hdr is read into
-// bufs[i][offset-VnetHdrLen:offset] and is garbage to the caller. Frames
-// are complete: a partial checksum has been filled in. offset must be at
-// least VnetHdrLen. The kernel silently cuts a frame to the buffer, so a
-// read that fills a buffer is taken as truncated and dropped
-// (DropTruncated): each buffer must hold offset + 14 + MTU plus at least one
-// spare byte (offset + 65536 once GSO is enabled). Read does not allocate.
-func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
-	return d.read(bufs, sizes, nil, offset)
-}
-
-// ReadGSO is Read for a device with TSO enabled: a TCP super-frame is
-// returned whole, up to 64 KiB, with its metadata in gso[i] (type, header
-// length, segment size and its partial checksum, which is left partial).
-// Complete frames get zero metadata, their partial checksum completed as
-// with Read. Buffers must hold offset + packet.MaxSuperFrame + 1 bytes.
-func (d *Device) ReadGSO(bufs [][]byte, sizes []int, gso []packet.GSO, offset int) (int, error) {
-	return d.read(bufs, sizes, gso, offset)
-}
-
-func (d *Device) read(bufs [][]byte, sizes []int, gso []packet.GSO, offset int) (int, error) {
+// with its port.Meta in meta[i]; its virtio_net_hdr is read into
+// bufs[i][offset-VnetHdrLen:offset] and is garbage to the caller. A
+// complete frame has its partial checksum filled in and zero Meta.GSO; a
+// super-frame (a TAP with TSO or USO) is returned whole, up to 64 KiB, with
+// its metadata in Meta.GSO (type, header length, segment size and its
+// partial checksum, which is left partial). offset must be at least
+// VnetHdrLen. The kernel silently cuts a frame to the buffer, so a read
+// that fills a buffer is taken as truncated and dropped (DropTruncated):
+// each buffer must hold offset + 14 + MTU plus at least one spare byte
+// (offset + packet.MaxSuperFrame + 1 once GSO is enabled). Read does not
+// allocate.
+func (d *Device) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 	if offset < VnetHdrLen {
 		return 0, ErrHeadroom
 	}
-	limit := min(len(bufs), len(sizes))
-	if gso != nil {
-		limit = min(limit, len(gso))
-	}
+	limit := min(len(bufs), len(meta))
 	n := 0
 	var bytes uint64
 	for n < limit {
@@ -486,11 +488,10 @@ func (d *Device) read(bufs [][]byte, sizes []int, gso []packet.GSO, offset int) 
 			}
 			return 0, err
 		}
-		if r, ok := d.check(raw, m, gso, n); !ok {
+		if r, ok := d.check(raw, m, &meta[n]); !ok {
 			d.stats.rxDrops[r].Add(1)
 			continue
 		}
-		sizes[n] = m - VnetHdrLen
 		bytes += uint64(m - VnetHdrLen)
 		n++
 	}
@@ -505,10 +506,10 @@ func (d *Device) addRx(n int, bytes uint64) {
 	}
 }
 
-// check validates the m bytes read into raw (header and frame) and
-// completes a partial checksum. With gso non-nil a TCP super-frame is
-// accepted and described in gso[i]; otherwise gso[i] is zeroed.
-func (d *Device) check(raw []byte, m int, gso []packet.GSO, i int) (DropReason, bool) {
+// check validates the m bytes read into raw (header and frame), completes
+// the partial checksum of a complete frame and fills meta: its size and,
+// for a TCP or UDP super-frame, its GSO metadata.
+func (d *Device) check(raw []byte, m int, meta *port.Meta) (DropReason, bool) {
 	// The kernel cuts a frame to the buffer and returns the cut length
 	// (tun_chr_read_iter), so a full buffer may hold a truncated frame.
 	if m >= len(raw) {
@@ -521,15 +522,13 @@ func (d *Device) check(raw []byte, m int, gso []packet.GSO, i int) (DropReason, 
 	if err != nil {
 		return DropBadVnetHdr, false
 	}
-	if gso != nil {
-		gso[i] = packet.GSO{}
-	}
+	*meta = port.Meta{Size: m - VnetHdrLen}
 	if h.IsGSO() {
 		t := h.GSOType() &^ GSOECN
-		if gso == nil || (t != GSOTCPv4 && t != GSOTCPv6 && t != GSOUDPL4) {
+		if t != GSOTCPv4 && t != GSOTCPv6 && t != GSOUDPL4 {
 			return DropGSO, false
 		}
-		gso[i] = packet.GSO{
+		meta.GSO = packet.GSO{
 			Type:       t,
 			NeedsCsum:  h.NeedsCsum(),
 			HdrLen:     h.HdrLen(),
@@ -547,45 +546,35 @@ func (d *Device) check(raw []byte, m int, gso []packet.GSO, i int) (DropReason, 
 	return 0, true
 }
 
-// Write writes each frame bufs[i][offset:] with a zeroed virtio_net_hdr
-// (a complete frame, no GSO) put in bufs[i][offset-VnetHdrLen:offset], one
-// write(2) per frame. It stops at the first error and returns the number of
-// frames written. Write may be called from several goroutines; it does not
-// allocate except to report an error.
-func (d *Device) Write(bufs [][]byte, offset int) (int, error) {
-	return d.write(bufs, nil, offset)
-}
-
-// WriteGSO is Write with offload metadata: frame i is written with a
-// virtio_net_hdr made from gso[i], so a TCP super-frame with a partial
-// checksum goes to the kernel whole (the kernel segments it, or the pod's
-// stack takes it as one large segment). The kernel accepts such frames
-// whatever offloads the device was opened with.
-func (d *Device) WriteGSO(bufs [][]byte, gso []packet.GSO, offset int) (int, error) {
-	return d.write(bufs, gso, offset)
-}
-
-func (d *Device) write(bufs [][]byte, gso []packet.GSO, offset int) (int, error) {
+// Write writes frame i, bufs[i][offset:offset+meta[i].Size], with a
+// virtio_net_hdr made from meta[i].GSO put in bufs[i][offset-VnetHdrLen:offset],
+// one write(2) per frame: zeroed for a complete frame; for a TCP
+// super-frame with a partial checksum, its GSO metadata, so that it goes to
+// the kernel whole (the kernel segments it, or the pod's stack takes it as
+// one large segment). The kernel accepts such frames whatever offloads the
+// device was opened with. Write stops at the first error and returns the
+// number of frames written. It may be called from several goroutines; it
+// does not allocate except to report an error.
+func (d *Device) Write(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 	if offset < VnetHdrLen {
 		return 0, ErrHeadroom
 	}
 	var bytes uint64
 	n := 0
 	var err error
-	for i, b := range bufs {
-		if len(b) < offset {
+	for i, b := range bufs[:min(len(bufs), len(meta))] {
+		m := &meta[i]
+		if m.Size < 0 || len(b)-offset < m.Size {
 			err = ErrHeadroom
 			break
 		}
-		pkt := b[offset-VnetHdrLen:]
+		pkt := b[offset-VnetHdrLen : offset+m.Size]
 		h := VnetHdr(pkt)
 		h.Reset()
-		if i < len(gso) {
-			if g := gso[i]; g.IsGSO() || g.NeedsCsum {
-				h.SetGSO(g.Type, g.HdrLen, g.Size)
-				if g.NeedsCsum {
-					h.SetPartialCsum(g.CsumStart, g.CsumOffset)
-				}
+		if g := m.GSO; g.IsGSO() || g.NeedsCsum {
+			h.SetGSO(g.Type, g.HdrLen, g.Size)
+			if g.NeedsCsum {
+				h.SetPartialCsum(g.CsumStart, g.CsumOffset)
 			}
 		}
 		if _, err = d.file.Write(pkt); err != nil {
@@ -595,7 +584,7 @@ func (d *Device) write(bufs [][]byte, gso []packet.GSO, offset int) (int, error)
 			}
 			break
 		}
-		bytes += uint64(len(b) - offset)
+		bytes += uint64(m.Size)
 		n++
 	}
 	if n > 0 {

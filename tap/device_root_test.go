@@ -14,6 +14,7 @@ import (
 
 	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/packet"
+	"github.com/gvswitch/gvs/port"
 	"github.com/gvswitch/gvs/tap"
 	"golang.org/x/sys/unix"
 )
@@ -21,17 +22,6 @@ import (
 // headroom matches vswitch.Headroom (not imported to keep this test
 // independent of the switch package).
 const headroom = 64
-
-// port is the switch's Port method set; *tap.Device must satisfy it.
-type port interface {
-	Name() string
-	Read(bufs [][]byte, sizes []int, offset int) (int, error)
-	Write(bufs [][]byte, offset int) (int, error)
-	BatchSize() int
-	Close() error
-}
-
-var _ port = (*tap.Device)(nil)
 
 var (
 	kernelIP  = netip.MustParseAddr("10.99.0.1") // the TAP's address in the ns
@@ -93,30 +83,39 @@ func upTAP(t *testing.T, suffix string, cfg tap.Config) (dev *tap.Device, nsName
 	return dev, nsName, nsPath
 }
 
-func newBufs(n int) ([][]byte, []int) {
+func newBufs(n int) ([][]byte, []port.Meta) {
 	bufs := make([][]byte, n)
 	for i := range bufs {
 		bufs[i] = make([]byte, headroom+2048)
 	}
-	return bufs, make([]int, n)
+	return bufs, make([]port.Meta, n)
+}
+
+// sized describes bufs for Write: frame i is bufs[i][headroom:], complete.
+func sized(bufs [][]byte) []port.Meta {
+	m := make([]port.Meta, len(bufs))
+	for i, b := range bufs {
+		m[i].Size = len(b) - headroom
+	}
+	return m
 }
 
 // readFrame reads until a frame matches, skipping others (IPv6 router
 // solicitations and the like), and returns a copy of it.
 func readFrame(t *testing.T, dev *tap.Device, what string, match func(f []byte) bool) []byte {
 	t.Helper()
-	bufs, sizes := newBufs(8)
+	bufs, meta := newBufs(8)
 	if err := dev.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	defer dev.SetReadDeadline(time.Time{})
 	for {
-		n, err := dev.Read(bufs, sizes, headroom)
+		n, err := dev.Read(bufs, meta, headroom)
 		if err != nil {
 			t.Fatalf("waiting for %s: Read: %v", what, err)
 		}
 		for i := range n {
-			f := bufs[i][headroom : headroom+sizes[i]]
+			f := bufs[i][headroom : headroom+meta[i].Size]
 			if match(f) {
 				return bytes.Clone(f)
 			}
@@ -243,7 +242,7 @@ func testTraffic(t *testing.T, offloads uint) {
 	// 2. Our ARP reply.
 	bufs, _ := newBufs(4)
 	bufs[0] = arpFrame(bufs[0], 2, kernelMAC)
-	if n, err := dev.Write(bufs[:1], headroom); n != 1 || err != nil {
+	if n, err := dev.Write(bufs[:1], sized(bufs[:1]), headroom); n != 1 || err != nil {
 		t.Fatalf("Write ARP reply: %d, %v", n, err)
 	}
 
@@ -268,7 +267,7 @@ func testTraffic(t *testing.T, offloads uint) {
 	// 4. Our UDP reply reaches the socket.
 	bufs[0] = udpFrame(bufs[0][:cap(bufs[0])], 7777, kernelPort, []byte("pong"))
 	bufs[1] = udpFrame(bufs[1], 7777, kernelPort, []byte("pong2"))
-	if n, err := dev.Write(bufs[:2], headroom); n != 2 || err != nil {
+	if n, err := dev.Write(bufs[:2], sized(bufs[:2]), headroom); n != 2 || err != nil {
 		t.Fatalf("Write UDP: %d, %v", n, err)
 	}
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -306,7 +305,7 @@ func testTraffic(t *testing.T, offloads uint) {
 	binary.BigEndian.PutUint16(icmp[2:], 0)
 	binary.BigEndian.PutUint16(icmp[2:], ^tap.Checksum(icmp, 0))
 	bufs[0] = ipFrame(bufs[0][:cap(bufs[0])], packet.ProtoICMP, icmp)
-	if n, err := dev.Write(bufs[:1], headroom); n != 1 || err != nil {
+	if n, err := dev.Write(bufs[:1], sized(bufs[:1]), headroom); n != 1 || err != nil {
 		t.Fatalf("Write ICMP: %d, %v", n, err)
 	}
 	err = cmd.Wait()
@@ -337,7 +336,8 @@ func TestTAPSteadyStateAllocs(t *testing.T) {
 	binary.BigEndian.PutUint16(icmp[2:], ^tap.Checksum(icmp, 0))
 	wbufs[0] = ipFrame(wbufs[0], packet.ProtoICMP, icmp)
 	frame := bytes.Clone(wbufs[0])
-	rbufs, sizes := newBufs(8)
+	wmeta := sized(wbufs)
+	rbufs, rmeta := newBufs(8)
 	if err := dev.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestTAPSteadyStateAllocs(t *testing.T) {
 	// it, so that it answers the echo requests without ARPing first.
 	arp, _ := newBufs(1)
 	arp[0] = arpFrame(arp[0], 1, [6]byte{255, 255, 255, 255, 255, 255})
-	if _, err := dev.Write(arp, headroom); err != nil {
+	if _, err := dev.Write(arp, sized(arp), headroom); err != nil {
 		t.Fatal(err)
 	}
 	readFrame(t, dev, "ARP reply", func(f []byte) bool {
@@ -358,10 +358,10 @@ func TestTAPSteadyStateAllocs(t *testing.T) {
 	var rerr, werr error
 	step := func() {
 		copy(wbufs[0], frame)
-		if _, err := dev.Write(wbufs, headroom); err != nil {
+		if _, err := dev.Write(wbufs, wmeta, headroom); err != nil {
 			werr = err
 		}
-		if _, err := dev.Read(rbufs, sizes, headroom); err != nil {
+		if _, err := dev.Read(rbufs, rmeta, headroom); err != nil {
 			rerr = err
 		}
 	}
@@ -378,17 +378,31 @@ func TestTAPSteadyStateAllocs(t *testing.T) {
 	}
 }
 
+// TestTAPCloseUnblocksRead: a Read waiting in the poller (seen by its
+// RxWaits count, not guessed by a sleep) returns ErrClosed once the device
+// is closed, and nothing earlier.
 func TestTAPCloseUnblocksRead(t *testing.T) {
 	needRoot(t)
 	_, nsPath := testNS(t, "cl")
 	dev := createIn(t, nsPath, tap.Config{})
-	bufs, sizes := newBufs(2)
+	bufs, meta := newBufs(2)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := dev.Read(bufs, sizes, headroom)
+		_, err := dev.Read(bufs, meta, headroom)
 		errc <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for dev.Stats().RxWaits == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("Read never waited for a frame")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-errc:
+		t.Fatalf("Read returned before Close: %v", err)
+	default:
+	}
 	if err := dev.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +414,7 @@ func TestTAPCloseUnblocksRead(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not unblock Read")
 	}
-	if _, err := dev.Write(bufs, headroom); !errors.Is(err, tap.ErrClosed) {
+	if _, err := dev.Write(bufs, sized(bufs), headroom); !errors.Is(err, tap.ErrClosed) {
 		t.Errorf("Write after Close: %v, want ErrClosed", err)
 	}
 	if err := dev.Close(); !errors.Is(err, tap.ErrClosed) {
@@ -493,22 +507,22 @@ func TestTAPTruncated(t *testing.T) {
 	// reply; buffers with room for 30 bytes cannot hold it.
 	arp, _ := newBufs(1)
 	arp[0] = arpFrame(arp[0], 1, [6]byte{255, 255, 255, 255, 255, 255})
-	if _, err := dev.Write(arp, headroom); err != nil {
+	if _, err := dev.Write(arp, sized(arp), headroom); err != nil {
 		t.Fatal(err)
 	}
 	small := [][]byte{make([]byte, headroom+30)}
-	sizes := make([]int, 1)
+	meta := make([]port.Meta, 1)
 	dev.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 	for {
-		n, err := dev.Read(small, sizes, headroom)
+		n, err := dev.Read(small, meta, headroom)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			break
 		}
 		if err != nil {
 			t.Fatalf("Read: %v", err)
 		}
-		if n == 1 && sizes[0] >= 30 {
-			t.Fatalf("Read returned a %d-byte frame in a 30-byte buffer", sizes[0])
+		if n == 1 && meta[0].Size >= 30 {
+			t.Fatalf("Read returned a %d-byte frame in a 30-byte buffer", meta[0].Size)
 		}
 	}
 	if st := dev.Stats(); st.RxDrops[tap.DropTruncated] == 0 {

@@ -3,6 +3,7 @@ package tap_test
 import (
 	"fmt"
 
+	"github.com/gvswitch/gvs/port"
 	"github.com/gvswitch/gvs/tap"
 )
 
@@ -40,17 +41,15 @@ func ExampleCreate() {
 	for i := range bufs {
 		bufs[i] = make([]byte, offset+1514+1)
 	}
-	sizes := make([]int, len(bufs))
-	n, err := dev.Read(bufs, sizes, offset) // blocks for at least one frame
+	meta := make([]port.Meta, len(bufs))
+	n, err := dev.Read(bufs, meta, offset) // blocks for at least one frame
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	for i := range n {
-		bufs[i] = bufs[i][:offset+sizes[i]]
-	}
-	// Send them back out (a real switch would forward them elsewhere).
-	if _, err := dev.Write(bufs[:n], offset); err != nil {
+	// Send them back out (a real switch would forward them elsewhere):
+	// meta[i] says how long frame i is and carries its offload metadata.
+	if _, err := dev.Write(bufs[:n], meta[:n], offset); err != nil {
 		fmt.Println(err)
 	}
 }

@@ -67,7 +67,7 @@ func TestPersistentReopen(t *testing.T) {
 	}
 	bufs, _ := newBufs(1)
 	req := arpFrame(bufs[0], 1, [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-	if _, err := dev.Write([][]byte{req}, headroom); err != nil {
+	if _, err := dev.Write([][]byte{req}, sized([][]byte{req}), headroom); err != nil {
 		t.Fatal(err)
 	}
 	readFrame(t, dev, "ARP reply on the reopened TAP", func(f []byte) bool {

@@ -62,9 +62,10 @@ func otherHostFrame() [][]byte {
 func BenchmarkTAPWrite(b *testing.B) {
 	dev := benchTAP(b, "bw")
 	bufs := otherHostFrame()
+	meta := sized(bufs)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := dev.Write(bufs, headroom); err != nil {
+		if _, err := dev.Write(bufs, meta, headroom); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -95,9 +96,10 @@ func BenchmarkTAPWrite8(b *testing.B) {
 	for i := range bufs {
 		bufs[i] = append([]byte(nil), one[0]...)
 	}
+	meta := sized(bufs)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := dev.Write(bufs, headroom); err != nil {
+		if _, err := dev.Write(bufs, meta, headroom); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -27,8 +27,9 @@ func TestTAPConcurrentWriters(t *testing.T) {
 			for i := range bufs {
 				bufs[i] = append([]byte(nil), one[0]...)
 			}
+			meta := sized(bufs)
 			for range batches {
-				n, err := dev.Write(bufs, headroom)
+				n, err := dev.Write(bufs, meta, headroom)
 				if err != nil || n != batch {
 					errc <- err
 					return
@@ -47,11 +48,18 @@ func TestTAPConcurrentWriters(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 
-	// A short buffer in the middle of a batch.
+	// A short buffer in the middle of a batch: shorter than the headroom,
+	// or than the frame its Meta describes.
 	bufs := append(otherHostFrame(), make([]byte, headroom-1))
 	bufs = append(bufs, otherHostFrame()...)
-	if n, err := dev.Write(bufs, headroom); n != 1 || !errors.Is(err, tap.ErrHeadroom) {
+	if n, err := dev.Write(bufs, sized(bufs), headroom); n != 1 || !errors.Is(err, tap.ErrHeadroom) {
 		t.Errorf("short buffer: %d, %v", n, err)
+	}
+	bufs = append(otherHostFrame(), otherHostFrame()...)
+	meta := sized(bufs)
+	meta[1].Size++
+	if n, err := dev.Write(bufs, meta, headroom); n != 1 || !errors.Is(err, tap.ErrHeadroom) {
+		t.Errorf("frame past its buffer: %d, %v", n, err)
 	}
 
 	// Writers racing with Close.
@@ -61,8 +69,9 @@ func TestTAPConcurrentWriters(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			bufs := otherHostFrame()
+			meta := sized(bufs)
 			for {
-				if _, err := dev.Write(bufs, headroom); err != nil {
+				if _, err := dev.Write(bufs, meta, headroom); err != nil {
 					errc <- err
 					return
 				}

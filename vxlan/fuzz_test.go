@@ -30,16 +30,3 @@ func FuzzDecap(f *testing.F) {
 		}
 	})
 }
-
-func FuzzSourcePort(f *testing.F) {
-	f.Add(unhex(f, outerARP))
-	f.Add(unhex(f, outerARP)[50:])
-	f.Add(tcpFrame([4]byte{10, 0, 0, 1}, [4]byte{10, 0, 0, 2}, 1, 2, nil))
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		p := SourcePort(b)
-		if p < SourcePortMin || p != SourcePort(bytes.Clone(b)) {
-			t.Fatalf("SourcePort = %d", p)
-		}
-	})
-}

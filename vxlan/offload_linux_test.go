@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/packet"
+	"github.com/gvswitch/gvs/port"
 )
 
 // tcpSuperFrame builds an Ethernet/IPv4/TCP frame with payload bytes of
@@ -36,9 +37,9 @@ func tcpSuperFrame(payload int) []byte {
 	return f
 }
 
-// TestOffloadRoundTrip sends TCP super-frames through WriteTunnelGSO (UDP
-// GSO where available) and reads them with ReadTunnelGSO (UDP GRO and
-// coalescing): every payload byte must arrive, in order, with correct
+// TestOffloadRoundTrip sends TCP super-frames through Write (UDP GSO where
+// available) and reads them with Read (UDP GRO and coalescing with
+// Offload): every payload byte must arrive, in order, with correct
 // checksums once the partial one is completed.
 func TestOffloadRoundTrip(t *testing.T) {
 	requireRoot(t)
@@ -53,48 +54,54 @@ func TestOffloadRoundTrip(t *testing.T) {
 		const mss = 1398
 		orig := tcpSuperFrame(40 * mss)
 		buf := withFrame(orig)
-		ep := Endpoint{Addr: addrB.As4(), VNI: 7}
+		ep := port.Endpoint{Addr: addrB.As4(), VNI: 7}
 		g := packet.GSO{Type: packet.GSOTCPv4, NeedsCsum: true, HdrLen: 54, Size: mss, CsumStart: 34, CsumOffset: 16}
 		// The neighbor resolution drops all but a few datagrams of a first burst.
-		if _, err := a.WriteTunnelGSO([][]byte{withFrame(tcpSuperFrame(10))}, []packet.GSO{{}}, []Endpoint{ep}, headroom); err != nil {
+		warm := [][]byte{withFrame(tcpSuperFrame(10))}
+		if _, err := a.Write(warm, metas(warm, ep), headroom); err != nil {
 			t.Fatal(err)
 		}
 		bb := newBatch(8)
 		for i := range bb.bufs {
 			bb.bufs[i] = make([]byte, headroom+packet.MaxSuperFrame)
 		}
-		gsos := make([]packet.GSO, 8)
 		if err := b.rx[0].SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.ReadTunnelGSO(bb.bufs, bb.sizes, gsos, bb.eps, headroom); err != nil {
+		if _, err := b.Read(bb.bufs, bb.meta, headroom); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := a.WriteTunnelGSO([][]byte{buf}, []packet.GSO{g}, []Endpoint{ep}, headroom); n != 1 || err != nil {
-			t.Fatalf("WriteTunnelGSO: %d, %v", n, err)
+		if n, err := a.Write([][]byte{buf}, metas([][]byte{buf}, ep, g), headroom); n != 1 || err != nil {
+			t.Fatalf("Write: %d, %v", n, err)
 		}
 		var payload []byte
 		want := orig[54:]
+		merged := 0
 		for len(payload) < len(want) {
-			n, err := b.ReadTunnelGSO(bb.bufs, bb.sizes, gsos, bb.eps, headroom)
+			n, err := b.Read(bb.bufs, bb.meta, headroom)
 			if err != nil {
 				t.Fatalf("after %d bytes: %v", len(payload), err)
 			}
 			for i := range n {
 				f := bb.frame(i)
-				if gsos[i].IsGSO() {
-					c := ^packet.Checksum(f[gsos[i].CsumStart:], 0)
-					binary.BigEndian.PutUint16(f[gsos[i].CsumStart+gsos[i].CsumOffset:], c)
+				g := bb.meta[i].GSO
+				if g.IsGSO() {
+					merged++
+					c := ^packet.Checksum(f[g.CsumStart:], 0)
+					binary.BigEndian.PutUint16(f[g.CsumStart+g.CsumOffset:], c)
 				}
 				if !packet.TCPChecksumValid(f) {
-					t.Fatalf("frame %d (%+v): bad TCP checksum", i, gsos[i])
+					t.Fatalf("frame %d (%+v): bad TCP checksum", i, g)
 				}
-				if bb.eps[i] != (Endpoint{Addr: addrA.As4(), VNI: 7}) {
-					t.Fatalf("endpoint %+v", bb.eps[i])
+				if addrVNI(bb.meta[i].Tunnel) != (port.Endpoint{Addr: addrA.As4(), VNI: 7}) {
+					t.Fatalf("endpoint %+v", bb.meta[i].Tunnel)
 				}
 				payload = append(payload, f[54:]...)
 			}
-			t.Logf("read %d frames, first %d bytes %+v", n, bb.sizes[0], gsos[0])
+			t.Logf("read %d frames, first %d bytes %+v", n, bb.meta[0].Size, bb.meta[0].GSO)
+		}
+		if !offload && merged > 0 {
+			t.Errorf("offload off: %d super-frames read", merged)
 		}
 		if !bytes.Equal(payload, want) {
 			t.Fatal("payload differs")
@@ -106,8 +113,8 @@ func TestOffloadRoundTrip(t *testing.T) {
 }
 
 // TestDropsCountedWhileBlocked: datagrams from an unknown peer are counted
-// one by one (also when UDP GRO merged them) while ReadTunnel keeps
-// waiting for an acceptable one.
+// one by one (also when UDP GRO merged them) while Read keeps waiting for
+// an acceptable one.
 func TestDropsCountedWhileBlocked(t *testing.T) {
 	requireRoot(t)
 	tn := newTestNet(t, false)
@@ -117,7 +124,7 @@ func TestDropsCountedWhileBlocked(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		b := newBatch(8)
-		_, err := p.ReadTunnel(b.bufs, b.sizes, b.eps, headroom)
+		_, err := p.Read(b.bufs, b.meta, headroom)
 		done <- err
 	}()
 	payload := make([]byte, HeaderLen+100)
@@ -136,31 +143,42 @@ func TestDropsCountedWhileBlocked(t *testing.T) {
 	}
 	p.Close()
 	if err := <-done; err == nil {
-		t.Error("ReadTunnel returned no error after Close")
+		t.Error("Read returned no error after Close")
 	}
 }
 
-// TestWriteRunBatches sends bursts of complete frames through
-// WriteTunnelGSO (one UDP GSO sendmsg per run of equal sizes where the
-// kernel has it): every frame arrives, intact and in order.
-func TestWriteRunBatches(t *testing.T) {
+// linkedPorts opens port a (configured as ca) in one namespace and b (cb)
+// in the other, each the other's only peer, and sends a frame from a to b
+// to ep, so that the neighbour entry is resolved: its queue would drop
+// most of a first burst.
+func linkedPorts(t *testing.T, ca, cb Config, ep port.Endpoint) (tn *testNet, a, b *Port) {
+	t.Helper()
 	requireRoot(t)
-	tn := newTestNet(t, false)
-	pa, _ := NewPeers(addrB)
-	pb, _ := NewPeers(addrA)
-	a := listenIn(t, tn.a, Config{Local: addrA, Peers: pa, Offload: true})
-	b := listenIn(t, tn.b, Config{Local: addrB, Peers: pb, Offload: true})
-	ep := Endpoint{Addr: addrB.As4(), VNI: 9}
+	tn = newTestNet(t, false)
+	ca.Local, cb.Local = addrA, addrB
+	ca.Peers, _ = NewPeers(addrB)
+	cb.Peers, _ = NewPeers(addrA)
+	a = listenIn(t, tn.a, ca)
+	b = listenIn(t, tn.b, cb)
+	warm := [][]byte{withFrame(udpFrame(gvsMAC, vx0MAC, overlayA, overlayB, 1, 2, []byte{0}))}
+	if _, err := a.Write(warm, metas(warm, ep), headroom); err != nil {
+		t.Fatal(err)
+	}
+	readFrames(t, b, newBatch(1), 1)
+	return tn, a, b
+}
+
+// TestWriteRunBatches sends bursts of complete frames through Write (one
+// UDP GSO train per run of equal sizes where the kernel has it): every
+// frame arrives, intact and in order.
+func TestWriteRunBatches(t *testing.T) {
+	ep := port.Endpoint{Addr: addrB.As4(), VNI: 9}
+	_, a, b := linkedPorts(t, Config{Offload: true}, Config{Offload: true}, ep)
 	frame := func(i, size int) []byte {
 		p := bytes.Repeat([]byte{byte(i)}, size)
 		return udpFrame(gvsMAC, vx0MAC, overlayA, overlayB, 1000, 2000, p)
 	}
-	// Warm up the neighbor entry.
-	if _, err := a.WriteTunnelGSO([][]byte{withFrame(frame(0, 10))}, []packet.GSO{{}}, []Endpoint{ep}, headroom); err != nil {
-		t.Fatal(err)
-	}
 	rb := newBatch(64)
-	readFrames(t, b, rb, 1)
 	var want [][]byte
 	var bufs [][]byte
 	for i := range 40 {
@@ -175,12 +193,9 @@ func TestWriteRunBatches(t *testing.T) {
 		want = append(want, f)
 		bufs = append(bufs, withFrame(f))
 	}
-	eps := make([]Endpoint, len(bufs))
-	for i := range eps {
-		eps[i] = ep
-	}
-	if n, err := a.WriteTunnelGSO(bufs, make([]packet.GSO, len(bufs)), eps, headroom); n != len(bufs) || err != nil {
-		t.Fatalf("WriteTunnelGSO: %d, %v", n, err)
+	meta := metas(bufs, ep)
+	if n, err := a.Write(bufs, meta, headroom); n != len(bufs) || err != nil {
+		t.Fatalf("Write: %d, %v", n, err)
 	}
 	readFrames(t, b, rb, len(want))
 	for i, w := range want {
@@ -195,15 +210,111 @@ func TestWriteRunBatches(t *testing.T) {
 		return
 	}
 	// Neither path allocates: runs of complete frames and a super-frame.
-	gsos := make([]packet.GSO, len(bufs))
 	super := [][]byte{withFrame(tcpSuperFrame(20 * 1398))}
-	sg := []packet.GSO{{Type: packet.GSOTCPv4, NeedsCsum: true, HdrLen: 54, Size: 1398, CsumStart: 34, CsumOffset: 16}}
+	sm := metas(super, ep, packet.GSO{Type: packet.GSOTCPv4, NeedsCsum: true, HdrLen: 54, Size: 1398, CsumStart: 34, CsumOffset: 16})
 	allocs := testing.AllocsPerRun(10, func() {
-		a.WriteTunnelGSO(bufs, gsos, eps, headroom)
-		a.WriteTunnelGSO(super, sg, eps[:1], headroom)
+		a.Write(bufs, meta, headroom)
+		a.Write(super, sm, headroom)
 	})
 	if allocs != 0 {
-		t.Errorf("WriteTunnelGSO: %v allocs per call", allocs)
+		t.Errorf("Write: %v allocs per call", allocs)
+	}
+}
+
+// TestWriteFlowsInOrder sends frames of many flows and super-frames mixed
+// in one call, more than one round of Config.Batch: the send path takes
+// them in the order of their send sockets, so frames of different flows
+// may overtake each other, but every frame arrives, and the frames of one
+// flow in the order they were given.
+func TestWriteFlowsInOrder(t *testing.T) {
+	ep := port.Endpoint{Addr: addrB.As4(), VNI: 3}
+	_, a, b := linkedPorts(t, Config{Offload: true, Batch: 16, SendSockets: 4}, Config{}, ep)
+	rb := newBatch(64)
+	const flows, perFlow = 8, 5
+	var bufs [][]byte
+	var meta []port.Meta
+	wantSegs := 0
+	for i := range perFlow {
+		for f := range flows {
+			if f == 0 && i == 2 {
+				// Flow 0's third frame is a TCP super-frame of 3 segments.
+				sf := withFrame(tcpSuperFrame(3 * 500))
+				bufs = append(bufs, sf)
+				meta = append(meta, port.Meta{Size: len(sf) - headroom, Tunnel: ep, Hash: 0,
+					GSO: packet.GSO{Type: packet.GSOTCPv4, NeedsCsum: true, HdrLen: 54, Size: 500, CsumStart: 34, CsumOffset: 16}})
+				wantSegs += 3
+				continue
+			}
+			fr := withFrame(udpFrame(gvsMAC, vx0MAC, overlayA, overlayB, uint16(1000+f), 53, []byte{byte(f), byte(i)}))
+			bufs = append(bufs, fr)
+			meta = append(meta, port.Meta{Size: len(fr) - headroom, Tunnel: ep, Hash: uint32(f)})
+			wantSegs++
+		}
+	}
+	if n, err := a.Write(bufs, meta, headroom); n != len(bufs) || err != nil {
+		t.Fatalf("Write: %d, %v", n, err)
+	}
+	readFrames(t, b, rb, wantSegs)
+	next := make([]int, flows) // the next frame number expected per UDP flow
+	segs := 0
+	for k := range wantSegs {
+		f := rb.frame(k)
+		ip := packet.IPv4(f[packet.EthernetLen:])
+		if ip.Protocol() == packet.ProtoTCP {
+			// Flow 0's super-frame, between its frames 1 and 3.
+			if next[0] != 2 {
+				t.Errorf("flow 0's super-frame arrived after its frame %d", next[0]-1)
+			}
+			if segs++; segs == 3 {
+				next[0] = 3
+			}
+			continue
+		}
+		fl, i := int(f[len(f)-2]), int(f[len(f)-1])
+		if i != next[fl] {
+			t.Errorf("flow %d: frame %d arrived where %d was due", fl, i, next[fl])
+		}
+		next[fl] = i + 1
+	}
+	if segs != 3 {
+		t.Errorf("%d TCP segments arrived, want 3", segs)
+	}
+	if st := a.Stats(); st.TxPackets != uint64(wantSegs+1) || st.TxErrors != 0 {
+		t.Errorf("stats %+v, want %d datagrams", st, wantSegs+1)
+	}
+}
+
+// TestWriteGSOFallback: a UDP GSO train or super-frame whose datagrams do
+// not fit the route's MTU is refused by the kernel (EMSGSIZE; EINVAL on
+// older kernels, which also turns UDP GSO off); the port sends its
+// datagrams one by one (the kernel fragments them), and every frame still
+// arrives.
+func TestWriteGSOFallback(t *testing.T) {
+	ep := port.Endpoint{Addr: addrB.As4(), VNI: 5}
+	tn, a, b := linkedPorts(t, Config{Offload: true}, Config{}, ep)
+	if _, gso := a.Offloads(); !gso {
+		t.Skip("no UDP GSO on this kernel")
+	}
+	rb := newBatch(64)
+	ip(t, "-n", tn.a, "link", "set", "va", "mtu", "1000")
+	var bufs [][]byte
+	for i := range 4 {
+		bufs = append(bufs, withFrame(udpFrame(gvsMAC, vx0MAC, overlayA, overlayB, 1000, 2000, bytes.Repeat([]byte{byte(i)}, 1200))))
+	}
+	bufs = append(bufs, withFrame(tcpSuperFrame(2*1300)))
+	meta := metas(bufs, ep)
+	meta[4].GSO = packet.GSO{Type: packet.GSOTCPv4, NeedsCsum: true, HdrLen: 54, Size: 1300, CsumStart: 34, CsumOffset: 16}
+	if n, err := a.Write(bufs, meta, headroom); n != len(bufs) || err != nil {
+		t.Fatalf("Write: %d, %v", n, err)
+	}
+	readFrames(t, b, rb, 6)
+	for i := range 4 {
+		if f := rb.frame(i); len(f) != 14+20+8+1200 || f[len(f)-1] != byte(i) {
+			t.Errorf("frame %d: %d bytes", i, len(f))
+		}
+	}
+	if st := a.Stats(); st.TxPackets != 7 || st.TxErrors != 0 {
+		t.Errorf("stats %+v, want 7 datagrams", st)
 	}
 }
 
@@ -223,8 +334,8 @@ func udpSuperFrame(payload int) []byte {
 	return f
 }
 
-// TestOffloadRoundTripUDP sends a UDP super-frame through WriteTunnelGSO
-// and reads it with ReadTunnelGSO: with CoalesceUDP the datagrams come back
+// TestOffloadRoundTripUDP sends a UDP super-frame through Write and reads
+// it with Read: with CoalesceUDP the datagrams come back
 // merged into few super-frames, without it one by one; either way, cut
 // back into datagrams, every one has a valid checksum and the payload
 // arrives whole and in order.
@@ -238,25 +349,26 @@ func TestOffloadRoundTripUDP(t *testing.T) {
 		b := listenIn(t, tn.b, Config{Local: addrB, Peers: pb, Offload: true, CoalesceUDP: coalesce})
 		const size, count = 1000, 40
 		orig := udpSuperFrame(count * size)
-		ep := Endpoint{Addr: addrB.As4(), VNI: 7}
+		ep := port.Endpoint{Addr: addrB.As4(), VNI: 7}
 		g := packet.GSO{Type: packet.GSOUDPL4, NeedsCsum: true, HdrLen: 42, Size: size, CsumStart: 34, CsumOffset: 6}
 		bb := newBatch(8)
 		for i := range bb.bufs {
 			bb.bufs[i] = make([]byte, headroom+packet.MaxSuperFrame)
 		}
-		gsos := make([]packet.GSO, 8)
 		// Resolve the neighbour first: its queue drops most of a burst.
-		if _, err := a.WriteTunnelGSO([][]byte{withFrame(udpSuperFrame(10))}, []packet.GSO{{}}, []Endpoint{ep}, headroom); err != nil {
+		warm := [][]byte{withFrame(udpSuperFrame(10))}
+		if _, err := a.Write(warm, metas(warm, ep), headroom); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.rx[0].SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.ReadTunnelGSO(bb.bufs, bb.sizes, gsos, bb.eps, headroom); err != nil {
+		if _, err := b.Read(bb.bufs, bb.meta, headroom); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := a.WriteTunnelGSO([][]byte{withFrame(orig)}, []packet.GSO{g}, []Endpoint{ep}, headroom); n != 1 || err != nil {
-			t.Fatalf("WriteTunnelGSO: %d, %v", n, err)
+		ob := [][]byte{withFrame(orig)}
+		if n, err := a.Write(ob, metas(ob, ep, g), headroom); n != 1 || err != nil {
+			t.Fatalf("Write: %d, %v", n, err)
 		}
 		var payload []byte
 		frames, merged := 0, 0
@@ -274,32 +386,33 @@ func TestOffloadRoundTripUDP(t *testing.T) {
 			off += sizes[j]
 		}
 		for len(payload) < count*size {
-			n, err := b.ReadTunnelGSO(bb.bufs, bb.sizes, gsos, bb.eps, headroom)
+			n, err := b.Read(bb.bufs, bb.meta, headroom)
 			if err != nil {
 				t.Fatalf("coalesce=%v, after %d bytes: %v", coalesce, len(payload), err)
 			}
 			for i := range n {
 				frames++
 				f := bb.frame(i)
+				g := bb.meta[i].GSO
 				ip := f[packet.EthernetLen:]
-				if gsos[i].IsGSO() {
+				if g.IsGSO() {
 					merged++
-					if gsos[i].Type != packet.GSOUDPL4 || gsos[i].Size != size {
-						t.Fatalf("frame %d: gso %+v", i, gsos[i])
+					if g.Type != packet.GSOUDPL4 || g.Size != size {
+						t.Fatalf("frame %d: gso %+v", i, g)
 					}
 					// The field holds the pseudo-header sum over the whole
 					// UDP length, as the kernel's USO expects.
 					if got, want := binary.BigEndian.Uint16(ip[26:28]), packet.PseudoHeaderSum(ip[12:16], ip[16:20], packet.ProtoUDP, len(ip)-20); got != want {
 						t.Fatalf("frame %d: partial checksum %#x, want %#x", i, got, want)
 					}
-					c := ^packet.Checksum(f[gsos[i].CsumStart:], 0)
-					binary.BigEndian.PutUint16(f[gsos[i].CsumStart+gsos[i].CsumOffset:], c)
+					c := ^packet.Checksum(f[g.CsumStart:], 0)
+					binary.BigEndian.PutUint16(f[g.CsumStart+g.CsumOffset:], c)
 				}
 				// The frame as delivered (merged frames completed) carries
 				// valid IPv4 header and UDP checksums.
 				if packet.Checksum(ip[:20], 0) != 0xffff ||
 					packet.Checksum(ip[20:], packet.PseudoHeaderSum(ip[12:16], ip[16:20], packet.ProtoUDP, len(ip)-20)) != 0xffff {
-					t.Fatalf("frame %d (%+v): bad checksum", i, gsos[i])
+					t.Fatalf("frame %d (%+v): bad checksum", i, g)
 				}
 				// Cut back into datagrams (one for a plain frame): they
 				// must be the sender's datagrams byte for byte (a merged

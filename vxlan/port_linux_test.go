@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"net"
 	"net/netip"
 	"os"
@@ -19,19 +20,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gvswitch/gvs/packet"
+	"github.com/gvswitch/gvs/port"
 )
-
-// tunnelPort is vswitch.TunnelPort, copied because package vswitch imports
-// this one; the switch package should assert the real one.
-type tunnelPort interface {
-	Name() string
-	ReadTunnel(bufs [][]byte, sizes []int, eps []Endpoint, offset int) (n int, err error)
-	WriteTunnel(bufs [][]byte, eps []Endpoint, offset int) (n int, err error)
-	BatchSize() int
-	Close() error
-}
-
-var _ tunnelPort = (*Port)(nil)
 
 // Addresses of the test topology, all inside namespaces the tests create:
 //
@@ -52,7 +42,7 @@ var (
 
 const headroom = 64
 
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces)")
@@ -65,7 +55,7 @@ func requireRoot(t *testing.T) {
 // testNet is two namespaces joined by a veth pair.
 type testNet struct{ a, b string }
 
-func ip(t *testing.T, args ...string) {
+func ip(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 		t.Fatalf("ip %v: %v\n%s", args, err, out)
@@ -74,7 +64,7 @@ func ip(t *testing.T, args ...string) {
 
 // newTestNet creates the topology above; with kernelVXLAN false, ns B has
 // no vx0 (so a test can bind 4789 there itself).
-func newTestNet(t *testing.T, kernelVXLAN bool) *testNet {
+func newTestNet(t testing.TB, kernelVXLAN bool) *testNet {
 	t.Helper()
 	n := nsCounter.Add(1)
 	tn := &testNet{
@@ -113,7 +103,7 @@ func newTestNet(t *testing.T, kernelVXLAN bool) *testNet {
 
 // inNS runs fn on a locked OS thread switched into the named namespace.
 // Sockets fn opens stay in that namespace.
-func inNS(t *testing.T, name string, fn func() error) {
+func inNS(t testing.TB, name string, fn func() error) {
 	t.Helper()
 	errc := make(chan error, 1)
 	go func() {
@@ -149,7 +139,7 @@ func inNS(t *testing.T, name string, fn func() error) {
 	}
 }
 
-func listenIn(t *testing.T, ns string, cfg Config) *Port {
+func listenIn(t testing.TB, ns string, cfg Config) *Port {
 	t.Helper()
 	var p *Port
 	inNS(t, ns, func() (err error) {
@@ -160,7 +150,7 @@ func listenIn(t *testing.T, ns string, cfg Config) *Port {
 	return p
 }
 
-func udpIn(t *testing.T, ns string, laddr string) *net.UDPConn {
+func udpIn(t testing.TB, ns string, laddr string) *net.UDPConn {
 	t.Helper()
 	var c *net.UDPConn
 	inNS(t, ns, func() (err error) {
@@ -173,55 +163,93 @@ func udpIn(t *testing.T, ns string, laddr string) *net.UDPConn {
 
 // batch holds n buffers with headroom, as the switch hands them to ports.
 type batch struct {
-	bufs  [][]byte
-	sizes []int
-	eps   []Endpoint
+	bufs [][]byte
+	meta []port.Meta
 }
 
 func newBatch(n int) *batch {
-	b := &batch{bufs: make([][]byte, n), sizes: make([]int, n), eps: make([]Endpoint, n)}
+	b := &batch{bufs: make([][]byte, n), meta: make([]port.Meta, n)}
 	for i := range b.bufs {
 		b.bufs[i] = make([]byte, headroom+2048)
 	}
 	return b
 }
 
-func (b *batch) frame(i int) []byte { return b.bufs[i][headroom : headroom+b.sizes[i]] }
+func (b *batch) frame(i int) []byte { return b.bufs[i][headroom : headroom+b.meta[i].Size] }
 
-// withFrame returns a buffer holding frame after the headroom, sized so
-// that bufs[i][headroom:] is exactly the frame (the Write convention).
+// withFrame returns a buffer holding frame after the headroom.
 func withFrame(frame []byte) []byte {
 	buf := make([]byte, headroom+len(frame))
 	copy(buf[headroom:], frame)
 	return buf
 }
 
+// metas describes buffers made by withFrame for Write: frame i goes to ep,
+// with gso[i] if given (a complete frame otherwise), its Hash that of
+// testHash.
+func metas(bufs [][]byte, ep port.Endpoint, gso ...packet.GSO) []port.Meta {
+	m := make([]port.Meta, len(bufs))
+	for i, b := range bufs {
+		m[i] = port.Meta{Size: len(b) - headroom, Tunnel: ep, Hash: testHash(b[headroom:])}
+		if i < len(gso) {
+			m[i].GSO = gso[i]
+		}
+	}
+	return m
+}
+
+// testHash stands in for the switch's flow hash (vswitch.FlowHash): a hash
+// of an IPv4 frame's addresses and ports.
+func testHash(frame []byte) uint32 {
+	if len(frame) < 38 {
+		return 0
+	}
+	return crc32.ChecksumIEEE(frame[26:38])
+}
+
+// addrVNI is e without its UDP port, which the sender's kernel picked.
+func addrVNI(e port.Endpoint) port.Endpoint {
+	e.Port = 0
+	return e
+}
+
+// waitUntil polls cond until it holds, failing the test after 5 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // readFrames reads until it has want frames or the deadline passes.
-func readFrames(t *testing.T, p *Port, b *batch, want int) []Endpoint {
+func readFrames(t *testing.T, p *Port, b *batch, want int) []port.Endpoint {
 	t.Helper()
 	if err := p.rx[0].SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	var eps []Endpoint
+	var eps []port.Endpoint
 	var frames [][]byte
 	for len(frames) < want {
-		n, err := p.ReadTunnel(b.bufs, b.sizes, b.eps, headroom)
+		n, err := p.Read(b.bufs, b.meta, headroom)
 		if err != nil {
-			t.Fatalf("ReadTunnel after %d of %d frames: %v (stats %+v)", len(frames), want, err, p.Stats())
+			t.Fatalf("Read after %d of %d frames: %v (stats %+v)", len(frames), want, err, p.Stats())
 		}
 		if n == 0 {
-			t.Fatal("ReadTunnel returned 0 frames without an error")
+			t.Fatal("Read returned 0 frames without an error")
 		}
 		for i := range n {
 			frames = append(frames, bytes.Clone(b.frame(i)))
-			eps = append(eps, b.eps[i])
+			eps = append(eps, b.meta[i].Tunnel)
 		}
 	}
 	// Hand back the frames in b's first slots for the caller.
 	for i, f := range frames {
 		copy(b.bufs[i][headroom:], f)
-		b.sizes[i] = len(f)
-		b.eps[i] = eps[i]
+		b.meta[i] = port.Meta{Size: len(f), Tunnel: eps[i]}
 	}
 	return eps
 }
@@ -231,15 +259,16 @@ func TestKernelInterop(t *testing.T) {
 	tn := newTestNet(t, true)
 	peers, _ := NewPeers(addrB)
 	p := listenIn(t, tn.a, Config{Local: addrA, Peers: peers, Batch: 8, SendSockets: 4})
-	ep := Endpoint{Addr: addrB.As4(), VNI: 42}
+	ep := port.Endpoint{Addr: addrB.As4(), VNI: 42}
 	sockB := udpIn(t, tn.b, "10.99.0.2:7777")
 
 	t.Run("gvs to kernel", func(t *testing.T) {
 		msg := []byte("hello from gvs")
 		f := udpFrame(vx0MAC, gvsMAC, overlayA, overlayB, 5555, 7777, msg)
-		n, err := p.WriteTunnel([][]byte{withFrame(f)}, []Endpoint{ep}, headroom)
+		bufs := [][]byte{withFrame(f)}
+		n, err := p.Write(bufs, metas(bufs, ep), headroom)
 		if n != 1 || err != nil {
-			t.Fatalf("WriteTunnel = %d, %v", n, err)
+			t.Fatalf("Write = %d, %v", n, err)
 		}
 		sockB.SetReadDeadline(time.Now().Add(5 * time.Second))
 		buf := make([]byte, 2048)
@@ -262,8 +291,8 @@ func TestKernelInterop(t *testing.T) {
 		}
 		b := newBatch(8)
 		eps := readFrames(t, p, b, 1)
-		if eps[0] != ep {
-			t.Errorf("endpoint = %+v, want %+v", eps[0], ep)
+		if addrVNI(eps[0]) != ep || eps[0].Port == 0 {
+			t.Errorf("endpoint = %+v, want %+v and the kernel's source port", eps[0], ep)
 		}
 		f := b.frame(0)
 		eth := packet.Ethernet(f)
@@ -285,8 +314,9 @@ func TestKernelInterop(t *testing.T) {
 		copy(echo[8:], "gvs vxlan ping payload 0123456")
 		binary.BigEndian.PutUint16(echo[2:], ipChecksum(echo))
 		f := ipv4Frame(vx0MAC, gvsMAC, overlayA, overlayB, packet.ProtoICMP, echo)
-		if n, err := p.WriteTunnel([][]byte{withFrame(f)}, []Endpoint{ep}, headroom); n != 1 || err != nil {
-			t.Fatalf("WriteTunnel = %d, %v", n, err)
+		bufs := [][]byte{withFrame(f)}
+		if n, err := p.Write(bufs, metas(bufs, ep), headroom); n != 1 || err != nil {
+			t.Fatalf("Write = %d, %v", n, err)
 		}
 		b := newBatch(8)
 		readFrames(t, p, b, 1)
@@ -298,8 +328,8 @@ func TestKernelInterop(t *testing.T) {
 		if reply[0] != 0 || !bytes.Equal(reply[4:], echo[4:]) {
 			t.Errorf("echo reply %x, request %x", reply, echo)
 		}
-		if b.eps[0] != ep {
-			t.Errorf("endpoint %+v", b.eps[0])
+		if addrVNI(b.meta[0].Tunnel) != ep {
+			t.Errorf("endpoint %+v", b.meta[0].Tunnel)
 		}
 	})
 }
@@ -352,9 +382,9 @@ func TestDropsAndCompaction(t *testing.T) {
 		b.bufs[i] = b.bufs[i][:headroom+2040]
 	}
 	eps := readFrames(t, p, b, 3)
-	want := []Endpoint{{addrB.As4(), 1}, {addrB.As4(), MaxVNI}, {addrB.As4(), 0}}
+	want := []port.Endpoint{{Addr: addrB.As4(), VNI: 1}, {Addr: addrB.As4(), VNI: MaxVNI}, {Addr: addrB.As4(), VNI: 0}}
 	for i := range want {
-		if eps[i] != want[i] {
+		if addrVNI(eps[i]) != want[i] {
 			t.Errorf("frame %d endpoint %+v, want %+v", i, eps[i], want[i])
 		}
 	}
@@ -382,7 +412,7 @@ func TestDropsAndCompaction(t *testing.T) {
 	// A peer added at run time is accepted from then on.
 	peers.Add(addrB2)
 	unknown.WriteToUDPAddrPort(vx(77, frame('n')), dst)
-	if eps := readFrames(t, p, b, 1); eps[0] != (Endpoint{addrB2.As4(), 77}) {
+	if eps := readFrames(t, p, b, 1); addrVNI(eps[0]) != (port.Endpoint{Addr: addrB2.As4(), VNI: 77}) {
 		t.Errorf("new peer endpoint %+v", eps[0])
 	}
 }
@@ -399,22 +429,25 @@ func TestWriteSourcePorts(t *testing.T) {
 	}
 	// 20 frames of 10 flows, two rounds, more than one WriteBatch chunk.
 	var bufs [][]byte
-	var eps []Endpoint
 	var frames [][]byte
 	for round := range 2 {
 		for flow := range 10 {
 			f := udpFrame(vx0MAC, gvsMAC, overlayA, overlayB, uint16(40000+flow), 53, []byte{byte(round), byte(flow)})
 			frames = append(frames, f)
 			bufs = append(bufs, withFrame(f))
-			eps = append(eps, Endpoint{addrB.As4(), uint32(flow)})
 		}
 	}
-	n, err := p.WriteTunnel(bufs, eps, headroom)
+	meta := metas(bufs, port.Endpoint{Addr: addrB.As4()})
+	for i := range meta {
+		meta[i].Tunnel.VNI = uint32(i % 10)
+	}
+	n, err := p.Write(bufs, meta, headroom)
 	if n != len(bufs) || err != nil {
-		t.Fatalf("WriteTunnel = %d, %v", n, err)
+		t.Fatalf("Write = %d, %v", n, err)
 	}
 	got := map[[2]byte]uint16{}
 	used := map[uint16]bool{}
+	wire := make([]byte, p.WireHeaderLen())
 	sink.SetReadDeadline(time.Now().Add(5 * time.Second))
 	for range bufs {
 		buf := make([]byte, 2048)
@@ -431,8 +464,17 @@ func TestWriteSourcePorts(t *testing.T) {
 		if !bytes.Equal(inner, frames[i]) || vni != uint32(payload[1]) || from.Addr() != addrA {
 			t.Errorf("datagram %d: vni %d from %v, inner %x", i, vni, from, inner)
 		}
-		if want := p.SourcePortFor(frames[i]); from.Port() != want {
+		if want := p.SourcePortFor(meta[i].Hash); from.Port() != want {
 			t.Errorf("flow %d: source port %d, want %d", payload[1], from.Port(), want)
+		}
+		// The outer headers a capture shows are the wire's.
+		p.PutWireHeader(wire, &meta[i], false)
+		ip := packet.IPv4(wire[packet.EthernetLen:])
+		udp := wire[packet.EthernetLen+20:]
+		if ip.Src() != from.Addr().As4() || ip.Dst() != addrB.As4() ||
+			binary.BigEndian.Uint16(udp) != from.Port() || binary.BigEndian.Uint16(udp[2:]) != UDPPort ||
+			int(binary.BigEndian.Uint16(udp[4:])) != 8+m || !bytes.Equal(udp[8:8+HeaderLen], buf[:HeaderLen]) {
+			t.Errorf("datagram %d from %v: PutWireHeader gave %x", i, from, wire)
 		}
 		used[from.Port()] = true
 		got[[2]byte(payload)] = from.Port()
@@ -457,15 +499,18 @@ func TestWriteSourcePorts(t *testing.T) {
 		for i := range bufs[:8] {
 			copy(bufs[i][headroom:], frames[i])
 		}
-		if n, err := p.WriteTunnel(bufs[:8], eps[:8], headroom); n != 8 || err != nil {
-			t.Fatalf("WriteTunnel = %d, %v", n, err)
+		if n, err := p.Write(bufs[:8], meta[:8], headroom); n != 8 || err != nil {
+			t.Fatalf("Write = %d, %v", n, err)
 		}
 	})
 	if allocs != 0 {
-		t.Errorf("WriteTunnel: %v allocs per batch, want 0", allocs)
+		t.Errorf("Write: %v allocs per batch, want 0", allocs)
 	}
 }
 
+// TestCloseUnblocksRead: a Read waiting in the poller (seen by its
+// RxWaits count, not guessed by a sleep) returns net.ErrClosed once the
+// port is closed, and nothing earlier.
 func TestCloseUnblocksRead(t *testing.T) {
 	requireRoot(t)
 	tn := newTestNet(t, false)
@@ -474,31 +519,37 @@ func TestCloseUnblocksRead(t *testing.T) {
 	b := newBatch(4)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := p.ReadTunnel(b.bufs, b.sizes, b.eps, headroom)
+		_, err := p.Read(b.bufs, b.meta, headroom)
 		errc <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	waitUntil(t, "Read to wait for a datagram", func() bool { return p.Stats().RxWaits > 0 })
+	select {
+	case err := <-errc:
+		t.Fatalf("Read returned before Close: %v", err)
+	default:
+	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case err := <-errc:
 		if !errors.Is(err, net.ErrClosed) {
-			t.Errorf("ReadTunnel after Close: %v", err)
+			t.Errorf("Read after Close: %v", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("ReadTunnel still blocked after Close")
+		t.Fatal("Read still blocked after Close")
 	}
 	if err := p.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	n, err := p.WriteTunnel([][]byte{withFrame(make([]byte, 14))}, []Endpoint{{addrB.As4(), 1}}, headroom)
+	bufs := [][]byte{withFrame(make([]byte, 14))}
+	n, err := p.Write(bufs, metas(bufs, port.Endpoint{Addr: addrB.As4(), VNI: 1}), headroom)
 	if n != 0 || !errors.Is(err, net.ErrClosed) {
-		t.Errorf("WriteTunnel after Close = %d, %v", n, err)
+		t.Errorf("Write after Close = %d, %v", n, err)
 	}
 }
 
-// TestReadAllocs measures ReadTunnel's allocations per datagram: the raw
+// TestReadAllocs measures Read's allocations per datagram: the raw
 // recvmmsg path allocates none.
 func TestReadAllocs(t *testing.T) {
 	requireRoot(t)
@@ -530,7 +581,7 @@ func TestReadAllocs(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for got < total {
-		n, err := p.ReadTunnel(b.bufs, b.sizes, b.eps, headroom)
+		n, err := p.Read(b.bufs, b.meta, headroom)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -538,8 +589,8 @@ func TestReadAllocs(t *testing.T) {
 	}
 	runtime.ReadMemStats(&after)
 	perFrame := float64(after.Mallocs-before.Mallocs) / float64(total)
-	t.Logf("ReadTunnel: %.2f allocs per datagram", perFrame)
+	t.Logf("Read: %.2f allocs per datagram", perFrame)
 	if perFrame > 0.05 {
-		t.Errorf("ReadTunnel: %.2f allocs per datagram, want 0", perFrame)
+		t.Errorf("Read: %.2f allocs per datagram, want 0", perFrame)
 	}
 }

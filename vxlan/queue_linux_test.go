@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gvswitch/gvs/port"
 )
 
 // TestQueues: a port with two receive sockets gets a peer's flows spread
@@ -36,17 +38,15 @@ func TestQueues(t *testing.T) {
 	const flows, rounds = 64, 4
 	want := map[string]bool{}
 	var bufs [][]byte
-	var eps []Endpoint
 	for r := range rounds {
 		for f := range flows {
 			fr := udpFrame(vx0MAC, gvsMAC, overlayB, overlayA, uint16(40000+f), 53, []byte{byte(r), byte(f)})
 			want[string(fr)] = true
 			bufs = append(bufs, withFrame(fr))
-			eps = append(eps, Endpoint{Addr: addrA.As4(), VNI: 7})
 		}
 	}
-	if n, err := b.WriteTunnel(bufs, eps, headroom); n != len(bufs) || err != nil {
-		t.Fatalf("WriteTunnel = %d, %v", n, err)
+	if n, err := b.Write(bufs, metas(bufs, port.Endpoint{Addr: addrA.As4(), VNI: 7}), headroom); n != len(bufs) || err != nil {
+		t.Fatalf("Write = %d, %v", n, err)
 	}
 
 	var mu sync.Mutex
@@ -60,15 +60,15 @@ func TestQueues(t *testing.T) {
 			defer wg.Done()
 			bt := newBatch(16)
 			for {
-				n, err := q.ReadTunnel(bt.bufs, bt.sizes, bt.eps, headroom)
+				n, err := q.Read(bt.bufs, bt.meta, headroom)
 				if err != nil {
 					errs[i] = err
 					return
 				}
 				mu.Lock()
 				for k := range n {
-					if bt.eps[k] != (Endpoint{Addr: addrB.As4(), VNI: 7}) {
-						t.Errorf("queue %d: endpoint %+v", i, bt.eps[k])
+					if addrVNI(bt.meta[k].Tunnel) != (port.Endpoint{Addr: addrB.As4(), VNI: 7}) {
+						t.Errorf("queue %d: endpoint %+v", i, bt.meta[k].Tunnel)
 					}
 					got[string(bytes.Clone(bt.frame(k)))] = true
 				}

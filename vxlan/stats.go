@@ -43,6 +43,11 @@ func (r DropReason) String() string {
 // Ethernet frame bytes (without the VXLAN, UDP and IP headers).
 type Stats struct {
 	RxPackets, RxBytes uint64
+	// RxWaits counts the times a reader found no datagram and waited in
+	// the netpoller: wake-ups, each a thread hand-off.
+	RxWaits uint64
+	// TxPackets counts datagrams sent (a super-frame sends several);
+	// TxBytes their inner frame bytes.
 	TxPackets, TxBytes uint64
 	// TxErrors counts frames whose send failed.
 	TxErrors uint64
@@ -71,6 +76,7 @@ type counter struct {
 // is added to once per batch, not per packet.
 type counters struct {
 	rxPackets, rxBytes counter
+	rxWaits            counter
 	txPackets, txBytes counter
 	txErrors           counter
 	drops              [NumDropReasons]counter
@@ -80,6 +86,7 @@ func (c *counters) snapshot() Stats {
 	s := Stats{
 		RxPackets: c.rxPackets.Load(),
 		RxBytes:   c.rxBytes.Load(),
+		RxWaits:   c.rxWaits.Load(),
 		TxPackets: c.txPackets.Load(),
 		TxBytes:   c.txBytes.Load(),
 		TxErrors:  c.txErrors.Load(),

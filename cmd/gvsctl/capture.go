@@ -24,8 +24,9 @@ writes them to FILE as a pcap file (Ethernet, nanosecond timestamps) that
 tcpdump, Wireshark and tshark read. PORT is a port number, a port name
 (vxlan0, tun0, gvs1000) or a pod name. -w - writes to standard output:
   gvsctl capture vxlan0 -w - | tcpdump -nr -
-On vxlan0 each frame carries reconstructed outer IPv4/UDP/VXLAN headers
-(the VNI is real; the MACs and UDP checksum are not). The capture runs
+On vxlan0 each frame carries the outer IPv4/UDP/VXLAN headers vxlan0 gives
+it on the wire: node addresses, UDP ports and VNI as sent and received
+(the MACs, IP ID and UDP checksum are the kernel's, not shown). The capture runs
 until COUNT frames, DURATION, or Ctrl-C; then it prints how many frames
 were captured and how many the switch had to drop because the reader
 fell behind (it never slows the datapath down).

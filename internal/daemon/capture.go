@@ -47,7 +47,7 @@ func (d *Daemon) startCapture(req *control.CaptureRequest) (control.Stream, erro
 	if snap == 0 {
 		snap = vswitch.DefaultSnaplen
 	}
-	c, err := d.sw.StartCapture(no, vswitch.CaptureConfig{Dir: dir, Snaplen: snap, Local: d.nodeConfig().NodeIP.As4()})
+	c, err := d.sw.StartCapture(no, vswitch.CaptureConfig{Dir: dir, Snaplen: snap})
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/port"
 	vswitch "github.com/gvswitch/gvs/switch"
 )
 
@@ -23,17 +24,18 @@ type feedPort struct {
 	closed chan struct{}
 }
 
-func (p *feedPort) Name() string                         { return "feed0" }
-func (p *feedPort) BatchSize() int                       { return 1 }
-func (p *feedPort) Write(b [][]byte, _ int) (int, error) { return len(b), nil }
-func (p *feedPort) Close() error                         { close(p.closed); return nil }
-func (p *feedPort) Read(bufs [][]byte, sizes []int, off int) (int, error) {
+func (p *feedPort) Name() string                                        { return "feed0" }
+func (p *feedPort) Caps() port.Caps                                     { return port.Caps{} }
+func (p *feedPort) BatchSize() int                                      { return 1 }
+func (p *feedPort) Write(b [][]byte, _ []port.Meta, _ int) (int, error) { return len(b), nil }
+func (p *feedPort) Close() error                                        { close(p.closed); return nil }
+func (p *feedPort) Read(bufs [][]byte, meta []port.Meta, off int) (int, error) {
 	select {
 	case <-p.closed:
 		return 0, errors.New("closed")
 	case <-time.After(time.Millisecond):
 	}
-	sizes[0] = copy(bufs[0][off:], p.frame)
+	meta[0] = port.Meta{Size: copy(bufs[0][off:], p.frame)}
 	return 1, nil
 }
 

@@ -175,11 +175,11 @@ func (d *Daemon) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("vxlan0: %w", err)
 	}
-	var vxq []vswitch.TunnelPort
+	var vxq []vswitch.Port
 	for _, q := range vx.Queues() {
 		vxq = append(vxq, q)
 	}
-	if err := d.sw.AddTunnelQueues(sdn.PortVXLAN, vxq); err != nil {
+	if err := d.sw.AddPortQueues(sdn.PortVXLAN, vxq); err != nil {
 		vx.Close()
 		return err
 	}

@@ -7,16 +7,18 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/gvswitch/gvs/port"
 	vswitch "github.com/gvswitch/gvs/switch"
 )
 
 // idlePort is a switch port that never delivers a frame.
 type idlePort struct{ closed chan struct{} }
 
-func (p *idlePort) Name() string                         { return "idle0" }
-func (p *idlePort) BatchSize() int                       { return 4 }
-func (p *idlePort) Write(b [][]byte, _ int) (int, error) { return len(b), nil }
-func (p *idlePort) Read([][]byte, []int, int) (int, error) {
+func (p *idlePort) Name() string                                        { return "idle0" }
+func (p *idlePort) Caps() port.Caps                                     { return port.Caps{} }
+func (p *idlePort) BatchSize() int                                      { return 4 }
+func (p *idlePort) Write(b [][]byte, _ []port.Meta, _ int) (int, error) { return len(b), nil }
+func (p *idlePort) Read([][]byte, []port.Meta, int) (int, error) {
 	<-p.closed
 	return 0, errors.New("closed")
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gvswitch/gvs/netconf"
+	"github.com/gvswitch/gvs/port"
 	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
 )
@@ -41,20 +42,20 @@ func TestPodTAPClose(t *testing.T) {
 	}
 
 	p := mk("gvst-del")
-	var port vswitch.Port = p // what the switch holds
+	var sp vswitch.Port = p // what the switch holds
 	if err := netconf.ConfigureLink(nsPath, netconf.LinkConfig{Name: "gvst-del", Up: true}); err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 64+60)
 	copy(buf[64:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0a, 0x58, 10, 0, 0, 9, 0x88, 0xb5}) // local experimental ethertype
-	bufs := [][]byte{buf}
-	if n, err := port.Write(bufs, 64); n != 1 || err != nil {
+	bufs, meta := [][]byte{buf}, []port.Meta{{Size: 60}}
+	if n, err := sp.Write(bufs, meta, 64); n != 1 || err != nil {
 		t.Fatalf("Write through podTAP: %d, %v", n, err)
 	}
-	if n := testing.AllocsPerRun(100, func() { _, _ = port.Write(bufs, 64) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { _, _ = sp.Write(bufs, meta, 64) }); n != 0 {
 		t.Errorf("Write through podTAP: %v allocations, want 0", n)
 	}
-	if err := port.Close(); err != nil {
+	if err := sp.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if exists("gvst-del") {

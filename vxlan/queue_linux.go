@@ -1,12 +1,13 @@
 package vxlan
 
-import "github.com/gvswitch/gvs/packet"
+import "github.com/gvswitch/gvs/port"
 
 // Queue is one receive queue of a Port: it reads from one of the port's
 // receive sockets (Config.Readers) and sends through the port's send
-// sockets, which all queues share. It implements vswitch.TunnelPort and
-// vswitch.OffloadTunnelPort, so a switch can run one reading worker per
-// queue (vswitch.Switch.AddTunnelQueues).
+// sockets, which all queues share. It is a vswitch.Port (and
+// vswitch.Framer) of its own, so a switch runs one reading worker per
+// queue (vswitch.Switch.AddPortQueues); frames the switch spreads over the
+// queues by flow all leave through the shared send sockets.
 //
 // Each Queue's reads must come from one goroutine at a time; its writes,
 // like the Port's, may be concurrent.
@@ -17,7 +18,7 @@ type Queue struct {
 }
 
 // Queues returns the port's receive queues, one per receive socket, in
-// socket order. Queue 0 reads what the Port's own ReadTunnel reads, so use
+// socket order. Queue 0 reads what the Port's own Read reads, so use
 // either the Port or its queues, not both.
 func (p *Port) Queues() []*Queue {
 	qs := make([]*Queue, len(p.rxs))
@@ -33,6 +34,9 @@ func (q *Queue) Port() *Port { return q.p }
 // Name returns the port's name, "vxlan0".
 func (q *Queue) Name() string { return q.p.Name() }
 
+// Caps returns the port's Caps.
+func (q *Queue) Caps() port.Caps { return q.p.Caps() }
+
 // BatchSize returns the port's batch size.
 func (q *Queue) BatchSize() int { return q.p.BatchSize() }
 
@@ -47,22 +51,20 @@ func (q *Queue) Close() error {
 	return err
 }
 
-// ReadTunnel is Port.ReadTunnel on this queue's receive socket.
-func (q *Queue) ReadTunnel(bufs [][]byte, sizes []int, eps []Endpoint, offset int) (int, error) {
-	return q.p.read(q.st, bufs, sizes, nil, eps, offset)
+// Read is Port.Read on this queue's receive socket.
+func (q *Queue) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
+	return q.p.read(q.st, bufs, meta, offset)
 }
 
-// ReadTunnelGSO is Port.ReadTunnelGSO on this queue's receive socket.
-func (q *Queue) ReadTunnelGSO(bufs [][]byte, sizes []int, gso []packet.GSO, eps []Endpoint, offset int) (int, error) {
-	return q.p.read(q.st, bufs, sizes, gso, eps, offset)
+// Write is Port.Write.
+func (q *Queue) Write(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
+	return q.p.Write(bufs, meta, offset)
 }
 
-// WriteTunnel is Port.WriteTunnel.
-func (q *Queue) WriteTunnel(bufs [][]byte, eps []Endpoint, offset int) (int, error) {
-	return q.p.WriteTunnel(bufs, eps, offset)
-}
+// WireHeaderLen is Port.WireHeaderLen.
+func (q *Queue) WireHeaderLen() int { return q.p.WireHeaderLen() }
 
-// WriteTunnelGSO is Port.WriteTunnelGSO.
-func (q *Queue) WriteTunnelGSO(bufs [][]byte, gso []packet.GSO, eps []Endpoint, offset int) (int, error) {
-	return q.p.WriteTunnelGSO(bufs, gso, eps, offset)
+// PutWireHeader is Port.PutWireHeader.
+func (q *Queue) PutWireHeader(b []byte, m *port.Meta, received bool) {
+	q.p.PutWireHeader(b, m, received)
 }

@@ -1,0 +1,68 @@
+// Package port holds what the switch (package vswitch) and its ports
+// exchange: the metadata of each frame of a batch (Meta), the tunnel end a
+// frame comes from or goes to (Endpoint), and what a port says it can do
+// (Caps). It imports nothing but package packet, so a port — a TAP (package
+// tap), the VXLAN tunnel (package vxlan) or an embedder's own — implements
+// vswitch.Port without importing the switch, and the switch knows no port
+// type.
+//
+// The batch convention, as in wireguard-go's tun.Device: the caller owns
+// the buffers; frame i of a batch is bufs[i][offset:offset+meta[i].Size];
+// the offset bytes in front of it are headroom a port may write its own
+// header into (a virtio_net_hdr, a VXLAN header), so that nothing is
+// copied. docs/embedding.md shows a port written from scratch.
+package port
+
+import "github.com/gvswitch/gvs/packet"
+
+// Endpoint is the tunnel end of a frame on a tunnel port (Caps.Tunnel): the
+// remote node's underlay IPv4 address — the frame's outer source when it
+// was read, its outer destination when it is written — and the 24-bit VNI
+// it travels with.
+type Endpoint struct {
+	Addr [4]byte
+	// Port is the remote's UDP port when the frame was read (the
+	// datagram's source port). Write ignores it: a tunnel sends to the
+	// UDP port it was configured with.
+	Port uint16
+	VNI  uint32
+}
+
+// Meta describes one frame of a batch. Read fills meta[i] for each frame
+// it returns (every field it does not set is zero); Write reads meta[i] for
+// frame i.
+type Meta struct {
+	// Size is the frame's length: the frame is bufs[i][offset:offset+Size].
+	Size int
+	// GSO is the frame's offload metadata. The zero value is a complete
+	// frame with complete checksums; otherwise it is a super-frame to be
+	// cut into segments of GSO.Size payload bytes (GSO.IsGSO), or a frame
+	// whose L4 checksum is partial (GSO.NeedsCsum). Only ports whose Caps
+	// have Offload read or are given such frames.
+	GSO packet.GSO
+	// Tunnel is the frame's tunnel end, on a tunnel port only: where it
+	// came from when read, where it goes when written.
+	Tunnel Endpoint
+	// Hash is the frame's flow hash (vswitch.FlowHash): the same for every
+	// frame of one flow, in both directions. The switch sets it for every
+	// frame it writes; a port may spread flows by it (the tunnel picks the
+	// send socket, and with it the outer UDP source port, by it). Read
+	// leaves it zero.
+	Hash uint32
+}
+
+// Caps is what a port can do, as its Caps method reports it. The zero
+// value is a plain port of complete Ethernet frames.
+type Caps struct {
+	// Offload: frames may be GSO super-frames (up to packet.MaxSuperFrame
+	// bytes) or carry a partial checksum, both ways: Read may return them
+	// (with Meta.GSO set) and Write takes them, sending a super-frame whole
+	// (a TAP) or cut into segments (the tunnel). The switch drops a
+	// super-frame bound for a port without Offload (vswitch.DropGSO).
+	Offload bool
+	// Tunnel: the port carries frames to and from other nodes. Read sets
+	// Meta.Tunnel; Write sends frame i to Meta.Tunnel, so the switch drops
+	// a frame output to the port without a tunnel destination
+	// (vswitch.DropNoTunnelDst).
+	Tunnel bool
+}
