@@ -185,4 +185,3 @@ func BenchmarkPingPong(b *testing.B) {
 	b.ReportMetric(float64(e.Stats().Syscalls-n0)/float64(total/2), "pinger-enters/rtt")
 	lat.Report(b)
 }
-
