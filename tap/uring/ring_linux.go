@@ -32,9 +32,6 @@ type ring struct {
 	syscalls atomic.Uint64 // io_uring_enter calls
 }
 
-// errSQFull: no free SQE (the caller submits and retries).
-var errSQFull = errors.New("uring: submission queue full")
-
 // newRing sets up a ring of entries SQEs (a power of two) and twice as many
 // CQEs. It asks for SINGLE_ISSUER|DEFER_TASKRUN and falls back to no flags
 // on a kernel that refuses them.
