@@ -10,6 +10,7 @@ import (
 
 	"github.com/gvswitch/gvs/internal/iofloor"
 	"github.com/gvswitch/gvs/packet"
+	"github.com/gvswitch/gvs/port"
 	"github.com/gvswitch/gvs/tap"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
@@ -31,11 +32,11 @@ func tapPair(tb testing.TB, both bool) (a, b *tap.Device) {
 
 // readN reads n frames from d into bufs and returns the number of read(2)
 // calls it took: one per frame, and one more that found the queue empty
-// for each ReadGSO that came back short.
-func readN(tb testing.TB, d *tap.Device, bufs [][]byte, sizes []int, gso []packet.GSO, n int) int {
+// for each Read that came back short.
+func readN(tb testing.TB, d *tap.Device, bufs [][]byte, meta []port.Meta, n int) int {
 	calls := 0
 	for got := 0; got < n; {
-		k, err := d.ReadGSO(bufs[got:n], sizes[got:n], gso[got:n], iofloor.Headroom)
+		k, err := d.Read(bufs[got:n], meta[got:n], iofloor.Headroom)
 		if err != nil {
 			tb.Fatalf("read: %v", err)
 		}
@@ -55,26 +56,25 @@ func TestTAPLoop(t *testing.T) {
 	a, b := tapPair(t, false)
 	for _, size := range iofloor.Sizes {
 		out, gso := iofloor.Buffers(8, size)
-		if n, err := a.WriteGSO(out, gso, iofloor.Headroom); n != len(out) || err != nil {
+		if n, err := a.Write(out, metaOf(out, gso), iofloor.Headroom); n != len(out) || err != nil {
 			t.Fatalf("%d B: wrote %d: %v", size, n, err)
 		}
 		in := make([][]byte, len(out))
 		for i := range in {
 			in[i] = make([]byte, iofloor.Headroom+packet.MaxSuperFrame+1)
 		}
-		sizes := make([]int, len(in))
-		meta := make([]packet.GSO, len(in))
+		meta := make([]port.Meta, len(in))
 		if err := b.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		readN(t, b, in, sizes, meta, len(in))
+		readN(t, b, in, meta, len(in))
 		for i := range in {
-			got := in[i][iofloor.Headroom : iofloor.Headroom+sizes[i]]
+			got := in[i][iofloor.Headroom : iofloor.Headroom+meta[i].Size]
 			if !bytes.Equal(got, out[i][iofloor.Headroom:]) {
-				t.Fatalf("%d B: frame %d differs (got %d B, seq %d)", size, i, sizes[i], iofloor.Seq(got))
+				t.Fatalf("%d B: frame %d differs (got %d B, seq %d)", size, i, meta[i].Size, iofloor.Seq(got))
 			}
-			if meta[i].IsGSO() != gso[i].IsGSO() || meta[i].Size != gso[i].Size {
-				t.Fatalf("%d B: frame %d: GSO %+v, sent %+v", size, i, meta[i], gso[i])
+			if meta[i].GSO.IsGSO() != gso[i].IsGSO() || meta[i].GSO.Size != gso[i].Size {
+				t.Fatalf("%d B: frame %d: GSO %+v, sent %+v", size, i, meta[i].GSO, gso[i])
 			}
 		}
 	}
@@ -86,22 +86,22 @@ func TestTAPLoopNoLeak(t *testing.T) {
 	l := iofloor.NewLab(t)
 	a := l.TAP("gvsfa", 0)
 	b := l.TAP("gvsfb", 0)
-	out, _ := iofloor.Buffers(4, 64)
-	if _, err := a.Write(out, iofloor.Headroom); err != nil {
+	out, gso := iofloor.Buffers(4, 64)
+	if _, err := a.Write(out, metaOf(out, gso), iofloor.Headroom); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.SetReadDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	in := [][]byte{make([]byte, 2048)}
-	if n, err := b.Read(in, []int{0}, iofloor.Headroom); !errors.Is(err, os.ErrDeadlineExceeded) {
+	if n, err := b.Read(in, make([]port.Meta, 1), iofloor.Headroom); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read %d frames (%v) from an unconnected TAP", n, err)
 	}
 }
 
 // BenchmarkTAPLoop moves frames from TAP a to TAP b through mirred:
-// Device.WriteGSO of a batch of 64 (one write(2) per frame), then
-// Device.ReadGSO until the batch is back (one read(2) per frame, plus one
+// Device.Write of a batch of 64 (one write(2) per frame), then
+// Device.Read until the batch is back (one read(2) per frame, plus one
 // read that finds the queue empty per call that came back short).
 func BenchmarkTAPLoop(b *testing.B) {
 	for _, size := range iofloor.Sizes {
@@ -113,16 +113,16 @@ func BenchmarkTAPLoop(b *testing.B) {
 			for i := range in {
 				in[i] = make([]byte, iofloor.Headroom+packet.MaxSuperFrame+1)
 			}
-			sizes := make([]int, batch)
-			meta := make([]packet.GSO, batch)
+			meta := make([]port.Meta, batch)
+			wmeta := metaOf(out, gso)
 			b.ReportAllocs()
 			frames, calls := 0, 0
 			m := iofloor.StartMeter()
 			for b.Loop() {
-				if n, err := a.WriteGSO(out, gso, iofloor.Headroom); n != batch || err != nil {
+				if n, err := a.Write(out, wmeta, iofloor.Headroom); n != batch || err != nil {
 					b.Fatalf("wrote %d: %v", n, err)
 				}
-				calls += batch + readN(b, d, in, sizes, meta, batch)
+				calls += batch + readN(b, d, in, meta, batch)
 				frames += batch
 			}
 			m.Report(b, frames, calls)
@@ -138,31 +138,33 @@ func BenchmarkTAPPingPong(b *testing.B) {
 	a, d := tapPair(b, true)
 	go func() {
 		buf := [][]byte{make([]byte, 2048)}
-		sizes := []int{0}
+		meta := make([]port.Meta, 1)
 		for {
-			n, err := d.Read(buf, sizes, iofloor.Headroom)
+			n, err := d.Read(buf, meta, iofloor.Headroom)
 			if err != nil {
 				return
 			}
-			if _, err := d.Write([][]byte{buf[0][:iofloor.Headroom+sizes[0]]}, iofloor.Headroom); err != nil && n > 0 {
+			meta[0].GSO = packet.GSO{}
+			if _, err := d.Write([][]byte{buf[0][:iofloor.Headroom+meta[0].Size]}, meta, iofloor.Headroom); err != nil && n > 0 {
 				return
 			}
 		}
 	}()
 	b.Cleanup(func() { d.Close() })
-	out, _ := iofloor.Buffers(1, 64)
+	out, gso := iofloor.Buffers(1, 64)
+	wmeta := metaOf(out, gso)
 	in := [][]byte{make([]byte, 2048)}
-	sizes := []int{0}
+	rmeta := make([]port.Meta, 1)
 	var lat iofloor.Latencies
 	b.ReportAllocs()
 	frames := 0
 	m := iofloor.StartMeter()
 	for b.Loop() {
 		t0 := time.Now()
-		if _, err := a.Write(out, iofloor.Headroom); err != nil {
+		if _, err := a.Write(out, wmeta, iofloor.Headroom); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := a.Read(in, sizes, iofloor.Headroom); err != nil {
+		if _, err := a.Read(in, rmeta, iofloor.Headroom); err != nil {
 			b.Fatal(err)
 		}
 		lat.Add(time.Since(t0))
@@ -303,4 +305,14 @@ func BenchmarkEventfdKick(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// metaOf is the port metadata of frames out (each after the headroom)
+// with their GSO metadata.
+func metaOf(out [][]byte, gso []packet.GSO) []port.Meta {
+	m := make([]port.Meta, len(out))
+	for i := range out {
+		m[i] = port.Meta{Size: len(out[i]) - iofloor.Headroom, GSO: gso[i]}
+	}
+	return m
 }
