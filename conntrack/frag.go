@@ -1,6 +1,9 @@
 package conntrack
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // IPv4 fragments are tracked with their first fragment, not reassembled:
 // the first fragment carries the L4 header and goes through the tracker
@@ -19,9 +22,11 @@ import "sync"
 // back. Linux and the kernel's TAP queue selection deliver a datagram's
 // fragments in order to one queue (the flow hash of any fragment leaves
 // the ports out), so in practice only a reordering network shows it. A
-// record ends when the fragments seen add up to the datagram's length.
+// record ends a second after the fragments seen add up to the datagram's
+// length, or when its timeout passes.
 
 const (
+	fragGrace  = Time(time.Second) // how long a completed record stays
 	fragShards = 8
 	fragProbe  = 8 // slots a key may occupy: its home slot and the next 7
 )
@@ -61,7 +66,7 @@ type fragTable struct {
 }
 
 func (f *fragTable) init(n int) {
-	per := max((n+fragShards-1)/fragShards, fragProbe)
+	per := max((n+fragShards-1)/fragShards, 1)
 	for i := range f.shards {
 		f.shards[i].slots = make([]fragSlot, per)
 	}
@@ -83,7 +88,7 @@ func (t *Tracker) recordFragment(now Time, k fragKey, plen uint32, b []byte, m *
 	sh.mu.Lock()
 	n := len(sh.slots)
 	victim, oldest := -1, -1
-	for i := range fragProbe {
+	for i := range min(fragProbe, n) {
 		j := (home + i) % n
 		s := &sh.slots[j]
 		if s.used && s.key == k {
@@ -124,7 +129,7 @@ func (t *Tracker) laterFragment(now Time, b []byte, pf PacketFlags, a *Action, m
 	sh, home := t.fragHome(k)
 	sh.mu.Lock()
 	var s fragSlot
-	for i := range fragProbe {
+	for i := range min(fragProbe, len(sh.slots)) {
 		c := &sh.slots[(home+i)%len(sh.slots)]
 		if c.used && c.key == k && c.expires > now {
 			c.got += plen
@@ -132,8 +137,13 @@ func (t *Tracker) laterFragment(now Time, b []byte, pf PacketFlags, a *Action, m
 				c.total = off + plen
 			}
 			s = *c
-			if c.total != 0 && c.got >= c.total {
-				c.used = false
+			if c.total != 0 && c.got >= c.total && c.expires > now+fragGrace {
+				// Every byte has been seen (at least once: a fragment
+				// meeting several ct actions counts several times).
+				// Keep the record a moment for the rest of this
+				// fragment's actions and late duplicates, then let
+				// it go.
+				c.expires = now + fragGrace
 			}
 			break
 		}
