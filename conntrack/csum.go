@@ -65,5 +65,6 @@ func partial32(field uint16, old, new uint32) uint16 {
 
 func get16(b []byte, off int) uint16    { return binary.BigEndian.Uint16(b[off:]) }
 func put16(b []byte, off int, v uint16) { binary.BigEndian.PutUint16(b[off:], v) }
+func get64(b []byte, off int) uint64    { return binary.BigEndian.Uint64(b[off:]) }
 func get32(b []byte, off int) uint32    { return binary.BigEndian.Uint32(b[off:]) }
 func put32(b []byte, off int, v uint32) { binary.BigEndian.PutUint32(b[off:], v) }

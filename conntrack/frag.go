@@ -48,7 +48,7 @@ type fragSlot struct {
 	state    State
 	mark     uint32
 	label    Label
-	orig     Tuple
+	orig     [2]uint64
 	src, dst uint32 // the addresses the first fragment left with
 }
 
@@ -107,7 +107,7 @@ func (t *Tracker) recordFragment(now Time, k fragKey, plen uint32, b []byte, m *
 	}
 	sh.slots[victim] = fragSlot{
 		key: k, used: true, reason: r, expires: now + Time(t.fragTimeout), got: plen,
-		state: m.State, mark: m.Mark, label: m.Label, orig: m.Orig,
+		state: m.State, mark: m.Mark, label: m.Label, orig: m.orig,
 		src: get32(b, 12), dst: get32(b, 16),
 	}
 	sh.mu.Unlock()
@@ -152,7 +152,7 @@ func (t *Tracker) laterFragment(now Time, b []byte, pf PacketFlags, a *Action, m
 	if !s.used {
 		return t.invalid(m, zone, ReasonFragment)
 	}
-	*m = Meta{State: s.state, Zone: zone, Mark: s.mark, Label: s.label, Orig: s.orig}
+	*m = Meta{State: s.state, Zone: zone, Mark: s.mark, Label: s.label, orig: s.orig}
 	setAddr(b, 0, 12, s.src, -1, false, false)
 	setAddr(b, 0, 16, s.dst, -1, false, false)
 	t.stats.fragments.Add(1)

@@ -47,17 +47,18 @@ func (t *Tracker) linkNAT(idx uint32, fwd key, n *NAT, now Time) (linkResult, ui
 	case minA != 0:
 		addr = minA + h%(maxA-minA+1)
 	case src:
-		addr = fwd.src
+		addr = fwd.src()
 	default:
-		addr = fwd.dst
+		addr = fwd.dst()
 	}
 	rev := fwd.reverse()
 	if src {
-		rev.dst = addr
+		rev.setDst(addr)
 	} else {
-		rev.src = addr
+		rev.setSrc(addr)
 	}
-	pat := fwd.proto == ProtoTCP || fwd.proto == ProtoUDP || fwd.proto == ProtoICMP
+	proto := fwd.proto()
+	pat := proto == ProtoTCP || proto == ProtoUDP || proto == ProtoICMP
 	if !pat {
 		return t.linkRev(idx, fwd, rev, now)
 	}
@@ -73,7 +74,7 @@ func (t *Tracker) linkNAT(idx uint32, fwd key, n *NAT, now Time) (linkResult, ui
 		sMin, sMax = minP, maxP
 		sCur = sMin + uint16(off%(uint32(sMax-sMin)+1))
 	} else {
-		sCur = fwd.sport
+		sCur = fwd.sport()
 		switch {
 		case sCur < 512:
 			sMin, sMax = 1, 511
@@ -83,17 +84,17 @@ func (t *Tracker) linkNAT(idx uint32, fwd key, n *NAT, now Time) (linkResult, ui
 			sMin, sMax = natPortMin, natPortMax
 		}
 	}
-	icmp := fwd.proto == ProtoICMP
+	icmp := proto == ProtoICMP
 	// DNAT with ports: the destination port (the reply's source) from the
 	// range first; OVS falls back to moving the source port.
 	if !src && ports && !icmp {
 		dCur := minP + uint16(off%(uint32(maxP-minP)+1))
-		rev.dport = sCur
+		rev.setDport(sCur)
 		res, g := t.searchPort(idx, fwd, rev, true, dCur, minP, maxP, now)
 		if res != revTaken {
 			return res, g
 		}
-		rev.sport = dCur
+		rev.setSport(dCur)
 	}
 	return t.searchPort(idx, fwd, rev, false, sCur, sMin, sMax, now)
 }
@@ -112,11 +113,12 @@ func (t *Tracker) searchPort(idx uint32, fwd, rev key, replySrc bool, cur, lo, h
 			c := rev
 			switch {
 			case replySrc:
-				c.sport = cur
-			case fwd.proto == ProtoICMP:
-				c.sport, c.dport = cur, cur
+				c.setSport(cur)
+			case fwd.proto() == ProtoICMP:
+				c.setSport(cur)
+				c.setDport(cur)
 			default:
-				c.dport = cur
+				c.setDport(cur)
 			}
 			if _, _, _, ok := t.lookup(c, t.hash(c)); !ok {
 				res, g := t.linkRev(idx, fwd, c, now)
@@ -145,13 +147,13 @@ func (t *Tracker) searchPort(idx uint32, fwd, rev key, replySrc bool, cur, lo, h
 func (t *Tracker) natHash(k key, n *NAT, minA, maxA uint32, persistent bool) uint32 {
 	var h uint64
 	if persistent {
-		h = mix(uint64(k.src))
+		h = mix(uint64(k.src()))
 	} else {
 		a, b := k.words()
 		h = mix(a^t.seed[0]) ^ mix(b^t.seed[1])
 	}
 	h = mix(h ^ uint64(minA)<<32 ^ uint64(maxA))
-	h = mix(h ^ uint64(n.MinPort)<<48 ^ uint64(n.MaxPort)<<32 ^ uint64(k.proto)<<16 ^ uint64(k.zone))
+	h = mix(h ^ uint64(n.MinPort)<<48 ^ uint64(n.MaxPort)<<32 ^ uint64(k.proto())<<16 ^ uint64(k.zone()))
 	return uint32(h ^ h>>32)
 }
 
@@ -187,14 +189,14 @@ func (t *Tracker) translate(b []byte, pf PacketFlags, p *pkt, e *entry, reply bo
 	if !p.related {
 		l4cs := l4Checksum(b, p.proto, p.l4, p.end, partial)
 		udp := p.proto == ProtoUDP
-		setAddr(b, 0, 12, to.src, l4cs, partial, udp)
-		setAddr(b, 0, 16, to.dst, l4cs, partial, udp)
+		setAddr(b, 0, 12, to.src(), l4cs, partial, udp)
+		setAddr(b, 0, 16, to.dst(), l4cs, partial, udp)
 		switch p.proto {
 		case ProtoTCP, ProtoUDP:
-			setPort(b, p.l4, to.sport, l4cs, partial, udp)
-			setPort(b, p.l4+2, to.dport, l4cs, partial, udp)
+			setPort(b, p.l4, to.sport(), l4cs, partial, udp)
+			setPort(b, p.l4+2, to.dport(), l4cs, partial, udp)
 		case ProtoICMP:
-			setPort(b, p.l4+4, to.sport, p.l4+2, partial, false)
+			setPort(b, p.l4+4, to.sport(), p.l4+2, partial, false)
 		}
 		return
 	}
@@ -202,9 +204,9 @@ func (t *Tracker) translate(b []byte, pf PacketFlags, p *pkt, e *entry, reply bo
 	// checksum does not cover it), then the quoted packet, which becomes
 	// the other direction's packet as it was before translation.
 	if act == natSrc {
-		setAddr(b, 0, 12, to.src, -1, false, false)
+		setAddr(b, 0, 12, to.src(), -1, false, false)
 	} else {
-		setAddr(b, 0, 16, to.dst, -1, false, false)
+		setAddr(b, 0, 16, to.dst(), -1, false, false)
 	}
 	in, il4, end := p.inner, p.innerL4, p.end
 	iproto := b[in+9]
@@ -220,14 +222,14 @@ func (t *Tracker) translate(b []byte, pf PacketFlags, p *pkt, e *entry, reply bo
 		}
 	}
 	iudp := iproto == ProtoUDP
-	setAddr(b, in, 12, other.src, cs, false, iudp)
-	setAddr(b, in, 16, other.dst, cs, false, iudp)
+	setAddr(b, in, 12, other.src(), cs, false, iudp)
+	setAddr(b, in, 16, other.dst(), cs, false, iudp)
 	switch iproto {
 	case ProtoTCP, ProtoUDP:
-		setPort(b, il4, other.sport, cs, false, iudp)
-		setPort(b, il4+2, other.dport, cs, false, iudp)
+		setPort(b, il4, other.sport(), cs, false, iudp)
+		setPort(b, il4+2, other.dport(), cs, false, iudp)
 	case ProtoICMP:
-		setPort(b, il4+4, other.sport, il4+2, false, false)
+		setPort(b, il4+4, other.sport(), il4+2, false, false)
 	}
 	if !partial {
 		l4 := p.l4

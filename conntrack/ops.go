@@ -168,10 +168,10 @@ func (t *Tracker) snapshot(i uint32, now Time) (Entry, bool) {
 	fwd := keyOf(e.k[0][0].Load(), e.k[0][1].Load())
 	rev := keyOf(e.k[1][0].Load(), e.k[1][1].Load())
 	x := Entry{
-		Orig: fwd.tuple(), Reply: rev.tuple(), Zone: fwd.zone, Mark: e.mark, Label: e.label,
+		Orig: fwd.tuple(), Reply: rev.tuple(), Zone: fwd.zone(), Mark: e.mark, Label: e.label,
 		Class: e.class, Timeout: time.Duration(e.expires - now),
 	}
-	if fwd.proto == ProtoTCP {
+	if fwd.proto() == ProtoTCP {
 		x.TCP = [2]TCPState{TCPState(e.tcp[0].state), TCPState(e.tcp[1].state)}
 	}
 	switch e.nat {
@@ -285,9 +285,9 @@ func (t *Tracker) flushWhere(zone int32) int {
 // or reply tuple (OVS's flush-conntrack with a tuple). For ICMP,
 // tup.SrcPort is the type and tup.ID the identifier.
 func (t *Tracker) FlushTuple(zone uint16, tup Tuple) error {
-	k := key{src: be32(tup.Src), dst: be32(tup.Dst), sport: tup.SrcPort, dport: tup.DstPort, zone: zone, proto: tup.Proto}
+	k := mkKey(be32(tup.Src), be32(tup.Dst), tup.SrcPort, tup.DstPort, zone, tup.Proto, 0)
 	if tup.Proto == ProtoICMP {
-		k.sport, k.dport, k.icmpType = tup.ID, tup.ID, uint8(tup.SrcPort)
+		k = mkKey(be32(tup.Src), be32(tup.Dst), tup.ID, tup.ID, zone, tup.Proto, uint8(tup.SrcPort))
 	}
 	now := t.Now()
 	idx, _, gen, ok := t.lookup(k, t.hash(k))

@@ -52,13 +52,8 @@ func parse(b []byte, zone uint16, pf PacketFlags, p *pkt) Reason {
 	if fo&0x1fff != 0 {
 		return ReasonMalformed
 	}
-	*p = pkt{
-		k:     key{src: get32(b, 12), dst: get32(b, 16), zone: zone, proto: b[9]},
-		l4:    ihl,
-		end:   tot,
-		proto: b[9],
-		first: fo&0x2000 != 0,
-	}
+	p.k = key{a: get64(b, 12), b: uint64(zone)<<16 | uint64(b[9])<<8}
+	p.l4, p.end, p.proto, p.first = ihl, tot, b[9], fo&0x2000 != 0
 	l4 := b[ihl:tot]
 	checkL4 := pf&(CsumVerified|CsumPartial) == 0 && !p.first
 	switch p.proto {
@@ -73,10 +68,10 @@ func parse(b []byte, zone uint16, pf PacketFlags, p *pkt) Reason {
 		if checkL4 && fold(sum(l4, pseudoSum(b, ProtoTCP, len(l4)))) != 0xffff {
 			return ReasonChecksum
 		}
-		p.k.sport, p.k.dport = get16(l4, 0), get16(l4, 2)
-		if p.k.sport == 0 || p.k.dport == 0 {
+		if get16(l4, 0) == 0 || get16(l4, 2) == 0 {
 			return ReasonMalformed
 		}
+		p.k.b |= uint64(get32(l4, 0)) << 32
 		p.tcpFlags = l4[13]
 		p.tcpHdr = doff
 		p.seq, p.ack = get32(l4, 4), get32(l4, 8)
@@ -92,10 +87,10 @@ func parse(b []byte, zone uint16, pf PacketFlags, p *pkt) Reason {
 		if checkL4 && get16(l4, 6) != 0 && fold(sum(l4, pseudoSum(b, ProtoUDP, len(l4)))) != 0xffff {
 			return ReasonChecksum
 		}
-		p.k.sport, p.k.dport = get16(l4, 0), get16(l4, 2)
-		if p.k.sport == 0 || p.k.dport == 0 {
+		if get16(l4, 0) == 0 || get16(l4, 2) == 0 {
 			return ReasonMalformed
 		}
+		p.k.b |= uint64(get32(l4, 0)) << 32
 	case ProtoICMP:
 		if len(l4) < 8 {
 			return ReasonMalformed
@@ -109,8 +104,8 @@ func parse(b []byte, zone uint16, pf PacketFlags, p *pkt) Reason {
 			if l4[1] != 0 {
 				return ReasonMalformed
 			}
-			id := get16(l4, 4)
-			p.k.sport, p.k.dport, p.k.icmpType = id, id, typ
+			id := uint64(get16(l4, 4))
+			p.k.b |= id<<48 | id<<32 | uint64(typ)
 		case icmpUnreach, icmpSourceQuench, icmpRedirect, icmpTimeExceeded, icmpParamProblem:
 			return parseQuoted(b, p)
 		default:
@@ -135,26 +130,23 @@ func parseQuoted(b []byte, p *pkt) Reason {
 	if ihl < 20 || ihl > len(q) || get16(q, 6)&0x1fff != 0 {
 		return ReasonMalformed
 	}
-	k := key{src: get32(q, 12), dst: get32(q, 16), zone: p.k.zone, proto: q[9]}
-	if k.src != p.k.dst {
+	k := key{a: get64(q, 12), b: uint64(p.k.zone())<<16 | uint64(q[9])<<8}
+	if k.src() != p.k.dst() {
 		return ReasonMalformed
 	}
 	l4 := q[ihl:]
-	switch k.proto {
+	switch k.proto() {
 	case ProtoTCP, ProtoUDP:
-		if len(l4) < 8 {
+		if len(l4) < 8 || get16(l4, 0) == 0 || get16(l4, 2) == 0 {
 			return ReasonMalformed
 		}
-		k.sport, k.dport = get16(l4, 0), get16(l4, 2)
-		if k.sport == 0 || k.dport == 0 {
-			return ReasonMalformed
-		}
+		k.b |= uint64(get32(l4, 0)) << 32
 	case ProtoICMP:
 		if len(l4) < 8 || !icmpQuery(l4[0]) || l4[1] != 0 {
 			return ReasonMalformed
 		}
-		id := get16(l4, 4)
-		k.sport, k.dport, k.icmpType = id, id, l4[0]
+		id := uint64(get16(l4, 4))
+		k.b |= id<<48 | id<<32 | uint64(l4[0])
 	}
 	p.k = k.reverse()
 	p.related = true

@@ -48,15 +48,14 @@ type record struct {
 func (r *record) encode(b *[recordLen]byte) {
 	*b = [recordLen]byte{}
 	b[0] = tagEntry
-	b[1] = r.fwd.proto
-	binary.BigEndian.PutUint16(b[2:], r.fwd.zone)
+	b[1] = r.fwd.proto()
+	binary.BigEndian.PutUint16(b[2:], r.fwd.zone())
 	for i, k := range [2]key{r.fwd, r.rev} {
 		o := 4 + 12*i
-		binary.BigEndian.PutUint32(b[o:], k.src)
-		binary.BigEndian.PutUint32(b[o+4:], k.dst)
-		binary.BigEndian.PutUint16(b[o+8:], k.sport)
-		binary.BigEndian.PutUint16(b[o+10:], k.dport)
-		b[28+i] = k.icmpType
+		binary.BigEndian.PutUint64(b[o:], k.a)
+		binary.BigEndian.PutUint16(b[o+8:], k.sport())
+		binary.BigEndian.PutUint16(b[o+10:], k.dport())
+		b[28+i] = k.icmpType()
 	}
 	b[30], b[31], b[32], b[33] = r.nat, uint8(r.class), r.pstate, r.flags
 	binary.BigEndian.PutUint32(b[36:], r.mark)
@@ -76,18 +75,18 @@ func (r *record) encode(b *[recordLen]byte) {
 // could not have written.
 func (r *record) decode(b *[recordLen]byte) error {
 	bad := func(what string) error { return fmt.Errorf("%w: entry: %s", ErrFormat, what) }
-	if b[0] != tagEntry || b[34] != 0 || b[35] != 0 {
+	if b[0] != tagEntry {
+		return bad("unknown record tag")
+	}
+	if b[34] != 0 || b[35] != 0 {
 		return bad("reserved bytes")
 	}
 	proto, zone := b[1], binary.BigEndian.Uint16(b[2:])
 	var ks [2]key
 	for i := range ks {
 		o := 4 + 12*i
-		ks[i] = key{
-			src: binary.BigEndian.Uint32(b[o:]), dst: binary.BigEndian.Uint32(b[o+4:]),
-			sport: binary.BigEndian.Uint16(b[o+8:]), dport: binary.BigEndian.Uint16(b[o+10:]),
-			zone: zone, proto: proto, icmpType: b[28+i],
-		}
+		ks[i] = mkKey(binary.BigEndian.Uint32(b[o:]), binary.BigEndian.Uint32(b[o+4:]),
+			binary.BigEndian.Uint16(b[o+8:]), binary.BigEndian.Uint16(b[o+10:]), zone, proto, b[28+i])
 	}
 	*r = record{
 		fwd: ks[0], rev: ks[1], nat: b[30], class: Class(b[31]), pstate: b[32], flags: b[33],
@@ -105,16 +104,16 @@ func (r *record) decode(b *[recordLen]byte) error {
 	fwd, rev := r.fwd, r.rev
 	switch proto {
 	case ProtoTCP, ProtoUDP:
-		if fwd.sport == 0 || fwd.dport == 0 || rev.sport == 0 || rev.dport == 0 || fwd.icmpType != 0 || rev.icmpType != 0 {
+		if fwd.sport() == 0 || fwd.dport() == 0 || rev.sport() == 0 || rev.dport() == 0 || fwd.icmpType() != 0 || rev.icmpType() != 0 {
 			return bad("ports")
 		}
 	case ProtoICMP:
-		if !icmpQuery(fwd.icmpType) || rev.icmpType != icmpReverse(fwd.icmpType) ||
-			fwd.sport != fwd.dport || rev.sport != rev.dport {
+		if !icmpQuery(fwd.icmpType()) || rev.icmpType() != icmpReverse(fwd.icmpType()) ||
+			fwd.sport() != fwd.dport() || rev.sport() != rev.dport() {
 			return bad("icmp identifier or type")
 		}
 	default:
-		if fwd.sport|fwd.dport|rev.sport|rev.dport != 0 || fwd.icmpType|rev.icmpType != 0 {
+		if fwd.b>>32 != 0 || rev.b>>32 != 0 || fwd.icmpType()|rev.icmpType() != 0 {
 			return bad("ports of a portless protocol")
 		}
 	}
@@ -124,11 +123,11 @@ func (r *record) decode(b *[recordLen]byte) error {
 			return bad("reply key of an untranslated connection")
 		}
 	case natSrc:
-		if rev.src != fwd.dst || proto != ProtoICMP && rev.sport != fwd.dport {
+		if rev.src() != fwd.dst() || proto != ProtoICMP && rev.sport() != fwd.dport() {
 			return bad("reply key of a source translation")
 		}
 	case natDst:
-		if rev.dst != fwd.src {
+		if rev.dst() != fwd.src() {
 			return bad("reply key of a destination translation")
 		}
 	default:
@@ -341,7 +340,7 @@ func readRecords(br *bufio.Reader, crc hash.Hash32) ([]record, error) {
 
 // insert adds a loaded entry within the limits, without evicting.
 func (t *Tracker) insert(r *record, now Time) bool {
-	zone := r.fwd.zone
+	zone := r.fwd.zone()
 	if t.reserve(zone, now, false) != ReasonNone {
 		return false
 	}

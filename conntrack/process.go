@@ -124,10 +124,10 @@ func (t *Tracker) track(now Time, b []byte, pf PacketFlags, a *Action, m *Meta, 
 			k = k.reverse()
 		}
 		idx, dir, gen, found := t.lookup(k, t.hash(k))
-		if !found && natted && a.NAT.Kind == NATNone && m.Orig.Proto != 0 {
+		if !found && natted && a.NAT.Kind == NATNone && m.orig != [2]uint64{} {
 			// OVS's check_orig_tuple: find it by the original tuple the
 			// packet recorded.
-			ok := t.origKey(m, p)
+			ok := t.origKey(m)
 			idx, dir, gen, found = t.lookup(ok, t.hash(ok))
 			dir = 1 // so that the flip below leaves it forward, as OVS does
 		}
@@ -171,12 +171,9 @@ func (t *Tracker) track(now Time, b []byte, pf PacketFlags, a *Action, m *Meta, 
 
 // origKey is the key of the original tuple m recorded (OVS's
 // check_orig_tuple), in m's zone.
-func (t *Tracker) origKey(m *Meta, p *pkt) key {
-	o := m.Orig
-	k := key{src: be32(o.Src), dst: be32(o.Dst), zone: m.Zone, proto: o.Proto, sport: o.SrcPort, dport: o.DstPort}
-	if o.Proto == ProtoICMP {
-		k.sport, k.dport, k.icmpType = p.k.sport, p.k.sport, uint8(o.SrcPort)
-	}
+func (t *Tracker) origKey(m *Meta) key {
+	k := keyOf(m.orig[0], m.orig[1])
+	k.setZone(m.Zone)
 	return k
 }
 
@@ -243,7 +240,8 @@ func (t *Tracker) notFound(now Time, b []byte, pf PacketFlags, a *Action, m *Met
 	case ProtoTCP:
 		valid = tcpValidNew(p.tcpFlags)
 	case ProtoICMP:
-		valid = p.k.icmpType == icmpEcho || p.k.icmpType == icmpTimestamp || p.k.icmpType == icmpInfo
+		typ := p.k.icmpType()
+		valid = typ == icmpEcho || typ == icmpTimestamp || typ == icmpInfo
 	default:
 		valid = true
 	}
@@ -291,7 +289,7 @@ func (t *Tracker) noConn(m *Meta, zone uint16, k key) {
 	m.State |= StateTrk
 	m.Zone = zone
 	m.Mark, m.Label = 0, Label{}
-	m.Orig = k.tuple()
+	m.orig[0], m.orig[1] = k.words()
 	m.conn = 0
 }
 
@@ -301,7 +299,7 @@ func (t *Tracker) finish(e *entry, idx, gen uint32, reply, related bool, a *Acti
 	m.State |= StateTrk
 	m.Zone = a.Zone
 	m.Mark, m.Label = e.mark, e.label
-	m.Orig = keyOf(e.k[0][0].Load(), e.k[0][1].Load()).tuple()
+	m.orig[0], m.orig[1] = e.k[0][0].Load(), e.k[0][1].Load()
 	t.exec(e, a, m)
 	if a.NAT.Kind == NATNone {
 		m.conn, m.gen, m.reply, m.related = idx+1, gen, reply, related
@@ -370,12 +368,12 @@ func (t *Tracker) otherUpdate(e *entry, reply bool, now Time) update {
 // same connection meanwhile.
 func (t *Tracker) create(now Time, b []byte, p *pkt, a *Action) (idx, gen uint32, r Reason, taken bool) {
 	fwd := p.k
-	if r := t.reserve(fwd.zone, now, true); r != ReasonNone {
+	if r := t.reserve(fwd.zone(), now, true); r != ReasonNone {
 		return 0, 0, r, false
 	}
 	idx, ok := t.alloc()
 	if !ok {
-		t.unreserve(fwd.zone)
+		t.unreserve(fwd.zone())
 		return 0, 0, ReasonTableFull, false
 	}
 	e := &t.entries[idx]
@@ -414,13 +412,13 @@ func (t *Tracker) create(now Time, b []byte, p *pkt, a *Action) (idx, gen uint32
 	}
 	if res != linked {
 		t.stats.byClass[c].Add(-1)
-		t.release(idx, fwd.zone)
+		t.release(idx, fwd.zone())
 		switch res {
 		case fwdTaken:
 			return 0, 0, ReasonNone, true
 		case revTaken:
-			t.log.Warn("conntrack: no free tuple in the nat range", "zone", fwd.zone,
-				"proto", fwd.proto, "src", addr4(fwd.src), "dst", addr4(fwd.dst))
+			t.log.Warn("conntrack: no free tuple in the nat range", "zone", fwd.zone(),
+				"proto", fwd.proto(), "src", addr4(fwd.src()), "dst", addr4(fwd.dst()))
 			return 0, 0, ReasonNATExhausted, false
 		}
 		return 0, 0, ReasonTableFull, false

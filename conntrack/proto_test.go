@@ -267,8 +267,8 @@ func TestICMPEcho(t *testing.T) {
 	}
 	var m Meta
 	tr.Process(c.Now(), echo(srv, cli, icmpEchoReply, 7, 56), 0, &lookup, &m)
-	if want := (Tuple{Src: ip4(cli), Dst: ip4(srv), Proto: ProtoICMP, SrcPort: icmpEcho, ID: 7}); m.Orig != want {
-		t.Errorf("orig tuple %+v, want %+v (ct_tp_src is the type)", m.Orig, want)
+	if want := (Tuple{Src: ip4(cli), Dst: ip4(srv), Proto: ProtoICMP, SrcPort: icmpEcho, ID: 7}); m.Orig() != want {
+		t.Errorf("orig tuple %+v, want %+v (ct_tp_src is the type)", m.Orig(), want)
 	}
 }
 
@@ -297,8 +297,8 @@ func TestICMPRelated(t *testing.T) {
 	})
 	var m Meta
 	tr.Process(c.Now(), icmpErr(srv, cli, icmpUnreach, 3, quote(out, 8)), 0, &lookup, &m)
-	if want := (Tuple{Src: ip4(cli), Dst: ip4(srv), Proto: ProtoUDP, SrcPort: 5000, DstPort: 53}); m.Orig != want {
-		t.Errorf("an ICMP error's original tuple is %+v, want the UDP connection's %+v", m.Orig, want)
+	if want := (Tuple{Src: ip4(cli), Dst: ip4(srv), Proto: ProtoUDP, SrcPort: 5000, DstPort: 53}); m.Orig() != want {
+		t.Errorf("an ICMP error's original tuple is %+v, want the UDP connection's %+v", m.Orig(), want)
 	}
 	if tr.Len() != 1 {
 		t.Errorf("%d entries: ICMP errors must not make connections", tr.Len())

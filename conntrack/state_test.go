@@ -122,8 +122,8 @@ func TestCachedConnection(t *testing.T) {
 	tr.Flush()
 	run(t, tr, c, []step{{name: "other flow reuses the slot", pkt: udp4(cli, 1, srv, 2, 0), act: commit, state: trkNew}})
 	tr.Process(c.Now(), tcpc(tcpACK, 1001, 5001, 10), 0, &a, &m)
-	if m.State != trkNew || m.Orig.Proto != ProtoTCP {
-		t.Errorf("stale cache: %v orig %+v", m.State, m.Orig)
+	if m.State != trkNew || m.Orig().Proto != ProtoTCP {
+		t.Errorf("stale cache: %v orig %+v", m.State, m.Orig())
 	}
 }
 
@@ -156,13 +156,13 @@ func TestNATTwiceInAZone(t *testing.T) {
 	if want := tcp4(cliIP, 50000, bknd, 80, tcpSYN, 1, 0, 0); string(b) != string(want) || m.State != trkNew|StateDNAT {
 		t.Errorf("second ct(nat): %v, packet %x", m.State, b[12:24])
 	}
-	if want := (Tuple{Src: ip4(cliIP), Dst: ip4(vip), SrcPort: 50000, DstPort: 80, Proto: ProtoTCP}); m.Orig != want {
-		t.Errorf("orig %+v", m.Orig)
+	if want := (Tuple{Src: ip4(cliIP), Dst: ip4(vip), SrcPort: 50000, DstPort: 80, Proto: ProtoTCP}); m.Orig() != want {
+		t.Errorf("orig %+v", m.Orig())
 	}
 	// In another zone, the translated packet is a connection of its own.
 	tr.Process(c.Now(), b, 0, &Action{Zone: 2, Commit: true}, &m)
-	if m.State != trkNew || m.Orig.Dst != ip4(bknd) || tr.Len() != 2 {
-		t.Errorf("zone 2: %v orig %+v, %d entries", m.State, m.Orig, tr.Len())
+	if m.State != trkNew || m.Orig().Dst != ip4(bknd) || tr.Len() != 2 {
+		t.Errorf("zone 2: %v orig %+v, %d entries", m.State, m.Orig(), tr.Len())
 	}
 	// An out-of-window packet of the translated connection is +inv and
 	// left as it is.

@@ -16,46 +16,60 @@ import (
 type Time int64
 
 // key is one direction of a connection: what a packet of that direction
-// carries, plus the zone. For an ICMP query both ports hold the
-// identifier and icmpType the type the source end sends (echo request 8,
-// its reply 0, …); it is 0 for other protocols.
-type key struct {
-	src, dst     uint32
-	sport, dport uint16
-	zone         uint16
-	proto        uint8
-	icmpType     uint8
-}
+// carries, plus the zone, packed in two words so that parse loads it with
+// two reads and a lookup compares it with two:
+//
+//	a: source address << 32 | destination address
+//	b: source port << 48 | destination port << 32 | zone << 16 | protocol << 8 | ICMP type
+//
+// For an ICMP query both ports hold the identifier and the ICMP type is
+// the one the source end sends (echo request 8, its reply 0, …); it is 0
+// for other protocols, and the ports are 0 for protocols without any.
+type key struct{ a, b uint64 }
 
-// words packs k into the two words an entry stores it as.
-func (k key) words() (a, b uint64) {
-	a = uint64(k.src)<<32 | uint64(k.dst)
-	b = uint64(k.sport)<<48 | uint64(k.dport)<<32 | uint64(k.zone)<<16 | uint64(k.proto)<<8 | uint64(k.icmpType)
-	return a, b
-}
-
-func keyOf(a, b uint64) key {
+func mkKey(src, dst uint32, sport, dport, zone uint16, proto, icmpType uint8) key {
 	return key{
-		src: uint32(a >> 32), dst: uint32(a),
-		sport: uint16(b >> 48), dport: uint16(b >> 32), zone: uint16(b >> 16),
-		proto: uint8(b >> 8), icmpType: uint8(b),
+		a: uint64(src)<<32 | uint64(dst),
+		b: uint64(sport)<<48 | uint64(dport)<<32 | uint64(zone)<<16 | uint64(proto)<<8 | uint64(icmpType),
 	}
 }
 
+func (k key) src() uint32      { return uint32(k.a >> 32) }
+func (k key) dst() uint32      { return uint32(k.a) }
+func (k key) sport() uint16    { return uint16(k.b >> 48) }
+func (k key) dport() uint16    { return uint16(k.b >> 32) }
+func (k key) zone() uint16     { return uint16(k.b >> 16) }
+func (k key) proto() uint8     { return uint8(k.b >> 8) }
+func (k key) icmpType() uint8  { return uint8(k.b) }
+func (k *key) setSrc(v uint32) { k.a = k.a&0xffffffff | uint64(v)<<32 }
+func (k *key) setDst(v uint32) { k.a = k.a&^0xffffffff | uint64(v) }
+func (k *key) setSport(v uint16) {
+	k.b = k.b&^(0xffff<<48) | uint64(v)<<48
+}
+func (k *key) setDport(v uint16) {
+	k.b = k.b&^(0xffff<<32) | uint64(v)<<32
+}
+func (k *key) setZone(v uint16) { k.b = k.b&^(0xffff<<16) | uint64(v)<<16 }
+
+// words returns k as an entry stores it.
+func (k key) words() (a, b uint64) { return k.a, k.b }
+
+func keyOf(a, b uint64) key { return key{a, b} }
+
 // reverse returns the key of the opposite direction without translation.
 func (k key) reverse() key {
-	r := key{src: k.dst, dst: k.src, sport: k.dport, dport: k.sport, zone: k.zone, proto: k.proto, icmpType: k.icmpType}
-	if k.proto == ProtoICMP {
-		r.icmpType = icmpReverse(k.icmpType)
+	r := key{a: k.a<<32 | k.a>>32, b: uint64(k.dport())<<48 | uint64(k.sport())<<32 | k.b&0xffffffff}
+	if k.proto() == ProtoICMP {
+		r.b = r.b&^0xff | uint64(icmpReverse(uint8(k.b)))
 	}
 	return r
 }
 
 // tuple returns k as a Tuple (the ct_* fields of ovs-fields(7)).
 func (k key) tuple() Tuple {
-	t := Tuple{Src: addr4(k.src), Dst: addr4(k.dst), Proto: k.proto, SrcPort: k.sport, DstPort: k.dport}
-	if k.proto == ProtoICMP {
-		t.SrcPort, t.DstPort, t.ID = uint16(k.icmpType), 0, k.sport
+	t := Tuple{Src: addr4(k.src()), Dst: addr4(k.dst()), Proto: k.proto(), SrcPort: k.sport(), DstPort: k.dport()}
+	if k.proto() == ProtoICMP {
+		t.SrcPort, t.DstPort, t.ID = uint16(k.icmpType()), 0, k.sport()
 	}
 	return t
 }
@@ -111,16 +125,21 @@ func mix(x uint64) uint64 {
 
 // hash returns a seeded hash of k that does not change when k is
 // reversed, so that an entry whose reply key is its forward key reversed
-// sits in one bucket for both directions (as OVS's conn_key_hash).
+// sits in one bucket for both directions (as OVS's conn_key_hash). The
+// two endpoints (address and port, 48 bits each) are put in order, the
+// lower one is mixed with a secret seed by an odd multiplier and the
+// higher one added in; a final mix spreads it. Colliding keys cannot be
+// made up without the seed.
 func (t *Tracker) hash(k key) uint64 {
-	e1 := uint64(k.src)<<16 | uint64(k.sport)
-	e2 := uint64(k.dst)<<16 | uint64(k.dport)
-	cls := k.icmpType
-	if r := icmpReverse(cls); r < cls {
-		cls = r
+	e1 := k.a>>32<<16 | k.b>>48
+	e2 := k.a&0xffffffff<<16 | k.b>>32&0xffff
+	lo, hi := min(e1, e2), max(e1, e2)
+	lo |= k.b >> 16 & 0xffff << 48 // zone
+	hi |= k.b >> 8 & 0xff << 48    // protocol
+	if k.proto() == ProtoICMP {
+		hi |= uint64(min(k.icmpType(), icmpReverse(k.icmpType()))) << 56 // echo and its reply alike
 	}
-	h := mix(e1^t.seed[0]) + mix(e2^t.seed[0])
-	return mix(h ^ t.seed[1] ^ uint64(k.zone)<<24 ^ uint64(k.proto)<<8 ^ uint64(cls))
+	return mix((lo^t.seed[0])*0x9e3779b97f4a7c15 ^ hi ^ t.seed[1])
 }
 
 // tcpPeer is one end of a TCP connection as OVS's conntrack-tcp (after
@@ -181,7 +200,8 @@ type entry struct {
 	pstate  uint8
 	nat     uint8
 	flags   uint8
-	_       [8]byte
+	line2   atomic.Uint32 // never written: walk loads it to fetch this line along with the first
+	_       [4]byte
 }
 
 // A reference to a chain node is (slab index + 1) << 1 | direction; 0 and
@@ -364,6 +384,7 @@ func (t *Tracker) walk(bi, a, b uint64, limit int) (idx uint32, dir int, gen uin
 		}
 		i := r>>1 - 1
 		e := &t.entries[i]
+		e.line2.Load() // both lines' misses overlap: the update needs the second
 		if e.k[0][0].Load() == a && e.k[0][1].Load() == b {
 			return i, 0, e.gen.Load(), true, true
 		}
@@ -528,7 +549,7 @@ func (t *Tracker) remove(idx, gen uint32, mode removeMode, now Time) bool {
 	e.mu.Unlock()
 	t.unlockStripes(bf, br)
 	t.stats.byClass[class].Add(-1)
-	t.release(idx, fwd.zone)
+	t.release(idx, fwd.zone())
 	return true
 }
 

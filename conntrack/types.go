@@ -147,16 +147,27 @@ type Meta struct {
 	Zone  uint16 // ct_zone
 	Mark  uint32 // ct_mark
 	Label Label  // ct_label
-	Orig  Tuple  // ct_nw_src, ct_nw_dst, ct_nw_proto, ct_tp_src, ct_tp_dst
 
-	conn    uint32 // cached connection: slab index + 1, 0 for none
-	gen     uint32 // its generation when cached
-	reply   bool   // the packet is in the connection's reply direction
-	related bool   // the packet is an ICMP error related to the connection
+	orig    [2]uint64 // the original direction's key (see Orig), as key.words
+	conn    uint32    // cached connection: slab index + 1, 0 for none
+	gen     uint32    // its generation when cached
+	reply   bool      // the packet is in the connection's reply direction
+	related bool      // the packet is an ICMP error related to the connection
 }
 
 // Clear makes m untracked, as the ct_clear action does.
 func (m *Meta) Clear() { *m = Meta{} }
+
+// Orig returns the connection's original-direction tuple: the ct_nw_src,
+// ct_nw_dst, ct_nw_proto, ct_tp_src and ct_tp_dst match fields (zero for
+// an untracked or invalid packet). It is decoded on demand so that
+// Process need not.
+func (m *Meta) Orig() Tuple {
+	if m.orig == [2]uint64{} {
+		return Tuple{}
+	}
+	return keyOf(m.orig[0], m.orig[1]).tuple()
+}
 
 // NATKind says what a ct action's nat argument asks for.
 type NATKind uint8
