@@ -128,7 +128,7 @@ func (t *Tracker) track(now Time, b []byte, pf PacketFlags, a *Action, m *Meta, 
 			// OVS's check_orig_tuple: find it by the original tuple the
 			// packet recorded.
 			ok := t.origKey(m)
-			idx, dir, gen, found = t.lookup(ok, t.hash(ok))
+			idx, _, gen, found = t.lookup(ok, t.hash(ok))
 			dir = 1 // so that the flip below leaves it forward, as OVS does
 		}
 		if found {

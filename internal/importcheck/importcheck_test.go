@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-var core = []string{"packet", "tap", "vxlan", "flowtable", "switch"}
+var core = []string{"packet", "tap", "vxlan", "flowtable", "switch", "conntrack"}
 
 var forbidden = []string{
 	"github.com/prometheus/",
