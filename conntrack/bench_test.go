@@ -100,22 +100,33 @@ func TestEntrySize(t *testing.T) {
 	}
 }
 
+// loop runs pkt through ct action a once per b.Loop iteration, each time
+// as a new packet (a zero Meta), after next (if not nil) has prepared it,
+// and checks the last ct_state.
+func loop(b *testing.B, tr *Tracker, c *clock, pkt []byte, pf PacketFlags, a *Action, want State, next func(i uint32)) {
+	var m Meta
+	i := uint32(0)
+	b.ReportAllocs()
+	for b.Loop() {
+		if next != nil {
+			next(i)
+			i++
+		}
+		m = Meta{}
+		tr.Process(c.Now(), pkt, pf, a, &m)
+	}
+	if m.State != want {
+		b.Fatalf("state %v, want %v", m.State, want)
+	}
+}
+
 // BenchmarkEstablishedHot is one established UDP flow's packets through
 // ct(): a lookup, the entry lock, the protocol update, the metadata.
 func BenchmarkEstablishedHot(b *testing.B) {
 	tr, c := newTracker(b, Config{})
-	out, _ := flowPkt(1)
 	fillFlows(b, tr, c.Now(), 1)
-	setFlow(out, nil, 1)
-	var m Meta
-	b.ReportAllocs()
-	for b.Loop() {
-		m = Meta{}
-		tr.Process(c.Now(), out, CsumVerified, &lookup, &m)
-	}
-	if m.State != trkEst {
-		b.Fatal(m.State)
-	}
+	out, _ := flowPkt(1)
+	loop(b, tr, c, out, CsumVerified, &lookup, trkEst, nil)
 }
 
 // BenchmarkEstablishedHotTCP is an established TCP connection's data
@@ -126,16 +137,7 @@ func BenchmarkEstablishedHotTCP(b *testing.B) {
 		var m Meta
 		tr.Process(c.Now(), p, 0, &commit, &m)
 	}
-	data := tcpc(tcpACK|tcpPSH, 1001, 5001, 1400)
-	var m Meta
-	b.ReportAllocs()
-	for b.Loop() {
-		m = Meta{}
-		tr.Process(c.Now(), data, CsumPartial, &lookup, &m)
-	}
-	if m.State != trkEst {
-		b.Fatal(m.State)
-	}
+	loop(b, tr, c, tcpc(tcpACK|tcpPSH, 1001, 5001, 1400), CsumPartial, &lookup, trkEst, nil)
 }
 
 // BenchmarkEstablishedSNAT is an established SNATed TCP connection's
@@ -143,25 +145,13 @@ func BenchmarkEstablishedHotTCP(b *testing.B) {
 // incremental checksums (the copy restoring the packet included).
 func BenchmarkEstablishedSNAT(b *testing.B) {
 	tr, c := newTracker(b, Config{})
-	for _, s := range []struct {
-		p []byte
-		a *Action
-	}{{tcp4(pod, 40000, far, 80, tcpSYN, 1, 0, 0), &snat}, {tcp4(far, 80, node, 40000, tcpSYN|tcpACK, 9, 2, 0), &natBare}} {
-		var m Meta
-		tr.Process(c.Now(), s.p, 0, s.a, &m)
-	}
+	var m Meta
+	tr.Process(c.Now(), tcp4(pod, 40000, far, 80, tcpSYN, 1, 0, 0), 0, &snat, &m)
+	m = Meta{}
+	tr.Process(c.Now(), tcp4(far, 80, node, 40000, tcpSYN|tcpACK, 9, 2, 0), 0, &natBare, &m)
 	tmpl := tcp4(pod, 40000, far, 80, tcpACK, 2, 10, 1400)
 	pkt := make([]byte, len(tmpl))
-	var m Meta
-	b.ReportAllocs()
-	for b.Loop() {
-		copy(pkt[:40], tmpl[:40])
-		m = Meta{}
-		tr.Process(c.Now(), pkt, CsumPartial, &natBare, &m)
-	}
-	if m.State != trkEst|StateSNAT {
-		b.Fatal(m.State)
-	}
+	loop(b, tr, c, pkt, CsumPartial, &natBare, trkEst|StateSNAT, func(uint32) { copy(pkt[:40], tmpl[:40]) })
 }
 
 const bigTable = 1 << 20
@@ -173,18 +163,9 @@ func BenchmarkEstablishedRandom1M(b *testing.B) {
 	fillFlows(b, tr, c.Now(), bigTable)
 	order := rand.Perm(bigTable)
 	out, _ := flowPkt(1)
-	var m Meta
-	i := 0
-	b.ReportAllocs()
-	for b.Loop() {
+	loop(b, tr, c, out, CsumVerified, &lookup, trkEst, func(i uint32) {
 		setFlow(out, nil, uint32(order[i&(bigTable-1)])+1)
-		i++
-		m = Meta{}
-		tr.Process(c.Now(), out, CsumVerified, &lookup, &m)
-	}
-	if m.State != trkEst {
-		b.Fatal(m.State)
-	}
+	})
 }
 
 // BenchmarkEstablishedHot1M is BenchmarkEstablishedHot in a full table of
@@ -193,71 +174,35 @@ func BenchmarkEstablishedHot1M(b *testing.B) {
 	tr, c := newTracker(b, Config{MaxEntries: bigTable})
 	fillFlows(b, tr, c.Now(), bigTable)
 	out, _ := flowPkt(12345)
-	var m Meta
-	b.ReportAllocs()
-	for b.Loop() {
-		m = Meta{}
-		tr.Process(c.Now(), out, CsumVerified, &lookup, &m)
-	}
-	if m.State != trkEst {
-		b.Fatal(m.State)
-	}
+	loop(b, tr, c, out, CsumVerified, &lookup, trkEst, nil)
 }
 
-// BenchmarkCommitNew commits a new UDP connection per iteration (lookup
-// miss, limits, slot, link), flushing the table, untimed, when it fills.
-func BenchmarkCommitNew(b *testing.B) {
-	const n = 1 << 18
-	tr, c := newTracker(b, Config{MaxEntries: n})
-	out, _ := flowPkt(1)
-	var m Meta
-	i := uint32(0)
-	b.ReportAllocs()
-	for b.Loop() {
-		if i == n {
-			b.StopTimer()
-			tr.Flush()
-			i = 0
-			b.StartTimer()
-		}
-		i++
-		setFlow(out, nil, i)
-		m = Meta{}
-		tr.Process(c.Now(), out, CsumVerified, &commit, &m)
-	}
-	if m.State != trkNew {
-		b.Fatal(m.State)
-	}
-}
-
-// BenchmarkCommitNewSNAT is BenchmarkCommitNew with nat(src=…) choosing a
-// port (it keeps the original one: no collision).
-func BenchmarkCommitNewSNAT(b *testing.B) {
+// benchCommit commits a new UDP connection per iteration with action a
+// (lookup miss, limits, slot, link; with nat, the tuple choice), each to
+// a server of its own, flushing the table, untimed, when it fills.
+func benchCommit(b *testing.B, a *Action, want State) {
 	const n = 1 << 18
 	tr, c := newTracker(b, Config{MaxEntries: n})
 	tmpl, _ := flowPkt(1)
 	out := make([]byte, len(tmpl))
-	var m Meta
-	i := uint32(0)
-	b.ReportAllocs()
-	for b.Loop() {
-		if i == n {
+	loop(b, tr, c, out, CsumVerified, a, want, func(i uint32) {
+		if i%n == n-1 {
 			b.StopTimer()
 			tr.Flush()
-			i = 0
 			b.StartTimer()
 		}
-		i++
 		copy(out, tmpl)
-		setFlow(out, nil, i)
-		put32(out, 16, 0x0b000000|i) // a server per flow: no port collisions
-		m = Meta{}
-		tr.Process(c.Now(), out, CsumVerified, &snat, &m)
-	}
-	if m.State != trkNew|StateSNAT {
-		b.Fatal(m.State)
-	}
+		setFlow(out, nil, i%n+1)
+		put32(out, 16, 0x0b000000|i%n)
+	})
 }
+
+// BenchmarkCommitNew commits a new connection per iteration.
+func BenchmarkCommitNew(b *testing.B) { benchCommit(b, &commit, trkNew) }
+
+// BenchmarkCommitNewSNAT commits a new connection per iteration with
+// nat(src=…), which keeps the source port (no collision).
+func BenchmarkCommitNewSNAT(b *testing.B) { benchCommit(b, &snat, trkNew|StateSNAT) }
 
 // BenchmarkMemoryPerEntry reports the heap a tracker of 1,048,576 entries
 // takes, full, per entry.
