@@ -86,6 +86,7 @@ func TestZeroAllocs(t *testing.T) {
 		}},
 		{"invalid", func() { m = Meta{}; tr.Process(now, data[:30], 0, &commit, &m) }},
 		{"sweep", func() { tr.Sweep(now, 64) }},
+		{"prefetch", func() { tr.Prefetch(data); tr.Prefetch(errPkt); tr.Prefetch(frags[1]) }},
 	}
 	for _, tc := range cases {
 		if n := testing.AllocsPerRun(200, tc.f); n != 0 {

@@ -24,8 +24,8 @@ var (
 // DefaultMaxEntries is the global entry limit of a zero Config: Linux's
 // nf_conntrack_max on a 64-bit node with more than 4 GiB of memory
 // (262144 since Linux 5.15; the 2-core, 24 GiB node gvs targets reports
-// exactly that). At about 132 bytes an entry (see docs/conntrack.md) the
-// table takes 33 MiB, allocated once by New.
+// exactly that). At about 139 bytes an entry (see docs/conntrack.md) the
+// table takes 35 MiB, allocated once by New.
 const DefaultMaxEntries = 262144
 
 // MaxEntriesLimit is the largest MaxEntries New accepts (entry references

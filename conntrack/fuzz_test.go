@@ -131,6 +131,10 @@ func FuzzProcess(f *testing.F) {
 			if op[9]&0x40 != 0 {
 				pf = CsumVerified
 			}
+			tr.Prefetch(b)
+			if string(b) != string(orig) {
+				t.Fatal("Prefetch changed the packet")
+			}
 			var m Meta
 			r := tr.Process(c.Now(), b, pf, &a, &m)
 			checkState(t, m.State, r)
