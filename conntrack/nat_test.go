@@ -1,10 +1,14 @@
 package conntrack
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 const (
@@ -135,7 +139,8 @@ func TestDNAT(t *testing.T) {
 
 func TestNATRanges(t *testing.T) {
 	t.Run("port range exhausted", func(t *testing.T) {
-		tr, c := newTracker(t, Config{})
+		var log bytes.Buffer
+		tr, c := newTracker(t, Config{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 		a := Action{Commit: true, NAT: NAT{Kind: NATSrc, MinAddr: ip4(node), MinPort: 5000, MaxPort: 5001}}
 		seen := map[uint16]bool{}
 		for i, src := range []string{"10.128.0.1", "10.128.0.2", "10.128.0.3"} {
@@ -153,6 +158,20 @@ func TestNATRanges(t *testing.T) {
 			if r != ReasonNATExhausted || m.State != trkNew || string(b) != string(udp4(src, 7000, far, 53, 10)) {
 				t.Errorf("third: %v %v, packet %x: want nat_exhausted, +trk+new, untouched", r, m.State, b[12:24])
 			}
+		}
+		// More refusals within the second log nothing more.
+		for range 5 {
+			var m Meta
+			tr.Process(c.Now(), udp4("10.128.0.4", 7000, far, 53, 10), 0, &a, &m)
+		}
+		if n := strings.Count(log.String(), "no free tuple"); n != 1 {
+			t.Errorf("%d warnings for 6 refusals in a second:\n%s", n, log.String())
+		}
+		c.advance(time.Second)
+		var m Meta
+		tr.Process(c.Now(), udp4("10.128.0.4", 7000, far, 53, 10), 0, &a, &m)
+		if n := strings.Count(log.String(), "no free tuple"); n != 2 {
+			t.Errorf("%d warnings a second later, want 2", n)
 		}
 	})
 	t.Run("address range and persistent", func(t *testing.T) {

@@ -1,5 +1,7 @@
 package conntrack
 
+import "time"
+
 // Process runs one ct action, a, on the IPv4 packet b and updates the
 // packet's metadata m. b starts at the IPv4 header (the caller strips the
 // link layer), belongs to the caller, and may be a TCP or UDP GSO
@@ -417,8 +419,11 @@ func (t *Tracker) create(now Time, b []byte, p *pkt, a *Action) (idx, gen uint32
 		case fwdTaken:
 			return 0, 0, ReasonNone, true
 		case revTaken:
-			t.log.Warn("conntrack: no free tuple in the nat range", "zone", fwd.zone(),
-				"proto", fwd.proto(), "src", addr4(fwd.src()), "dst", addr4(fwd.dst()))
+			if t.rateLimit(now) {
+				t.log.Warn("conntrack: no free tuple in the nat range (a misconfigured range, or a flood: limit the zone)",
+					"zone", fwd.zone(), "proto", fwd.proto(), "src", addr4(fwd.src()), "dst", addr4(fwd.dst()),
+					"refused", t.stats.reasons[ReasonNATExhausted].Load()+1)
+			}
 			return 0, 0, ReasonNATExhausted, false
 		}
 		return 0, 0, ReasonTableFull, false
@@ -456,4 +461,12 @@ func boolFlag(b bool, f uint8) uint8 {
 		return f
 	}
 	return 0
+}
+
+// rateLimit reports whether a warning may be logged now: at most one a
+// second, so that a flood of refusals does not flood the log (OVS
+// rate-limits the same warning).
+func (t *Tracker) rateLimit(now Time) bool {
+	last := t.lastWarn.Load()
+	return now-Time(last) >= Time(time.Second) && t.lastWarn.CompareAndSwap(last, int64(now))
 }

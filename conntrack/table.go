@@ -286,6 +286,7 @@ type Tracker struct {
 	zoneLimit []atomic.Int32 // [65536]; 0: none
 
 	evictCursor atomic.Uint32
+	lastWarn    atomic.Int64 // when a rate-limited warning was last logged
 	sweepMu     sync.Mutex
 	sweepPos    uint32
 

@@ -186,7 +186,8 @@ const (
 // nat(src=0.0.0.0) special case) and the port from MinPort–MaxPort (both
 // zero: keep the port unless it collides, then pick one from the
 // ephemeral class of the original port, as OVS does). Random picks the
-// first port to try at random instead of from a hash of the tuple;
+// first port to try at random instead of from a hash of the tuple (OVS's
+// hash flag, the default, needs no field);
 // Persistent makes the address choice depend on the source address only,
 // so it survives a restart. The range of a connection that already exists
 // is ignored: it keeps the translation it was committed with.
