@@ -185,13 +185,11 @@ func BenchmarkEstablishedRandom1MBatch(b *testing.B) {
 	i := 0
 	b.ReportAllocs()
 	for b.Loop() {
-		for _, p := range pkts { // the batch arrives
+		for _, p := range pkts { // a batch arrives
 			setFlow(p, nil, uint32(order[i&(bigTable-1)])+1)
 			i++
 		}
-		for _, p := range pkts {
-			tr.Prefetch(p)
-		}
+		tr.Prefetch(pkts[:]...)
 		for _, p := range pkts {
 			m = Meta{}
 			tr.Process(c.Now(), p, CsumVerified, &lookup, &m)

@@ -39,8 +39,8 @@
 //  9. The metadata takes ct_state, zone, mark, label and the original
 //     tuple; exec's set_field values go to the connection.
 //
-// A switch worker with a batch of packets may call Prefetch on each of
-// them first, so that a large table's cache misses overlap.
+// A switch worker with a batch of packets may hand them to Prefetch
+// first, so that a large table's cache misses overlap.
 //
 // Nothing runs in the background: entries expire when a packet finds them
 // so, and Sweep, called by the embedder, frees idle ones incrementally.

@@ -143,20 +143,62 @@ func (t *Tracker) hash(k key) uint64 {
 	return mix((lo^t.seed[0])*0x9e3779b97f4a7c15 ^ hi ^ t.seed[1])
 }
 
-// Prefetch starts loading what Process will need for packet b (an IPv4
-// packet, as for Process) into the CPU cache and returns at once. A
-// caller with a batch of packets calls it for each of them before
-// running their ct actions one by one, so that the memory latency of a
-// large table's lookups overlaps instead of adding up. It reads b and
-// changes nothing; b may be anything (nothing is fetched for what is
-// not an unfragmented or first-fragment IPv4 packet).
-func (t *Tracker) Prefetch(b []byte) {
+// Prefetch starts loading what Process will need for the packets pkts
+// (IPv4 packets, as for Process) into the CPU cache and returns without
+// waiting for it. A caller with a batch of packets calls it once for the
+// batch before running their ct actions one by one, so that the memory
+// latency of a large table's lookups overlaps instead of adding up. It
+// goes in two passes over each group of 32 packets, first their buckets,
+// then the chains they lead to, so that more misses are in flight at
+// once. It reads the packets and changes nothing; a packet may be
+// anything (nothing is fetched for what is not an unfragmented or
+// first-fragment IPv4 packet). It does not allocate.
+func (t *Tracker) Prefetch(pkts ...[]byte) {
+	const group = 32
+	var keys [group]uint64  // key word a (addresses), 0 for nothing to fetch
+	var heads [group]uint32 // chain heads
+	for len(pkts) > 0 {
+		n := min(len(pkts), group)
+		for j, b := range pkts[:n] {
+			keys[j], heads[j] = 0, 0
+			k, ok := prefetchKey(b)
+			if !ok {
+				continue
+			}
+			bi := t.hash(k) & t.bmask
+			t.stripes[bi&t.smask].seq.Load()
+			keys[j], heads[j] = k.a, t.buckets[bi].Load()
+		}
+		for j := range n {
+			// Walk the chain as lookup does (the zone is unknown: any
+			// zone's entry with these addresses will do), touching each
+			// node.
+			r := heads[j]
+			for range 4 {
+				if r < 2 {
+					break
+				}
+				e := &t.entries[r>>1-1]
+				e.line2.Load()
+				if e.k[0][0].Load() == keys[j] || e.k[1][0].Load() == keys[j] {
+					break
+				}
+				r = e.next[r&1].Load()
+			}
+		}
+		pkts = pkts[n:]
+	}
+}
+
+// prefetchKey is parse's key for Prefetch: no checks beyond bounds, no
+// zone.
+func prefetchKey(b []byte) (key, bool) {
 	if len(b) < 20 || b[0]>>4 != 4 || get16(b, 6)&0x1fff != 0 {
-		return
+		return key{}, false
 	}
 	ihl := int(b[0]&15) * 4
 	if ihl < 20 || len(b) < ihl+8 {
-		return
+		return key{}, false
 	}
 	k := key{a: get64(b, 12), b: uint64(b[9]) << 8}
 	switch b[9] {
@@ -166,22 +208,7 @@ func (t *Tracker) Prefetch(b []byte) {
 		id := uint64(get16(b, ihl+4))
 		k.b |= id<<48 | id<<32 | uint64(b[ihl])
 	}
-	// Walk the chain as lookup does (the zone is unknown: any zone's
-	// entry with these addresses and ports will do), touching each node.
-	bi := t.hash(k) & t.bmask
-	t.stripes[bi&t.smask].seq.Load()
-	r := t.buckets[bi].Load()
-	for range 4 {
-		if r < 2 {
-			return
-		}
-		e := &t.entries[r>>1-1]
-		e.line2.Load()
-		if e.k[0][0].Load() == k.a || e.k[1][0].Load() == k.a {
-			return
-		}
-		r = e.next[r&1].Load()
-	}
+	return k, true
 }
 
 // tcpPeer is one end of a TCP connection as OVS's conntrack-tcp (after
