@@ -204,7 +204,7 @@ type NAT struct {
 type Action struct {
 	Zone   uint16 // zone=N
 	Commit bool   // commit
-	Force  bool   // force (implies commit in OVS; here Commit must be set too)
+	Force  bool   // force (implies commit, as in OVS; Validate wants Commit too, as ovs-ofctl does)
 	NAT    NAT    // nat, nat(src=…), nat(dst=…)
 
 	// exec(set_field:Mark/MarkMask->ct_mark)
