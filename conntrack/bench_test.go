@@ -271,3 +271,23 @@ func TestMemoryPerEntry(t *testing.T) {
 		t.Errorf("%.1f bytes per entry, want at most 256", per)
 	}
 }
+
+// BenchmarkMemoryLatency1M is the floor under BenchmarkEstablishedRandom1M
+// on the machine at hand: one dependent cache miss, a pointer chase
+// through a random cycle across a slab of 1,048,576 entries allocated as
+// New allocates the table's. A single random lookup needs two in a row
+// (the bucket, then the entry).
+func BenchmarkMemoryLatency1M(b *testing.B) {
+	tr, _ := newTracker(b, Config{MaxEntries: bigTable})
+	perm := rand.Perm(bigTable)
+	for i := range perm {
+		tr.entries[perm[i]].expires = Time(perm[(i+1)%bigTable])
+	}
+	j := Time(perm[0])
+	for b.Loop() {
+		j = tr.entries[j].expires
+	}
+	if j < 0 {
+		b.Fatal(j)
+	}
+}
