@@ -78,7 +78,7 @@ fuzz-long: ## fuzz every target for longer (5 million executions each)
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5000000x
 
 bench: ## Go benchmarks of the data path (allocs included)
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./flowtable/ ./vxlan/ ./tap/ ./packet/ ./switch/
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./flowtable/ ./vxlan/ ./tap/ ./packet/ ./switch/ ./conntrack/
 
 bench-compare: deps build ## gvs vs kernel vs Open vSwitch on the same lab topology (as root; writes bench-compare.json/.svg)
 	$(BIN)/gvs-bench compare -runs 3 -o bench-compare.json -plot bench-compare.svg
