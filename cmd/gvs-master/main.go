@@ -3,7 +3,8 @@
 // and global projects) in an etcd v3 registry. By default it runs an
 // embedded single-member etcd with its data on disk; with --etcd-endpoints
 // it uses an external etcd cluster instead, with the same key layout.
-// Several gvs-master processes may share one registry.
+// Several gvs-master processes may share one registry. With --kubeconfig
+// or --in-cluster it follows a Kubernetes API server instead (kube.go).
 package main
 
 import (
@@ -62,6 +63,7 @@ func run(args []string) error {
 	clientURL := fs.String("listen-client", "", "embedded etcd client URL (default http://127.0.0.1:2379)")
 	peerURL := fs.String("listen-peer", "", "embedded etcd peer URL (default http://127.0.0.1:2380)")
 	debug := fs.Bool("debug", false, "log at debug level")
+	kf := addKubeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -122,6 +124,9 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if kf.enabled() {
+		return runKube(ctx, log, fc.Config, kf)
+	}
 	eps := fc.EtcdEndpoints
 	var srvErr <-chan error
 	if len(eps) == 0 {

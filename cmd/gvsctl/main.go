@@ -48,6 +48,12 @@ control plane (talks to etcd: --etcd URL[,URL...] or $GVS_ETCD):
   projects make-global P...
                           give projects VNID 0
   nodes                   registered nodes with their underlay IPs and subnets
+
+  With --kubeconfig FILE the same commands work on a Kubernetes API server:
+  projects are Namespaces with their NetNamespaces; join, isolate and
+  make-global write the annotation oc adm pod-network writes and wait for
+  gvs-master to apply it; create and delete create and delete Namespaces;
+  nodes lists Nodes with their HostSubnets.
 `
 
 func main() {
@@ -63,6 +69,7 @@ func run(args []string, stdout io.Writer) error {
 	output := fs.String("o", "text", "output format: text or json")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the daemon")
 	etcd := fs.String("etcd", os.Getenv("GVS_ETCD"), "etcd endpoints for projects and nodes ($GVS_ETCD)")
+	kubeconfig := fs.String("kubeconfig", "", "Kubernetes mode: projects and nodes from this API server's NetNamespaces and HostSubnets")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -80,6 +87,9 @@ func run(args []string, stdout io.Writer) error {
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch cmd {
 	case "projects", "nodes":
+		if *kubeconfig != "" {
+			return kubeCmd(ctx, *kubeconfig, c.json, c.out, cmd, rest)
+		}
 		return registryCmd(ctx, *etcd, c.json, c.out, cmd, rest)
 	case "capture":
 		return captureCmd(ctx, *socket, c.json, c.out, os.Stderr, rest)

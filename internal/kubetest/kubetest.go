@@ -90,6 +90,10 @@ type Server struct {
 	Dir, CAFile, Kubeconfig string
 	// Etcd is the etcd the API server uses.
 	Etcd Etcd
+	// Lab and NS are where the processes run (Options.Lab and NS); start
+	// gvs processes that talk to the API server there.
+	Lab *lab.Lab
+	NS  string
 
 	opts      Options
 	ca        *ca
@@ -156,7 +160,7 @@ func Start(ctx context.Context, o Options) (_ *Server, err error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("kubetest: %w", err)
 	}
-	s := &Server{URL: fmt.Sprintf("https://%s", netip.AddrPortFrom(o.Addr, APIServerPort)), Dir: o.Dir, opts: o}
+	s := &Server{URL: fmt.Sprintf("https://%s", netip.AddrPortFrom(o.Addr, APIServerPort)), Dir: o.Dir, Lab: o.Lab, NS: o.NS, opts: o}
 	defer func() {
 		if err != nil {
 			_ = s.Stop()
