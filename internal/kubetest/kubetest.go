@@ -111,18 +111,24 @@ func BinDir() string {
 	if d := os.Getenv("GVS_KUBE_BIN"); d != "" {
 		return d
 	}
+	return filepath.Join(RepoRoot(), "bin")
+}
+
+// RepoRoot returns the root of the gvs module the working directory is in
+// (tests run in their package's directory), or "." if there is none.
+func RepoRoot() string {
 	dir, err := os.Getwd()
 	if err != nil {
-		return "bin"
+		return "."
 	}
 	for {
 		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
 		if err == nil && bytes.HasPrefix(b, []byte("module github.com/gvswitch/gvs\n")) {
-			return filepath.Join(dir, "bin")
+			return dir
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "bin"
+			return "."
 		}
 		dir = parent
 	}

@@ -34,7 +34,7 @@ func Require(t testing.TB) {
 // Manifests returns the paths of deploy/'s CRDs and RBAC, in the order to
 // apply them.
 func Manifests() []string {
-	root := filepath.Dir(BinDir())
+	root := RepoRoot()
 	var out []string
 	for _, f := range []string{"crds/clusternetworks.yaml", "crds/hostsubnets.yaml", "crds/netnamespaces.yaml", "crds/egressnetworkpolicies.yaml", "rbac.yaml"} {
 		out = append(out, filepath.Join(root, "deploy", f))

@@ -428,6 +428,26 @@ func TestHostSubnets(t *testing.T) {
 	if got := e.subnets()["node4"]; got != want[3] {
 		t.Fatalf("node4 got %s, want %s (the cursor moves on; node1's %s is not reused at once)", got, want[3], want[0])
 	}
+
+	// HostSubnets made by hand: one for a Node is adopted with its subnet
+	// (the UID stamped), one without a Node (F5) is left alone.
+	for name, subnet := range map[string]string{"node5": "10.1.40.0/26", "f5": "10.1.41.0/26"} {
+		hs := &networkv1.HostSubnet{ObjectMeta: metav1.ObjectMeta{Name: name}, Host: name, HostIP: "192.168.50.99", Subnet: subnet}
+		if _, err := e.net.HostSubnets().Create(e.ctx(), hs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uid5 := e.createNode("node5", "192.168.50.5")
+	e.waitFor(5*time.Second, "node5's HostSubnet adopted", func() bool {
+		hs, err := e.net.HostSubnets().Get(e.ctx(), "node5")
+		return err == nil && hs.Annotations[networkv1.NodeUIDAnnotation] == string(uid5) && hs.HostIP == "192.168.50.5"
+	})
+	if hs, err := e.net.HostSubnets().Get(e.ctx(), "node5"); err != nil || hs.Subnet != "10.1.40.0/26" {
+		t.Fatalf("adopted HostSubnet: %v, %v; want subnet 10.1.40.0/26", hs, err)
+	}
+	if hs, err := e.net.HostSubnets().Get(e.ctx(), "f5"); err != nil || hs.Subnet != "10.1.41.0/26" || hs.Annotations[networkv1.NodeUIDAnnotation] != "" {
+		t.Fatalf("F5 HostSubnet changed: %v, %v", hs, err)
+	}
 }
 
 // TestRestartAndLeaderChange: two replicas; one leads. What it allocated

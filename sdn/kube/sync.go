@@ -152,8 +152,9 @@ func ignoreConflict(err error) error {
 // syncNode makes a Node's HostSubnet exist with the subnet held for it and
 // the Node's InternalIP as hostIP, and deletes (releasing the subnet) the
 // HostSubnet of a Node that is gone or was replaced by another of the
-// same name. HostSubnets without the node-UID annotation were made by hand
-// (OpenShift's F5 case): their subnets stay held and they are left alone.
+// same name. A HostSubnet without the node-UID annotation was made by
+// hand: for a Node it is adopted (the annotation stamped); without a Node
+// (OpenShift's F5 case) its subnet stays held and it is left alone.
 func (c *controller) syncNode(ctx context.Context, name string) error {
 	hss := c.m.net.HostSubnets()
 	node := getObj[corev1.Node](c.nodeInf, name)
@@ -162,9 +163,24 @@ func (c *controller) syncNode(ctx context.Context, name string) error {
 		if _, ok := c.held[name]; !ok {
 			if err := c.hold(hs); err != nil {
 				c.log.Error("master: manual HostSubnet not usable", "hostsubnet", name, "subnet", hs.Subnet, "err", err)
+				return nil
 			}
 		}
-		return nil
+		if node == nil {
+			return nil // no Node: OpenShift's F5 case, left alone
+		}
+		// Made by hand for a Node (to choose its subnet): adopt it, as
+		// OpenShift does, by stamping the Node's UID on it.
+		upd := hs.DeepCopy()
+		if upd.Annotations == nil {
+			upd.Annotations = map[string]string{}
+		}
+		upd.Annotations[networkv1.NodeUIDAnnotation] = string(node.UID)
+		if _, err := hss.Update(ctx, upd); err != nil {
+			return ignoreConflict(err)
+		}
+		c.log.Info("adopted a HostSubnet made by hand", "node", name, "subnet", hs.Subnet)
+		return nil // its update event brings it back here
 	}
 	if hs != nil && (node == nil || hs.Annotations[networkv1.NodeUIDAnnotation] != string(node.UID)) {
 		if err := hss.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
