@@ -42,7 +42,7 @@ tools: ## install Go tools (staticcheck, cnitool)
 
 # kube-apiserver and kube-proxy, built from the k8s.io/kubernetes module in the
 # separate module tools/kube (so the product's go.mod never requires it), in one
-# `go build` (about 10 minutes cold on 2 cores, then cached). They are rebuilt only
+# `go build` (10-20 minutes cold on 2 cores, then cached: docs/kubernetes.md). They are rebuilt only
 # when tools/kube/go.mod or go.sum is newer than them.
 KUBE_TOOLS   := $(BIN)/kube-apiserver $(BIN)/kube-proxy
 KUBE_VERSION := $(shell sed -n 's|^require k8s.io/kubernetes \(v[0-9.]*\).*|\1|p' tools/kube/go.mod)
