@@ -17,7 +17,7 @@ CNITOOL_VERSION ?= v1.3.1
 
 export PATH := $(PATH):$(GOBIN):/usr/local/go/bin
 
-.PHONY: help build deps tools test test-unit test-root test-race test-scale fuzz fuzz-long bench bench-compare lint demo demo-down clean
+.PHONY: help build deps tools kube-tools test test-unit test-root test-race test-scale fuzz fuzz-long bench bench-compare lint demo demo-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -40,6 +40,24 @@ tools: ## install Go tools (staticcheck, cnitool)
 	@command -v staticcheck >/dev/null 2>&1 || GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	@command -v cnitool >/dev/null 2>&1 || GOFLAGS= $(GO) install github.com/containernetworking/cni/cnitool@$(CNITOOL_VERSION)
 
+# kube-apiserver and kube-proxy, built from the k8s.io/kubernetes module in the
+# separate module tools/kube (so the product's go.mod never requires it), in one
+# `go build` (10-20 minutes cold on 2 cores, then cached: docs/kubernetes.md). They are rebuilt only
+# when tools/kube/go.mod or go.sum is newer than them.
+KUBE_TOOLS   := $(BIN)/kube-apiserver $(BIN)/kube-proxy
+KUBE_VERSION := $(shell sed -n 's|^require k8s.io/kubernetes \(v[0-9.]*\).*|\1|p' tools/kube/go.mod)
+KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+  -X k8s.io/component-base/version.gitMajor=$(word 2,$(subst ., ,$(KUBE_VERSION:v%=x.%))) \
+  -X k8s.io/component-base/version.gitMinor=$(word 3,$(subst ., ,$(KUBE_VERSION:v%=x.%)))
+
+kube-tools: $(KUBE_TOOLS) ## build kube-apiserver and kube-proxy into bin/ (for the Kubernetes-mode tests)
+
+$(KUBE_TOOLS) &: tools/kube/go.mod tools/kube/go.sum
+	@mkdir -p $(BIN)
+	cd tools/kube && GOFLAGS=-buildvcs=false $(GO) build -o ../../$(BIN)/ -ldflags "$(KUBE_LDFLAGS)" \
+	  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-proxy
+	@touch $(KUBE_TOOLS)
+
 # The dataplane packages that must build on any OS (Linux-only code lives in _linux.go files).
 PORTABLE := ./packet/ ./port/ ./flowtable/ ./switch/ ./tap/ ./vxlan/
 
@@ -49,12 +67,12 @@ lint: tools ## gofmt, go vet, staticcheck, the portable dataplane built for darw
 	staticcheck $(PKGS)
 	GOOS=darwin GOARCH=arm64 $(GO) build $(PORTABLE)
 
-test: deps lint build ## everything: lint, unit tests, namespace tests (as root), brief fuzzing
+test: deps lint build kube-tools ## everything: lint, unit tests, namespace tests (as root), brief fuzzing
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 	@$(MAKE) --no-print-directory fuzz
 	@echo "make test: all passed"
 
-test-race: deps ## unit and namespace tests under the race detector
+test-race: deps kube-tools ## unit and namespace tests under the race detector
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 # The scale test runs gvs-master (embedded etcd) on loopback; as root it runs

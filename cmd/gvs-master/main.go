@@ -11,6 +11,9 @@
 // first start gvs-master makes a cluster CA and the certificates it needs
 // in its data directory (pki/, keys 0600); `gvs-master cert` issues a
 // node's or an administrator's (cert.go; docs/security.md).
+//
+// With --kubeconfig or --in-cluster it follows a Kubernetes API server
+// instead of etcd (kube.go; docs/kubernetes.md).
 package main
 
 import (
@@ -103,6 +106,7 @@ func run(args []string) error {
 	insecure := fs.Bool("insecure", false, "no TLS and no etcd authentication: anyone who reaches etcd changes the network (lab use only)")
 	createProjects := fs.Bool("create-projects", true, "create the projects nodes ask for (a pod of a new project), each with a fresh VNID")
 	debug := fs.Bool("debug", false, "log at debug level")
+	kf := addKubeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -180,6 +184,9 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if kf.enabled() {
+		return runKube(ctx, log, fc.Config, kf)
+	}
 	if fc.Insecure {
 		log.Warn("INSECURE: etcd without TLS and without authentication; anyone who reaches it can read and change the network (lab use only)")
 	}

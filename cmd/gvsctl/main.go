@@ -51,6 +51,12 @@ certificate from gvs-master cert admin: --etcd-tls DIR or $GVS_ETCD_TLS):
   projects make-global P...
                           give projects VNID 0
   nodes                   registered nodes with their underlay IPs and subnets
+
+  With --kubeconfig FILE the same commands work on a Kubernetes API server:
+  projects are Namespaces with their NetNamespaces; join, isolate and
+  make-global write the annotation oc adm pod-network writes and wait for
+  gvs-master to apply it; create and delete create and delete Namespaces;
+  nodes lists Nodes with their HostSubnets.
 `
 
 func main() {
@@ -71,6 +77,7 @@ func run(args []string, stdout io.Writer) error {
 	etcdCert := fs.String("etcd-cert", os.Getenv("GVS_ETCD_CERT"), "etcd client certificate, overrides -etcd-tls ($GVS_ETCD_CERT)")
 	etcdKey := fs.String("etcd-key", os.Getenv("GVS_ETCD_KEY"), "etcd client key, overrides -etcd-tls ($GVS_ETCD_KEY)")
 	etcdInsecure := fs.Bool("etcd-insecure", os.Getenv("GVS_ETCD_INSECURE") == "1", "allow a plain-text etcd (lab use only; $GVS_ETCD_INSECURE=1)")
+	kubeconfig := fs.String("kubeconfig", "", "Kubernetes mode: projects and nodes from this API server's NetNamespaces and HostSubnets")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -88,6 +95,9 @@ func run(args []string, stdout io.Writer) error {
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch cmd {
 	case "projects", "nodes":
+		if *kubeconfig != "" {
+			return kubeCmd(ctx, *kubeconfig, c.json, c.out, cmd, rest)
+		}
 		if *etcd == "" {
 			return errors.New("--etcd (or $GVS_ETCD) is required for " + cmd)
 		}
