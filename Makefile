@@ -77,7 +77,7 @@ test-race: deps kube-tools ## unit and namespace tests under the race detector
 
 # The scale test runs gvs-master (embedded etcd) on loopback; as root it runs
 # in a throwaway network namespace, so nothing listens in the machine's own.
-SCALE_TEST = env GVS_SCALE=1 $(GO) test -count=1 -timeout 15m -run '^TestControlPlaneScale$$' -v ./internal/daemon/
+SCALE_TEST = env GVS_SCALE=1 $(GO) test -count=1 -timeout 15m -run '^TestControlPlaneScale$$' -v ./internal/daemon/etcdsource/
 test-scale: ## control-plane scale test: gvs-master, 500 simulated nodes, 2000 projects (GVS_SCALE_NODES, GVS_SCALE_PROJECTS)
 	@if [ "$$(id -u)" = 0 ]; then \
 	  ns=gvs-scale-$$$$; ip netns add $$ns || exit 1; ip -n $$ns link set lo up; \

@@ -57,7 +57,11 @@ func (d *Daemon) startCapture(req *control.CaptureRequest) (control.Stream, erro
 
 // resolvePort finds a port by number, port name or pod name.
 func (d *Daemon) resolvePort(s string) (uint32, string, error) {
-	ports := d.sw.Ports()
+	return resolvePort(s, d.sw.Ports(), d.Pods())
+}
+
+// resolvePort finds a port by number, port name or the name of one of pods.
+func resolvePort(s string, ports []vswitch.PortInfo, pods []Pod) (uint32, string, error) {
 	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
 		for _, p := range ports {
 			if p.No == uint32(n) {
@@ -78,7 +82,7 @@ func (d *Daemon) resolvePort(s string) (uint32, string, error) {
 		names[q.No] = q.Name
 	}
 	var found []Pod
-	for _, p := range d.Pods() {
+	for _, p := range pods {
 		if _, on := names[p.Port]; on && p.Name == s {
 			found = append(found, p)
 		}

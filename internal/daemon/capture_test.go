@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -200,22 +201,16 @@ func TestCapturePortByPodName(t *testing.T) {
 	if err := d.sw.AddPort(4, &feedPort{frame: make([]byte, 60), closed: make(chan struct{})}); err != nil {
 		t.Fatal(err)
 	}
-	d.mu.Lock()
-	d.pods["c1/eth0"] = &Pod{Name: "web", Project: "alpha", Port: 3}
-	d.pods["c2/eth0"] = &Pod{Name: "web", Project: "beta", Port: 4}
-	d.pods["c3/eth0"] = &Pod{Name: "db", Project: "beta", Port: 4}
-	d.mu.Unlock()
-	if no, _, err := d.resolvePort("db"); err != nil || no != 4 {
+	pods := []Pod{{Name: "web", Project: "alpha", Port: 3}, {Name: "web", Project: "beta", Port: 4}, {Name: "db", Project: "beta", Port: 4}}
+	if no, _, err := resolvePort("db", d.sw.Ports(), pods); err != nil || no != 4 {
 		t.Errorf("db: port %d, %v; want 4", no, err)
 	}
-	_, _, err := d.resolvePort("web")
+	_, _, err := resolvePort("web", d.sw.Ports(), pods)
 	if err == nil || !strings.Contains(err.Error(), "port 3 in project alpha") || !strings.Contains(err.Error(), "port 4 in project beta") {
 		t.Errorf("web, two pods: %v; want an error naming both", err)
 	}
-	d.mu.Lock()
-	delete(d.pods, "c2/eth0")
-	d.mu.Unlock()
-	if no, name, err := d.resolvePort("web"); err != nil || no != 3 || name != "feed0" {
+	pods = slices.Delete(pods, 1, 2)
+	if no, name, err := resolvePort("web", d.sw.Ports(), pods); err != nil || no != 3 || name != "feed0" {
 		t.Errorf("web, one pod: port %d (%s), %v; want 3 (feed0)", no, name, err)
 	}
 }

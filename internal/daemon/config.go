@@ -145,6 +145,19 @@ type PeerConfig struct {
 	Subnet string `json:"subnet"`
 }
 
+// remote parses a configured peer.
+func (p PeerConfig) remote() (sdn.RemoteNode, error) {
+	ip, err := netip.ParseAddr(p.IP)
+	if err != nil {
+		return sdn.RemoteNode{}, fmt.Errorf("peer %s: ip: %w", p.Name, err)
+	}
+	sub, err := netip.ParsePrefix(p.Subnet)
+	if err != nil {
+		return sdn.RemoteNode{}, fmt.Errorf("peer %s: subnet: %w", p.Name, err)
+	}
+	return sdn.RemoteNode{Name: p.Name, IP: ip, Subnet: sub}, nil
+}
+
 // PodConfig is a pod to attach at start.
 type PodConfig struct {
 	Name    string `json:"name"`

@@ -1,16 +1,24 @@
+// Package daemon is gvs-switchd's wiring: it builds the switch and its
+// fixed ports, and connects the parts, each in a package of its own:
+//
+//   - sdn/node: the node's rule program, kept live in the flow table;
+//   - internal/daemon/pods: the pod lifecycle (attach, adopt, detach, CNI);
+//   - internal/daemon/etcdsource: the follower of the etcd registry, which
+//     drives the node through internal/daemon/source.Sink (a Kubernetes
+//     source sits beside it);
+//   - this package: configuration, the Sink (sink.go, the subnet change in
+//     subnet.go), the control socket's handlers (handle.go, capture.go),
+//     /metrics (metrics.go) and the CNI server (cni.go).
+//
+// cmd/gvs-switchd is a thin main around it.
 package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/netip"
-	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -18,110 +26,108 @@ import (
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/accept"
 	"github.com/gvswitch/gvs/internal/control"
-	"github.com/gvswitch/gvs/netconf"
-	"github.com/gvswitch/gvs/packet"
+	"github.com/gvswitch/gvs/internal/daemon/etcdsource"
+	"github.com/gvswitch/gvs/internal/daemon/pods"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/gateway"
 	"github.com/gvswitch/gvs/sdn/nat"
+	"github.com/gvswitch/gvs/sdn/node"
 	"github.com/gvswitch/gvs/sdn/pki"
+	"github.com/gvswitch/gvs/sdn/registry"
 	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
 	"github.com/gvswitch/gvs/vxlan"
 )
 
-// Daemon is one node's gvs-switchd: the switch, its ports and the node's
-// rule program. Create it with New, then Run it.
+// CNIFirstPort is the first switch port given to pods attached by CNI;
+// statically configured pods count from sdn.FirstPodPort.
+const CNIFirstPort uint32 = 1000
+
+// Daemon is one node's gvs-switchd. Create it with New, then Run it.
 type Daemon struct {
 	cfg   *Config
-	node  sdn.NodeConfig
 	log   *slog.Logger
 	table *flowtable.Table
 	sw    *vswitch.Switch
 	peers *vxlan.Peers
 	vx    *vxlan.Port
 
+	// prog, pods and vnids are made when the node's configuration is
+	// complete: in New without a control plane, in Run after the
+	// registry's answer with one (init).
+	prog  *node.Program
+	pods  *pods.Manager
+	vnids *vnidWaiter
+	src   *etcdsource.Follower // nil without a control plane
+
 	cniMetrics cniMetrics // metrics.go
-
-	// exiting is set when Run returns: the switch's closing the CNI pods'
-	// TAPs then leaves them in place (restart.go).
-	exiting atomic.Bool
-
-	// projects is the project → VNID map pods are attached with.
-	projects *projects
 	// regTLS is the node's etcd identity (nil without TLS).
 	regTLS atomic.Pointer[pki.Client]
 
-	mu       sync.Mutex
-	pods     map[string]*Pod // by name
-	nextPort uint32
-	vnids    map[uint32]int // VNID → local pods using it
-	remotes  map[netip.Addr]sdn.RemoteNode
-	// ipam is the CNI address manager (nil without CNI); subnet is the
-	// history of the node's subnet changes (agent_subnet.go).
-	ipam   *cniplugin.IPAM
+	// mu guards the CNI address manager and the subnet history.
+	mu     sync.Mutex
+	ipam   *cniplugin.IPAM // nil without CNI
 	subnet subnetHistory
 }
 
 // Pod is an attached pod.
-type Pod struct {
-	Name    string     `json:"name"`
-	Project string     `json:"project"`
-	Netns   string     `json:"netns"`
-	IP      netip.Addr `json:"ip"`
-	MAC     string     `json:"mac"`
-	Port    uint32     `json:"port"`
-	VNID    uint32     `json:"vnid"`
-	// ContainerID and IfName identify a pod attached by CNI.
-	ContainerID string `json:"containerID,omitempty"`
-	IfName      string `json:"ifName,omitempty"`
+type Pod = pods.Pod
 
-	dev *tap.Device // the pod's TAP (the switch owns it)
-}
-
-// New builds the daemon's switch and rule program; it creates no devices yet.
+// New builds the daemon's switch; it creates no devices yet. Without a
+// control plane the node's configuration is complete and its rule program
+// is made too; with one, Run makes it after registering.
 func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
-	var node sdn.NodeConfig
-	var err error
-	if !cfg.FromRegistry() { // otherwise Run completes it from the registry
-		if node, err = cfg.Node(); err != nil {
-			return nil, err
-		}
-	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := &Daemon{
-		cfg:      cfg,
-		node:     node,
-		log:      log,
-		table:    flowtable.New(flowtable.Config{Logger: log}),
-		peers:    new(vxlan.Peers),
-		pods:     map[string]*Pod{},
-		nextPort: sdn.FirstPodPort,
-		vnids:    map[uint32]int{},
-		remotes:  map[netip.Addr]sdn.RemoteNode{},
-		projects: newProjects(cfg.Projects, !cfg.FromRegistry()),
-	}
+	d := &Daemon{cfg: cfg, log: log, table: flowtable.New(flowtable.Config{Logger: log}), peers: new(vxlan.Peers)}
+	var err error
 	d.sw, err = vswitch.New(vswitch.Config{Table: d.table, Logger: log,
 		MaxFrame: d.maxFrame(), NoOffload: !d.offload()})
 	if err != nil {
 		return nil, err
 	}
+	if !cfg.FromRegistry() {
+		n, err := cfg.Node()
+		if err != nil {
+			return nil, err
+		}
+		if err := d.init(n, cfg.Projects, true); err != nil {
+			return nil, err
+		}
+	}
 	return d, nil
+}
+
+// init makes the rule program, the VNID waiter and the pod manager for the
+// node's configuration.
+func (d *Daemon) init(n sdn.NodeConfig, projects map[string]uint32, implicitDefault bool) error {
+	prog, err := node.New(node.Config{Table: d.table, Node: n, Peers: d.peers, Projects: projects,
+		ImplicitDefault: implicitDefault})
+	if err != nil {
+		return err
+	}
+	wait, err := d.cfg.vnidWait()
+	if err != nil {
+		return err
+	}
+	d.prog = prog
+	d.vnids = &vnidWaiter{prog: prog, limit: wait}
+	d.pods = pods.New(pods.Config{Switch: d.sw, Program: prog, VNIDs: d.vnids, Queues: d.podQueues(),
+		Offloads: d.podOffloads(), OnTAP: d.usoSeen, FirstPort: sdn.FirstPodPort, Logger: d.log})
+	return nil
 }
 
 // Run sets the node up (rules, vxlan0, tun0, NAT, static pods), serves the
 // control socket and /metrics, and blocks until ctx is done. It must run in
 // the node's network namespace.
 func (d *Daemon) Run(ctx context.Context) error {
-	defer d.closeSwitch() // restart.go: the CNI pods' TAPs stay
-	var ag *agent
+	defer d.closeSwitch() // the CNI pods' TAPs stay
 	if d.cfg.FromRegistry() {
-		var err error
-		if ag, err = d.startAgent(ctx); err != nil {
+		if err := d.startRegistry(ctx); err != nil {
 			return err
 		}
-		defer ag.close()
+		defer d.src.Close()
 	}
 	if err := d.setup(ctx); err != nil {
 		return err
@@ -130,8 +136,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.startCNI(ctx, errc); err != nil {
 		return err
 	}
-	if ag != nil { // after startCNI: a subnet change also marks CNI leases stale
-		ag.run(ctx)
+	if d.src != nil { // after startCNI: a subnet change also marks CNI leases stale
+		d.src.KeepAlive()
 	}
 	sock := d.cfg.ControlSocket
 	if sock == "" {
@@ -149,9 +155,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		go func() { errc <- d.serveMetrics(ctx, addr) }()
 	}
-	node := d.nodeConfig()
-	d.log.Info("gvs-switchd ready", "node", node.NodeName, "ip", node.NodeIP, "subnet", node.Subnet,
-		"mode", node.Mode, "control", sock)
+	n := d.prog.Node()
+	d.log.Info("gvs-switchd ready", "node", n.NodeName, "ip", n.NodeIP, "subnet", n.Subnet,
+		"mode", n.Mode, "control", sock)
 	select {
 	case <-ctx.Done():
 		return nil
@@ -160,17 +166,84 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 }
 
-func (d *Daemon) setup(ctx context.Context) error {
-	setup, err := sdn.SetupRules(d.node)
+// startRegistry registers the node with the control plane, completes the
+// configuration from the registry's answer, makes the rule program and
+// starts following the registry (before the static pods are attached:
+// they wait for their projects' VNIDs).
+func (d *Daemon) startRegistry(ctx context.Context) error {
+	dc := d.cfg.dialConfig(d.log)
+	if !dc.TLS.IsZero() {
+		tc, err := dc.TLS.NewClient()
+		if err != nil {
+			return fmt.Errorf("etcdTLS: %w", err)
+		}
+		dc.Client = tc
+		d.regTLS.Store(tc)
+	}
+	ip, err := netip.ParseAddr(d.cfg.NodeIP)
 	if err != nil {
-		return fmt.Errorf("setup rules: %w", err)
+		return fmt.Errorf("nodeIP: %w", err)
 	}
-	if err := d.table.Add(setup...); err != nil {
-		return fmt.Errorf("setup rules: %w", err)
+	sc := etcdsource.Config{Dial: dc, Node: registry.Node{Name: d.cfg.NodeName, IP: ip},
+		Logger: d.log.With("component", "agent")}
+	if d.cfg.Subnet != "" {
+		if sc.Want, err = netip.ParsePrefix(d.cfg.Subnet); err != nil {
+			return fmt.Errorf("subnet: %w", err)
+		}
+	} else if p, ok := d.rememberedSubnet(); ok {
+		sc.Want, sc.Remembered = p, true // ask for it back after a restart past the lease
 	}
+	src, b, err := etcdsource.Start(ctx, sc)
+	if err != nil {
+		return err
+	}
+	d.fillFromRegistry(b.Cluster)
+	if b.Lost.IsValid() {
+		d.subnet.previous, d.subnet.changes = b.Lost, 1
+	}
+	d.cfg.Subnet = b.Subnet.String()
+	d.rememberSubnet(b.Subnet)
+	n, err := d.cfg.Node()
+	if err != nil {
+		src.Close()
+		return fmt.Errorf("configuration from the registry: %w", err)
+	}
+	if err := d.init(n, b.Projects, false); err != nil {
+		src.Close()
+		return err
+	}
+	d.vnids.setRequester(src.RequestProject)
+	d.src = src
+	src.Follow(ctx, d)
+	return nil
+}
+
+// fillFromRegistry takes what the configuration leaves out from gvs-master's.
+func (d *Daemon) fillFromRegistry(rc registry.Config) {
+	if len(d.cfg.ClusterNetworks) == 0 {
+		for _, cn := range rc.ClusterNetworks {
+			d.cfg.ClusterNetworks = append(d.cfg.ClusterNetworks, cn.CIDR.String())
+		}
+	}
+	if d.cfg.ServiceNetwork == "" {
+		d.cfg.ServiceNetwork = rc.ServiceNetwork
+	}
+	if d.cfg.Mode == "" {
+		d.cfg.Mode = rc.Mode
+	}
+	if d.cfg.VXLANPort == 0 {
+		d.cfg.VXLANPort = rc.VXLANPort
+	}
+}
+
+func (d *Daemon) setup(ctx context.Context) error {
+	if err := d.prog.Setup(); err != nil {
+		return err
+	}
+	n := d.prog.Node()
 	// vxlan0, port 1. UDP datagrams are merged toward the pods once a pod
 	// TAP shows that the kernel takes UDP super-frames (usoSeen).
-	vx, err := vxlan.Listen(vxlan.Config{Local: d.node.NodeIP, Port: d.cfg.VXLANPort, Peers: d.peers,
+	vx, err := vxlan.Listen(vxlan.Config{Local: n.NodeIP, Port: d.cfg.VXLANPort, Peers: d.peers,
 		Offload: d.offload(), Readers: d.vxlanReaders(), Logger: d.log})
 	if err != nil {
 		return fmt.Errorf("vxlan0: %w", err)
@@ -193,16 +266,20 @@ func (d *Daemon) setup(ctx context.Context) error {
 		gw.Close()
 		return err
 	}
-	if err := gateway.Configure("tun0", d.node); err != nil {
+	if err := gateway.Configure("tun0", n); err != nil {
 		return fmt.Errorf("tun0: %w", err)
 	}
 	if d.cfg.NAT == nil || *d.cfg.NAT {
-		if err := nat.EnsureMasquerade(d.node.ClusterNetworks); err != nil {
+		if err := nat.EnsureMasquerade(n.ClusterNetworks); err != nil {
 			return fmt.Errorf("NAT egress: %w", err)
 		}
 	}
 	for _, p := range d.cfg.Peers {
-		if err := d.AddRemote(p); err != nil {
+		rn, err := p.remote()
+		if err == nil {
+			err = d.AddRemote(rn)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -214,381 +291,34 @@ func (d *Daemon) setup(ctx context.Context) error {
 	return nil
 }
 
-// applyPodRules installs a pod's rules, with its VNID's isolation rules
-// when it is the VNID's first local pod, in one table update.
-func (d *Daemon) applyPodRules(p sdn.Pod) error {
-	rules, err := sdn.PodRules(d.node, p)
-	if err != nil {
-		return err
-	}
-	if d.node.Mode == sdn.ModeMultitenant && p.VNID != 0 && d.vnids[p.VNID] == 0 {
-		vr, err := sdn.VNIDRules(d.node, p.VNID)
-		if err != nil {
-			return err
-		}
-		rules = append(rules, vr...)
-	}
-	return d.table.Apply(nil, rules)
-}
-
-// AddRemote installs the rules for a remote node and accepts its VXLAN.
-func (d *Daemon) AddRemote(p PeerConfig) error {
-	ip, err := netip.ParseAddr(p.IP)
-	if err != nil {
-		return fmt.Errorf("peer %s: ip: %w", p.Name, err)
-	}
-	sub, err := netip.ParsePrefix(p.Subnet)
-	if err != nil {
-		return fmt.Errorf("peer %s: subnet: %w", p.Name, err)
-	}
-	rn := sdn.RemoteNode{Name: p.Name, IP: ip, Subnet: sub}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.node.CheckRemote(rn); err != nil {
-		return err
-	}
-	rules, err := sdn.NodeRules(d.node, rn)
-	if err == nil {
-		err = d.table.Apply([]flowtable.Filter{cookieFilter(sdn.NodeCookie(ip))}, rules)
-	}
-	if err != nil {
-		return fmt.Errorf("peer %s: %w", p.Name, err)
-	}
-	d.remotes[ip] = rn
-	if err := d.peers.Add(ip); err != nil {
-		return fmt.Errorf("peer %s: %w", p.Name, err)
-	}
-	return nil
-}
-
-func cookieFilter(c uint64) flowtable.Filter {
-	return flowtable.Filter{Table: -1, Cookie: c, CookieMask: ^uint64(0)}
-}
-
-// RemoveRemote removes a remote node's rules and stops accepting its VXLAN.
-// Removing an unknown node is not an error.
-func (d *Daemon) RemoveRemote(ip netip.Addr) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.table.Apply([]flowtable.Filter{cookieFilter(sdn.NodeCookie(ip))}, nil); err != nil {
-		return fmt.Errorf("remove remote %s: %w", ip, err)
-	}
-	delete(d.remotes, ip)
-	d.peers.Remove(ip)
-	return nil
-}
-
-// SetProjectVNID records a project's VNID and re-tags the project's local
-// pods that have another one: each pod's rules (sdn.PodFilter) are replaced
-// by rules with the new VNID, and the VNID isolation rules follow the first
-// and last local pod of each VNID, all in one atomic table update.
-func (d *Daemon) SetProjectVNID(project string, vnid uint32) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.projects.set(project, vnid)
-	if d.node.Mode != sdn.ModeMultitenant {
-		return nil
-	}
-	var dels []flowtable.Filter
-	var rules []*flowtable.Rule
-	var errs []error
-	add := func(rs []*flowtable.Rule, err error) {
-		rules = append(rules, rs...)
-		errs = append(errs, err)
-	}
-	var moved []*Pod
-	counts := maps.Clone(d.vnids)
-	for _, p := range d.pods {
-		if p.Project != project || p.VNID == vnid {
-			continue
-		}
-		dels = append(dels, cookieFilter(sdn.PodCookie(p.IP)))
-		add(sdn.PodRules(d.node, sdn.Pod{Name: p.Name, Namespace: p.Project, IP: p.IP, Port: p.Port, VNID: vnid}))
-		if counts[p.VNID]--; counts[p.VNID] == 0 && p.VNID != 0 {
-			dels = append(dels, cookieFilter(sdn.VNIDCookie(p.VNID)))
-		}
-		if counts[vnid] == 0 {
-			add(sdn.VNIDRules(d.node, vnid))
-		}
-		counts[vnid]++
-		moved = append(moved, p)
-	}
-	if len(moved) == 0 {
-		return nil
-	}
-	err := errors.Join(errs...)
-	if err == nil {
-		err = d.table.Apply(dels, rules)
-	}
-	if err != nil {
-		return fmt.Errorf("re-tag project %s: %w", project, err)
-	}
-	for v, n := range counts {
-		if n <= 0 {
-			delete(counts, v)
-		}
-	}
-	d.vnids = counts
-	for _, p := range moved {
-		d.log.Info("pod re-tagged", "pod", p.Name, "project", project, "from", p.VNID, "to", vnid)
-		p.VNID = vnid
-	}
-	return nil
-}
-
-// vnidFor returns the VNID a pod of project gets: 0 in the modes without
-// tenant isolation; otherwise the project's, waiting (Config.VNIDWait) for
-// gvs-master to create a project the node does not know yet. It never
-// falls back to VNID 0: the error wraps ErrNoVNID.
-func (d *Daemon) vnidFor(ctx context.Context, project string) (uint32, error) {
-	if d.nodeConfig().Mode != sdn.ModeMultitenant {
-		return 0, nil
-	}
-	wait, err := d.cfg.vnidWait()
-	if err != nil {
-		return 0, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	return d.projects.wait(ctx, project)
-}
-
-// vnidLocked is the VNID a pod of project is attached with, read under
-// d.mu, so that a change the follower applies (SetProjectVNID, which
-// re-tags the attached pods under d.mu) cannot be missed; vnidFor made
-// sure the project exists.
-func (d *Daemon) vnidLocked(project string) (uint32, error) {
-	if d.node.Mode != sdn.ModeMultitenant {
-		return 0, nil
-	}
-	v, ok := d.projects.get(project)
-	if !ok {
-		return 0, fmt.Errorf("%w: project %q", ErrNoVNID, project)
-	}
-	return v, nil
-}
-
-// AddPod creates the pod's TAP, moves it into the pod's namespace as eth0
-// (or pc.IfName), configures it and installs the pod's rules. On failure it
-// undoes what it did.
-func (d *Daemon) AddPod(ctx context.Context, pc PodConfig) (*Pod, error) {
-	return d.addPod(ctx, pc, nil)
-}
-
-// podKey is a pod's key in d.pods: its CNI attachment, else its name.
-func (pc PodConfig) podKey() string {
-	if pc.ContainerID != "" {
-		return pc.ContainerID + "/" + pc.IfName
-	}
-	return pc.Name
-}
-
-// podQueues is how many queues a new pod TAP gets (Config.Queues).
-func (d *Daemon) podQueues() int { return max(d.cfg.Queues, 1) }
-
-// vxlanReaders is how many receive sockets vxlan0 gets
-// (Config.VXLANReaders, else Config.Queues).
-func (d *Daemon) vxlanReaders() int {
-	if d.cfg.VXLANReaders > 0 {
-		return d.cfg.VXLANReaders
-	}
-	return d.podQueues()
-}
-
-// createQueues creates the TAP cfg and opens n-1 more queues of it (cfg must
-// then be MultiQueue), in the calling thread's namespace. It returns the
-// first queue and the others.
-func createQueues(cfg tap.Config, n int) (*tap.Device, []*tap.Device, error) {
-	dev, err := tap.Create(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg.Name = dev.Name()
-	extra, err := openQueues(cfg, n-1)
-	if err != nil {
-		dev.Close()
-		return nil, nil, err
-	}
-	return dev, extra, nil
-}
-
-// portQueues is a pod port's queues for the switch: first, then extra.
-func portQueues(first vswitch.Port, extra []*tap.Device) []vswitch.Port {
-	qs := []vswitch.Port{first}
-	for _, q := range extra {
-		qs = append(qs, q)
-	}
-	return qs
-}
-
-// openQueues attaches n more queues to the multi-queue TAP cfg.Name in the
-// calling thread's namespace.
-func openQueues(cfg tap.Config, n int) ([]*tap.Device, error) {
-	cfg.MultiQueue = true
-	var qs []*tap.Device
-	for i := range n {
-		q, err := tap.Open(cfg)
-		if err != nil {
-			for _, q := range qs {
-				q.Close()
-			}
-			return nil, fmt.Errorf("tap %s: extra queue %d: %w", cfg.Name, i+1, err)
-		}
-		qs = append(qs, q)
-	}
-	return qs, nil
-}
-
-// addPod is AddPod with an optional pre-created TAP (from the CNI TAP
-// pool), which it owns from then on.
-func (d *Daemon) addPod(ctx context.Context, pc PodConfig, dev *tap.Device) (_ *Pod, err error) {
-	var extra []*tap.Device // the TAP's other queues, until the switch owns them
-	defer func() {
-		if err == nil {
-			return
-		}
-		if dev != nil {
-			dev.Close()
-		}
-		for _, q := range extra {
-			q.Close()
-		}
-	}()
+// AddPod attaches a statically configured pod (pods.Manager.Add).
+func (d *Daemon) AddPod(ctx context.Context, pc PodConfig) (Pod, error) {
 	ip, err := netip.ParseAddr(pc.IP)
 	if err != nil {
-		return nil, fmt.Errorf("ip: %w", err)
+		return Pod{}, fmt.Errorf("ip: %w", err)
 	}
-	nsPath := pc.Netns
-	if !strings.ContainsRune(nsPath, '/') {
-		nsPath = filepath.Join("/run/netns", nsPath)
-	}
-	// Wait for the project's VNID before anything is created, and outside
-	// the lock: a new project's VNID comes from gvs-master.
-	if _, err := d.vnidFor(ctx, pc.Project); err != nil {
-		return nil, err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, dup := d.pods[pc.podKey()]; dup {
-		return nil, fmt.Errorf("pod %s is already attached", pc.podKey())
-	}
-	port := pc.Port
-	if port == 0 {
-		for d.portUsed(d.nextPort) {
-			d.nextPort++
-		}
-		port = d.nextPort
-	}
-	ifName := pc.IfName
-	if ifName == "" {
-		ifName = "eth0"
-	}
-	vnid, err := d.vnidLocked(pc.Project)
-	if err != nil {
-		return nil, fmt.Errorf("pod %s: %w", pc.Name, err)
-	}
-	sp := sdn.Pod{Name: pc.Name, Namespace: pc.Project, IP: ip, Port: port, VNID: vnid}
-	if err := d.node.CheckPod(sp); err != nil {
-		return nil, err
-	}
-	mac := packet.PodMAC(ip.As4())
-	hw := net.HardwareAddr(mac[:])
-	p := &Pod{Name: pc.Name, Project: pc.Project, Netns: nsPath, IP: ip, MAC: hw.String(), Port: port, VNID: sp.VNID,
-		ContainerID: pc.ContainerID, IfName: pc.IfName}
-
-	inPod := dev == nil
-	if inPod {
-		// Create the TAP inside the pod's namespace: moving a link between
-		// namespaces waits for RCU grace periods (10-25 ms, docs/cni.md).
-		cfg := tap.Config{Name: fmt.Sprintf("gvs%d", port), Offloads: d.podOffloads(), Logger: d.log,
-			MultiQueue: d.podQueues() > 1}
-		if err := netconf.Do(nsPath, func() (err error) {
-			dev, extra, err = createQueues(cfg, d.podQueues())
-			return err
-		}); err != nil {
-			return nil, err
-		}
-	} else if d.podQueues() > 1 {
-		// A pooled TAP, multi-queue as the pool makes them with queues > 1
-		// (cni.go): attach its other queues while it is still here.
-		extra, err = openQueues(tap.Config{Name: dev.Name(), Offloads: d.podOffloads(), Logger: d.log}, d.podQueues()-1)
-		if err != nil {
-			return nil, err
-		}
-	}
-	tapName, podDev := dev.Name(), dev
-	d.usoSeen(dev)
-	if err := d.sw.AddPortQueues(port, portQueues(d.podPort(pc, dev), extra)); err != nil {
-		return nil, err
-	}
-	extra = nil
-	dev = nil // the switch owns it now
-	persisted := false
-	defer func() {
-		if err != nil {
-			if persisted {
-				unpersist(podDev, d.log) // so that closing it deletes it (restart.go)
-			}
-			_ = d.sw.RemovePort(port) // closes the TAP, which deletes the link
-		}
-	}()
-	if !inPod {
-		if err := netconf.MoveToNS(tapName, nsPath); err != nil {
-			return nil, err
-		}
-	}
-	gw := d.node.Gateway()
-	routes := []netconf.Route{{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0), Gw: gw}}
-	if d.node.ServiceNetwork.IsValid() {
-		routes = append(routes, netconf.Route{Dst: d.node.ServiceNetwork, Gw: gw})
-	}
-	for _, cn := range d.node.ClusterNetworks {
-		routes = append(routes, netconf.Route{Dst: cn})
-	}
-	err = netconf.ConfigureLink(nsPath, netconf.LinkConfig{
-		Name: tapName, NewName: ifName, MAC: hw, MTU: d.node.MTU,
-		Addrs:  []netip.Prefix{netip.PrefixFrom(ip, d.node.Subnet.Bits())},
-		Routes: routes, Up: true,
-	})
-	if err != nil {
-		return nil, err
-	}
-	d.capPodGSO(nsPath, ifName, d.node.MTU)
-	if pc.ContainerID != "" {
-		// A CNI pod's TAP outlives the daemon (restart.go). Set after the
-		// rename, so that a TAP left by a crash is always found as IfName.
-		if err := podDev.SetPersist(true); err != nil {
-			return nil, err
-		}
-		persisted = true
-	}
-	p.dev = podDev
-	if err := d.applyPodRules(sp); err != nil {
-		return nil, err
-	}
-	d.vnids[p.VNID]++
-	d.pods[pc.podKey()] = p
-	if port == d.nextPort {
-		d.nextPort++
-	}
-	d.log.Info("pod attached", "pod", p.Name, "project", p.Project, "ip", p.IP, "port", p.Port, "vnid", p.VNID)
-	return p, nil
+	return d.pods.Add(ctx, pods.Spec{Name: pc.Name, Project: pc.Project, Netns: pc.Netns, IP: ip,
+		IfName: pc.IfName, ContainerID: pc.ContainerID, Port: pc.Port}, nil)
 }
 
 // Pods lists the attached pods by port.
-func (d *Daemon) Pods() []Pod {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make([]Pod, 0, len(d.pods))
-	for _, p := range d.pods {
-		out = append(out, *p)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Port < out[j].Port })
-	return out
-}
+func (d *Daemon) Pods() []Pod { return d.pods.List() }
 
 // Switch returns the daemon's switch.
 func (d *Daemon) Switch() *vswitch.Switch { return d.sw }
+
+// closeSwitch closes the switch when Run returns, leaving the CNI pods'
+// TAPs in their namespaces for the next daemon.
+func (d *Daemon) closeSwitch() {
+	if d.pods != nil {
+		d.pods.Exiting()
+	}
+	d.sw.Close()
+}
+
+// nodeConfig returns the node configuration, which a subnet change may
+// replace while the daemon runs.
+func (d *Daemon) nodeConfig() sdn.NodeConfig { return d.prog.Node() }
 
 // listenLocal opens a local socket with listen and lets only the processes
 // Config.SocketGroup allows use it (root and, if set, the group's members,

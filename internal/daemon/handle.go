@@ -50,15 +50,15 @@ func (d *Daemon) handle(_ context.Context, req control.Request) (any, error) {
 }
 
 func (d *Daemon) show() control.ShowResult {
-	d.mu.Lock()
-	remotes := make([]control.Remote, 0, len(d.remotes))
-	for _, r := range d.remotes {
+	var remotes []control.Remote
+	for _, r := range d.prog.Remotes() {
 		remotes = append(remotes, control.Remote{Name: r.Name, IP: r.IP.String(), Subnet: r.Subnet.String()})
 	}
-	npods := len(d.pods)
-	node, sh := d.node, d.subnet
+	npods := d.pods.Len()
+	node := d.prog.Node()
+	d.mu.Lock()
+	sh := d.subnet
 	d.mu.Unlock()
-	sort.Slice(remotes, func(i, j int) bool { return remotes[i].Name < remotes[j].Name })
 	snap := d.table.Snapshot()
 	return control.ShowResult{
 		Node: node.NodeName, NodeIP: node.NodeIP.String(), Subnet: subnetString(node.Subnet),
@@ -151,9 +151,7 @@ func (d *Daemon) trace(desc string) (control.TraceResult, error) {
 			continue
 		}
 		dst := netip.AddrFrom4(o.TunDst)
-		d.mu.Lock()
-		rn, ok := d.remotes[dst]
-		d.mu.Unlock()
+		rn, ok := d.prog.Remote(dst)
 		name := dst.String()
 		if ok {
 			name = rn.Name

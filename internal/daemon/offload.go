@@ -36,3 +36,15 @@ func (d *Daemon) usoSeen(dev *tap.Device) {
 		d.vx.SetCoalesceUDP(true)
 	}
 }
+
+// podQueues is how many queues a new pod TAP gets (Config.Queues).
+func (d *Daemon) podQueues() int { return max(d.cfg.Queues, 1) }
+
+// vxlanReaders is how many receive sockets vxlan0 gets
+// (Config.VXLANReaders, else Config.Queues).
+func (d *Daemon) vxlanReaders() int {
+	if d.cfg.VXLANReaders > 0 {
+		return d.cfg.VXLANReaders
+	}
+	return d.podQueues()
+}

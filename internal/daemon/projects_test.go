@@ -8,21 +8,32 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/cniplugin"
+	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/sdn"
+	"github.com/gvswitch/gvs/sdn/node"
 )
 
 // A pod's project must have a VNID: without a control plane an unknown
 // project is refused at once; with one, the node asks for it and waits,
 // and gives up (CNI code 11) when nobody creates it. Never VNID 0.
 func TestProjectsWaitFailsClosed(t *testing.T) {
-	p := newProjects(map[string]uint32{"alpha": 10}, true)
+	prog, err := node.New(node.Config{Table: flowtable.New(flowtable.Config{}), Node: sdn.NodeConfig{Mode: sdn.ModeMultitenant},
+		Projects: map[string]uint32{"alpha": 10}, ImplicitDefault: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &vnidWaiter{prog: prog}
+	vnid := func(project string) (uint32, bool) { return prog.ProjectVNID(project) }
 	ctx := context.Background()
-	if v, err := p.wait(ctx, "alpha"); err != nil || v != 10 {
-		t.Fatalf("alpha: %d %v", v, err)
+	for project, want := range map[string]uint32{"alpha": 10, "default": 0} {
+		if err := p.Wait(ctx, project); err != nil {
+			t.Fatalf("%s: %v", project, err)
+		}
+		if v, ok := vnid(project); !ok || v != want {
+			t.Fatalf("%s: VNID %d %v, want %d", project, v, ok, want)
+		}
 	}
-	if v, err := p.wait(ctx, "default"); err != nil || v != 0 {
-		t.Fatalf("default: %d %v", v, err)
-	}
-	_, err := p.wait(ctx, "beta")
+	err = p.Wait(ctx, "beta")
 	if !errors.Is(err, ErrNoVNID) || !errors.Is(err, cniplugin.ErrTryAgain) {
 		t.Fatalf("unknown project without a control plane: %v, want ErrNoVNID and ErrTryAgain", err)
 	}
@@ -31,29 +42,32 @@ func TestProjectsWaitFailsClosed(t *testing.T) {
 	p.setRequester(func(_ context.Context, project string) error {
 		asked.Add(1)
 		if project == "gamma" {
-			go p.set("gamma", 42) // gvs-master creates it
+			go prog.SetProjectVNID("gamma", 42) // gvs-master creates it
 		}
 		return nil
 	})
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if v, err := p.wait(wctx, "gamma"); err != nil || v != 42 {
-		t.Fatalf("gamma: %d %v, want 42", v, err)
+	if err := p.Wait(wctx, "gamma"); err != nil {
+		t.Fatalf("gamma: %v", err)
+	}
+	if v, _ := vnid("gamma"); v != 42 {
+		t.Fatalf("gamma: VNID %d, want 42", v)
 	}
 	sctx, scancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer scancel()
-	_, err = p.wait(sctx, "delta")
+	err = p.Wait(sctx, "delta")
 	if !errors.Is(err, ErrNoVNID) || !errors.Is(err, cniplugin.ErrTryAgain) {
 		t.Fatalf("project nobody creates: %v, want ErrNoVNID and ErrTryAgain", err)
 	}
-	if _, ok := p.get("delta"); ok {
+	if _, ok := vnid("delta"); ok {
 		t.Error("delta got a VNID")
 	}
 	if asked.Load() != 2 {
 		t.Errorf("asked %d times, want 2 (gamma, delta)", asked.Load())
 	}
 	p.setRequester(func(context.Context, string) error { return errors.New("etcd unreachable") })
-	if _, err := p.wait(ctx, "epsilon"); !errors.Is(err, cniplugin.ErrTryAgain) {
+	if err := p.Wait(ctx, "epsilon"); !errors.Is(err, cniplugin.ErrTryAgain) {
 		t.Errorf("request failing: %v, want ErrTryAgain", err)
 	}
 }

@@ -11,8 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 
-	"github.com/gvswitch/gvs/flowtable"
-	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/gateway"
 )
 
@@ -52,83 +50,24 @@ func subnetString(p netip.Prefix) string {
 	return p.String()
 }
 
-// ChangeSubnet moves the node from its current subnet to sub; an invalid sub
-// withdraws the current subnet and leaves the node without one until the
-// next call. The pods of the old subnet are detached and their CNI leases
-// marked stale. It is safe for concurrent use with the control handlers.
+// ChangeSubnet moves the node from its current subnet to sub (source.Sink);
+// an invalid sub withdraws the current subnet and leaves the node without
+// one until the next call. The pods of the old subnet are detached and
+// their CNI leases marked stale. It is safe for concurrent use with the
+// control handlers and the CNI server.
 func (d *Daemon) ChangeSubnet(sub netip.Prefix) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	old := d.node
+	w, err := d.prog.ChangeSubnet(sub)
+	if err != nil {
+		return err
+	}
+	old := w.Old
 	if old.Subnet == sub {
 		return nil
 	}
-	nn := old
-	nn.Subnet = sub
-	if sub.IsValid() {
-		if err := nn.Validate(); err != nil {
-			return fmt.Errorf("new subnet: %w", err)
-		}
-	}
-	var dels []flowtable.Filter
-	var adds []*flowtable.Rule
-	if old.Subnet.IsValid() {
-		// The old setup rules, exactly (other cookie-0 rules, added by
-		// hand with gvsctl add-flows, stay).
-		prev, err := sdn.SetupRules(old)
-		if err != nil {
-			return fmt.Errorf("old setup rules: %w", err)
-		}
-		for _, r := range prev {
-			dels = append(dels, flowtable.Filter{Table: int(r.Table), Match: r.Match, Strict: true,
-				Priority: r.Priority, CookieMask: ^uint64(0)})
-		}
-	}
-	if sub.IsValid() {
-		var err error
-		if adds, err = sdn.SetupRules(nn); err != nil {
-			return fmt.Errorf("new setup rules: %w", err)
-		}
-	}
-	var gone []string
-	for key, p := range d.pods {
-		if sub.Contains(p.IP) {
-			continue // cannot happen: subnets of one registry never overlap
-		}
-		dels = append(dels, cookieFilter(sdn.PodCookie(p.IP)))
-		gone = append(gone, key)
-	}
-	for v := range d.vnids {
-		if v != 0 {
-			dels = append(dels, cookieFilter(sdn.VNIDCookie(v)))
-		}
-	}
-	var dropped []netip.Addr
-	for ip, rn := range d.remotes {
-		if sub.IsValid() && rn.Subnet.Overlaps(sub) { // a record older than the registry's claim
-			dels = append(dels, cookieFilter(sdn.NodeCookie(ip)))
-			dropped = append(dropped, ip)
-		}
-	}
-	if err := d.table.Apply(dels, adds); err != nil {
-		return fmt.Errorf("subnet %v → %v: rules: %w", old.Subnet, sub, err)
-	}
-	var errs []error
-	for _, key := range gone {
-		p := d.pods[key]
-		if err := d.sw.RemovePort(p.Port); err != nil {
-			errs = append(errs, fmt.Errorf("pod %s: switch port %d: %w", p.Name, p.Port, err))
-		}
-		delete(d.pods, key)
-		d.log.Error("pod detached: its address belongs to another node's subnet now; the runtime must re-create it",
-			"pod", p.Name, "project", p.Project, "ip", p.IP, "containerID", p.ContainerID)
-	}
-	d.vnids = map[uint32]int{}
-	for _, ip := range dropped {
-		delete(d.remotes, ip)
-		d.peers.Remove(ip)
-	}
-	d.node = nn
+	nn := d.prog.Node()
+	errs := []error{d.pods.Withdraw(w.Pods)}
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.cfg.Subnet = ""
 	if sub.IsValid() {
 		d.cfg.Subnet = sub.String()
@@ -154,14 +93,14 @@ func (d *Daemon) ChangeSubnet(sub netip.Prefix) error {
 		}
 		d.subnet.stale += len(st)
 	}
-	err := errors.Join(errs...)
+	err = errors.Join(errs...)
 	switch {
 	case !sub.IsValid():
 		d.log.Error("NODE SUBNET LOST: withdrawn from the dataplane; its pods are detached and their CNI leases stale",
-			"old", old.Subnet, "podsDetached", len(gone), "err", err)
+			"old", old.Subnet, "podsDetached", len(w.Pods), "err", err)
 	case old.Subnet.IsValid():
 		d.log.Error("NODE SUBNET CHANGED: the old subnet is withdrawn, its pods are detached and their CNI leases stale",
-			"old", old.Subnet, "new", sub, "podsDetached", len(gone), "err", err)
+			"old", old.Subnet, "new", sub, "podsDetached", len(w.Pods), "err", err)
 	default:
 		d.log.Warn("node subnet assigned after the loss: setup rules and tun0 reconfigured", "new", sub, "err", err)
 	}
@@ -215,14 +154,6 @@ func (d *Daemon) rememberSubnet(p netip.Prefix) {
 	}
 }
 
-// nodeConfig returns the node configuration, which ChangeSubnet may
-// replace while the daemon runs.
-func (d *Daemon) nodeConfig() sdn.NodeConfig {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.node
-}
-
 // flushAddrs removes the IPv4 addresses of a link (tun0 while the node
 // has no subnet); the routes using them as source go with them.
 func flushAddrs(name string) error {
@@ -267,8 +198,9 @@ func (c *subnetCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *subnetCollector) Collect(ch chan<- prometheus.Metric) {
 	c.d.mu.Lock()
-	h, sub := c.d.subnet, c.d.node.Subnet
+	h := c.d.subnet
 	c.d.mu.Unlock()
+	sub := c.d.prog.Node().Subnet
 	ch <- prometheus.MustNewConstMetric(c.changes, prometheus.CounterValue, float64(h.changes))
 	ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(h.stale))
 	ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, subnetString(sub))

@@ -1,4 +1,9 @@
-package daemon
+// Package etcdsource is gvs-switchd's follower of the etcd registry (docs/
+// control-plane.md): it registers the node on a lease, answers for its
+// subnet, and mirrors the registry's node subnets (remote nodes) and project
+// VNIDs into the node through a source.Sink. When etcd is unreachable the
+// node keeps forwarding on the last state it saw.
+package etcdsource
 
 import (
 	"context"
@@ -14,17 +19,19 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/gvswitch/gvs/internal/daemon/source"
+	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/registry"
 )
 
 // agent is the node's control-plane follower: it keeps the node registered
 // on a lease, and mirrors the registry's node subnets (remote-node rules)
-// and project VNIDs (pod re-tagging) into the daemon. When etcd is
-// unreachable the daemon keeps forwarding on the last state it saw; the
+// and project VNIDs (pod re-tagging) into the node. When etcd is
+// unreachable the node keeps forwarding on the last state it saw; the
 // watch resumes from its last revision when etcd returns, or re-lists
 // everything if that revision was compacted meanwhile.
 type agent struct {
-	d    sink
+	d    source.Sink
 	cli  *clientv3.Client
 	reg  *registry.Registry
 	log  *slog.Logger
@@ -48,120 +55,119 @@ type agent struct {
 	wg       sync.WaitGroup
 }
 
-// sink is what the agent drives: the Daemon, or a counter in the scale test.
-type sink interface {
-	AddRemote(PeerConfig) error
-	RemoveRemote(netip.Addr) error
-	SetProjectVNID(project string, vnid uint32) error
-	ChangeSubnet(netip.Prefix) error
-}
-
-func newAgent(cli *clientv3.Client, node registry.Node, ttl int64, d sink, log *slog.Logger) *agent {
+func newAgent(cli *clientv3.Client, node registry.Node, ttl int64, d source.Sink, log *slog.Logger) *agent {
 	return &agent{d: d, cli: cli, reg: registry.New(cli), log: log, node: node, ttl: ttl,
 		remotes: map[string]registry.Subnet{}, refused: map[string]registry.Subnet{}, projects: map[string]uint32{}}
 }
 
-// startAgent connects to etcd, waits for gvs-master's configuration,
-// registers the node and waits for its subnet; it completes d.cfg and
-// d.node from the registry. It must run before setup.
-func (d *Daemon) startAgent(ctx context.Context) (*agent, error) {
-	dc := d.cfg.dialConfig(d.log)
-	if !dc.TLS.IsZero() {
-		tc, err := dc.TLS.NewClient()
-		if err != nil {
-			return nil, fmt.Errorf("etcdTLS: %w", err)
-		}
-		dc.Client = tc
-		d.regTLS.Store(tc)
+// Config says how a node follows the registry.
+type Config struct {
+	// Dial reaches etcd (TLS with the node's certificate).
+	Dial registry.DialConfig
+	// Node is this node's name and underlay address.
+	Node registry.Node
+	// Want is the subnet the node asks for: one it is configured with (it
+	// must get it), or, with Remembered, the one it had before a restart
+	// (it gets it back if nobody took it).
+	Want       netip.Prefix
+	Remembered bool
+	Logger     *slog.Logger
+}
+
+// Bootstrap is what the registry told the node at start.
+type Bootstrap struct {
+	// Cluster is gvs-master's published configuration.
+	Cluster registry.Config
+	// Subnet is the node's subnet.
+	Subnet netip.Prefix
+	// Lost is the remembered subnet that went to another node meanwhile
+	// (invalid if none): the node's pods' CNI leases are stale.
+	Lost netip.Prefix
+	// Projects are the project VNIDs.
+	Projects map[string]uint32
+}
+
+// Follower follows the registry for one node.
+type Follower struct{ a *agent }
+
+// Start connects to etcd, waits for gvs-master's configuration, registers
+// the node and waits for its subnet, and reads the projects. The node then
+// calls Follow (before attaching its static pods, which wait for their
+// projects' VNIDs) and KeepAlive (once it serves).
+func Start(ctx context.Context, cfg Config) (*Follower, Bootstrap, error) {
+	var b Bootstrap
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	cli, err := registry.Dial(dc)
+	cli, err := registry.Dial(cfg.Dial)
 	if err != nil {
-		return nil, err
+		return nil, b, err
 	}
-	ip, err := netip.ParseAddr(d.cfg.NodeIP)
-	if err != nil {
-		cli.Close()
-		return nil, fmt.Errorf("nodeIP: %w", err)
-	}
-	a := newAgent(cli, registry.Node{Name: d.cfg.NodeName, IP: ip}, 0, d, d.log.With("component", "agent"))
+	a := newAgent(cli, cfg.Node, 0, nil, log)
 	ok := false
 	defer func() {
 		if !ok {
 			cli.Close()
 		}
 	}()
-	var rc registry.Config
 	for {
-		rc, err = a.reg.GetConfig(ctx)
+		b.Cluster, err = a.reg.GetConfig(ctx)
 		if err == nil {
 			break
 		}
-		a.log.Warn("waiting for the cluster configuration", "etcd", d.cfg.EtcdEndpoints, "err", err)
+		a.log.Warn("waiting for the cluster configuration", "etcd", cfg.Dial.Endpoints, "err", err)
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, b, ctx.Err()
 		case <-time.After(time.Second):
 		}
 	}
-	if len(d.cfg.ClusterNetworks) == 0 {
-		for _, cn := range rc.ClusterNetworks {
-			d.cfg.ClusterNetworks = append(d.cfg.ClusterNetworks, cn.CIDR.String())
-		}
-	}
-	if d.cfg.ServiceNetwork == "" {
-		d.cfg.ServiceNetwork = rc.ServiceNetwork
-	}
-	if d.cfg.Mode == "" {
-		d.cfg.Mode = rc.Mode
-	}
-	if d.cfg.VXLANPort == 0 {
-		d.cfg.VXLANPort = rc.VXLANPort
-	}
-	a.ttl = rc.NodeLeaseTTL
+	a.ttl = b.Cluster.NodeLeaseTTL
 	if a.ttl <= 0 {
 		a.ttl = 10
 	}
-	var want netip.Prefix
-	remembered := false
-	if d.cfg.Subnet != "" {
-		if want, err = netip.ParsePrefix(d.cfg.Subnet); err != nil {
-			return nil, fmt.Errorf("subnet: %w", err)
-		}
-	} else if p, ok := d.rememberedSubnet(); ok {
-		want, remembered = p, true // ask for it back after a restart past the lease
+	if b.Subnet, err = a.register(ctx, cfg.Want); err != nil {
+		return nil, b, err
 	}
-	sub, err := a.register(ctx, want)
-	if err != nil {
-		return nil, err
-	}
-	if want.IsValid() && sub != want {
-		if !remembered {
-			return nil, fmt.Errorf("configured subnet %v is held by another node (registry gave %v)", want, sub)
+	if cfg.Want.IsValid() && b.Subnet != cfg.Want {
+		if !cfg.Remembered {
+			return nil, b, fmt.Errorf("configured subnet %v is held by another node (registry gave %v)", cfg.Want, b.Subnet)
 		}
 		a.log.Error("the subnet this node had before its restart went to another node; it has a fresh one and its pods' CNI leases are stale",
-			"old", want, "new", sub)
-		d.subnet.previous, d.subnet.changes = want, 1
+			"old", cfg.Want, "new", b.Subnet)
+		b.Lost = cfg.Want
 	}
-	d.cfg.Subnet = sub.String()
-	d.rememberSubnet(sub)
-	if d.node, err = d.cfg.Node(); err != nil {
-		return nil, fmt.Errorf("configuration from the registry: %w", err)
+	if b.Projects, err = a.reg.Projects(ctx); err != nil {
+		return nil, b, err
 	}
-	// Project VNIDs before the static pods are attached.
-	projects, err := a.reg.Projects(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for name, v := range projects {
-		d.projects.set(name, v)
-	}
-	d.projects.setRequester(a.requestProject)
-	a.projects = projects
-	a.log.Info("registered", "node", a.node.Name, "ip", ip, "subnet", sub, "projects", len(projects))
-	a.startFollow(ctx)
+	a.projects = maps.Clone(b.Projects)
+	a.log.Info("registered", "node", a.node.Name, "ip", a.node.IP, "subnet", b.Subnet, "projects", len(b.Projects))
 	ok = true
-	return a, nil
+	return &Follower{a: a}, b, nil
 }
+
+// Follow starts mirroring the registry into sink, until ctx ends or Close.
+func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
+	f.a.mu.Lock()
+	f.a.d = sink
+	f.a.mu.Unlock()
+	f.a.startFollow(ctx)
+}
+
+// KeepAlive takes over renewing the node's lease (Start renews it
+// meanwhile) and registers the node again whenever the lease is lost.
+func (f *Follower) KeepAlive() { f.a.startKeepAlive() }
+
+// RequestProject asks gvs-master to create a project the node has a pod
+// of (it gets a fresh VNID, or gvs-master refuses).
+func (f *Follower) RequestProject(ctx context.Context, project string) error {
+	return f.a.requestProject(ctx, project)
+}
+
+// Close stops following; the lease is left to expire, so a quick restart
+// keeps the node's subnet.
+func (f *Follower) Close() { f.a.close() }
 
 // register takes a lease and publishes the node, asking for subnet want
 // (none: any), and waits for gvs-master's answer: the node's subnet on that
@@ -559,7 +565,7 @@ func (a *agent) applySubnet(name string, s registry.Subnet) {
 		delete(a.remotes, name)
 		_ = a.d.RemoveRemote(old.IP)
 	}
-	err := a.d.AddRemote(PeerConfig{Name: name, IP: s.IP.String(), Subnet: s.Subnet.String()})
+	err := a.d.AddRemote(sdn.RemoteNode{Name: name, IP: s.IP, Subnet: s.Subnet})
 	if err != nil {
 		if had && old.IP == s.IP { // its old rules must not stay
 			delete(a.remotes, name)
@@ -601,4 +607,11 @@ func (a *agent) applyProject(deleted bool, key string, val []byte) {
 	if err := a.d.SetProjectVNID(name, p.VNID); err != nil {
 		a.log.Error("re-tag project", "project", name, "err", err)
 	}
+}
+
+func subnetString(p netip.Prefix) string {
+	if !p.IsValid() {
+		return "(none)"
+	}
+	return p.String()
 }

@@ -1,4 +1,4 @@
-package daemon
+package etcdsource
 
 import (
 	"context"
@@ -182,36 +182,6 @@ func TestAgentSurvivesEtcdRestart(t *testing.T) {
 	s, err := registry.New(c).WaitSubnet(ctx, "a", 0)
 	if err != nil || s.Subnet != sub {
 		t.Errorf("subnet after restart %v (%v), want %v", s.Subnet, err, sub)
-	}
-}
-
-func TestParseConfigFromRegistry(t *testing.T) {
-	for _, good := range []string{
-		`{"nodeName":"n1","nodeIP":"192.168.0.1","etcdEndpoints":["http://192.168.0.1:2379"],"etcdInsecure":true}`,
-		`{"nodeName":"n1","nodeIP":"192.168.0.1","etcdEndpoints":["https://192.168.0.1:2379"],"etcdTLS":{"caFile":"/a","certFile":"/b","keyFile":"/c"}}`,
-	} {
-		c, err := ParseConfig([]byte(good))
-		if err != nil {
-			t.Fatalf("%s: %v", good, err)
-		}
-		if !c.FromRegistry() {
-			t.Error("FromRegistry false")
-		}
-	}
-	for _, bad := range []string{
-		`{"nodeIP":"192.168.0.1","etcdEndpoints":["http://x:2379"],"etcdInsecure":true}`,
-		`{"nodeName":"n1","nodeIP":"nope","etcdEndpoints":["http://x:2379"],"etcdInsecure":true}`,
-		`{"nodeName":"n1","nodeIP":"192.168.0.1"}`, // static: subnet etc. required
-		// Plain text without saying so; TLS without certificates.
-		`{"nodeName":"n1","nodeIP":"192.168.0.1","etcdEndpoints":["http://192.168.0.1:2379"]}`,
-		`{"nodeName":"n1","nodeIP":"192.168.0.1","etcdEndpoints":["https://192.168.0.1:2379"]}`,
-		`{"nodeName":"n1/x","nodeIP":"192.168.0.1","etcdEndpoints":["http://x:2379"],"etcdInsecure":true}`,
-		`{"nodeName":"n1","nodeIP":"192.168.0.1","etcdEndpoints":["http://x:2379"],"etcdInsecure":true,"vnidWait":"-1s"}`,
-		`{"nodeName":"n1","nodeIP":"192.168.0.1","etcdEndpoints":["http://x:2379"],"etcdInsecure":true,"socketGroup":"no-such-group-here"}`,
-	} {
-		if _, err := ParseConfig([]byte(bad)); err == nil {
-			t.Errorf("accepted %s", bad)
-		}
 	}
 }
 

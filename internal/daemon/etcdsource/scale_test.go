@@ -1,4 +1,4 @@
-package daemon
+package etcdsource
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/internal/nstest"
+	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/master"
 	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
@@ -38,10 +39,10 @@ func (s *countSink) ChangeSubnet(p netip.Prefix) error {
 	return nil
 }
 
-func (s *countSink) AddRemote(p PeerConfig) error {
+func (s *countSink) AddRemote(p sdn.RemoteNode) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.remotes[netip.MustParseAddr(p.IP)] = true
+	s.remotes[p.IP] = true
 	return nil
 }
 

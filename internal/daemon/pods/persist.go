@@ -1,11 +1,11 @@
-package daemon
+package pods
 
 // Surviving a restart of gvs-switchd: every CNI pod's TAP is persistent
-// (TUNSETPERSIST, set by addPod once the TAP is the pod's IfName), so when
+// (TUNSETPERSIST, set by Add once the TAP is the pod's IfName), so when
 // the daemon exits, on upgrade or crash, its fds close but the pods keep
 // eth0 with their address and routes. The next daemon reads the leases
 // (cniplugin.IPAM) and, for each lease whose namespace still exists,
-// adopts the TAP (Reattach): it attaches to it again with tap.Reopen,
+// adopts the TAP (Adopt, through the CNI backend's Reattach): it attaches to it again with tap.Reopen,
 // puts it on the switch on the leased port and installs the pod's rules
 // with its project's current VNID. Whenever the switch lets go of a CNI
 // pod's TAP (DEL, GC, a lost subnet) the flag is cleared first (podTAP),
@@ -20,9 +20,10 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"path/filepath"
-	"strings"
 	"sync/atomic"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/netconf"
@@ -30,8 +31,6 @@ import (
 	"github.com/gvswitch/gvs/sdn"
 	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // unpersist clears a pod TAP's persistent flag so that closing it deletes
@@ -51,34 +50,31 @@ func unpersist(dev *tap.Device, log *slog.Logger) {
 // when the TAP must outlive it.
 type podTAP struct {
 	*tap.Device
-	d    *Daemon
+	m    *Manager
 	keep atomic.Bool // leave the TAP in place when closed
 }
 
 // Close clears the persistent flag, unless the daemon is exiting or keep
 // is set, and closes the TAP.
 func (p *podTAP) Close() error {
-	if !p.d.exiting.Load() && !p.keep.Load() {
-		unpersist(p.Device, p.d.log)
+	if !p.m.exiting.Load() && !p.keep.Load() {
+		unpersist(p.Device, p.m.log)
 	}
 	return p.Device.Close()
 }
 
-// podPort is what addPod puts on the switch for a pod: a CNI pod's TAP
+// portOf is what Add puts on the switch for a pod: a CNI pod's TAP
 // wrapped as a podTAP, a static pod's as it is.
-func (d *Daemon) podPort(pc PodConfig, dev *tap.Device) vswitch.Port {
-	if pc.ContainerID == "" {
+func (m *Manager) portOf(s Spec, dev *tap.Device) vswitch.Port {
+	if s.ContainerID == "" {
 		return dev
 	}
-	return &podTAP{Device: dev, d: d}
+	return &podTAP{Device: dev, m: m}
 }
 
-// closeSwitch closes the switch when Run returns, leaving the CNI pods'
-// TAPs in their namespaces for the next daemon.
-func (d *Daemon) closeSwitch() {
-	d.exiting.Store(true)
-	d.sw.Close()
-}
+// Exiting is called when the daemon exits: from then on the switch's
+// closing a CNI pod's TAP leaves it in place, for the next daemon.
+func (m *Manager) Exiting() { m.exiting.Store(true) }
 
 // ourTAP reports whether link is a TAP gvs-switchd left for the pod with
 // address ip: a persistent TAP with IFF_VNET_HDR and IFF_NO_PI and the
@@ -106,73 +102,60 @@ func ourTAP(link netlink.Link, ip netip.Addr) (ok bool, why string) {
 	return true, ""
 }
 
-// Reattach adopts the TAP the previous daemon left in l.Netns as l.IfName
-// (cniplugin.Reattacher). The TAP is checked before attaching to it (see
-// ourTAP) and re-opened with the daemon's current offloads (tap.Reopen);
-// its MTU, address, routes and up state are set again as ADD set them
-// (replacing, so what is in place does not change).
-func (b *cniBackend) Reattach(ctx context.Context, l cniplugin.Lease) error {
-	d := b.d
+// Adopt takes over the TAP a previous daemon left in s.Netns as s.IfName
+// for pod s (a CNI pod: s.ContainerID, s.IfName and s.Port are its
+// lease's). The TAP is checked before attaching to it (see ourTAP) and
+// re-opened with the current offloads (tap.Reopen); its MTU, address,
+// routes and up state are set again as Add set them (replacing, so what is
+// in place does not change); it goes on the switch on the lease's port and
+// the pod's rules are installed with its project's current VNID. On failure
+// the TAP stays, persistent, for a later restart or DEL.
+func (m *Manager) Adopt(ctx context.Context, s Spec) error {
+	nsPath := NsPath(s.Netns)
 	var dev *tap.Device
 	var extra []*tap.Device // a multi-queue TAP's other queues
-	// closeAll lets go of the queues; the TAP stays persistent, for a
-	// later restart or DEL.
-	closeAll := func() {
-		if dev != nil {
-			dev.Close()
-		}
-		for _, q := range extra {
-			q.Close()
-		}
-	}
-	err := netconf.Do(l.Netns, func() error {
-		link, err := netlink.LinkByName(l.IfName)
+	err := netconf.Do(nsPath, func() error {
+		link, err := netlink.LinkByName(s.IfName)
 		if err != nil {
 			var nf netlink.LinkNotFoundError
 			if errors.As(err, &nf) {
 				return cniplugin.ErrNoInterface
 			}
-			return fmt.Errorf("%s in %s: %w", l.IfName, l.Netns, err)
+			return fmt.Errorf("%s in %s: %w", s.IfName, nsPath, err)
 		}
-		if ok, why := ourTAP(link, l.IP); !ok {
-			return fmt.Errorf("%s in %s %s: not adopting it (CHECK fails until the pod is re-created)", l.IfName, l.Netns, why)
+		if ok, why := ourTAP(link, s.IP); !ok {
+			return fmt.Errorf("%s in %s %s: not adopting it (CHECK fails until the pod is re-created)", s.IfName, nsPath, why)
 		}
-		cfg := tap.Config{Name: l.IfName, Offloads: d.podOffloads(), Logger: d.log,
+		cfg := tap.Config{Name: s.IfName, Offloads: m.cfg.Offloads, Logger: m.log,
 			MultiQueue: link.(*netlink.Tuntap).Flags&netlink.TUNTAP_MULTI_QUEUE != 0}
 		if dev, err = tap.Reopen(cfg); err != nil || !cfg.MultiQueue {
 			return err
 		}
-		if extra, err = openQueues(cfg, d.podQueues()-1); err != nil {
+		if extra, err = openQueues(cfg, m.cfg.Queues-1); err != nil {
 			return err
 		}
 		// A multi-queue TAP takes more queues even while another process
 		// holds it: ourTAP checked before attaching, this closes the race.
-		return onlyOurQueues(l.IfName, 1+len(extra))
+		return onlyOurQueues(s.IfName, 1+len(extra))
 	})
 	if err != nil {
-		closeAll() // also when leaving the namespace failed after the attach
+		closeAll(dev, extra) // also when leaving the namespace failed after the attach
 		return err
 	}
-	// Repair what ADD set, should someone have changed it (replacing is a
-	// no-op for what is in place): MTU, address, routes, up.
-	var routes []netconf.Route
-	for _, r := range d.podRoutes() {
-		routes = append(routes, netconf.Route{Dst: r.Dst, Gw: r.Gw})
-	}
-	node := d.nodeConfig() // read under the lock: the subnet can change at run time
-	err = netconf.ConfigureLink(l.Netns, netconf.LinkConfig{Name: l.IfName, MTU: node.MTU,
-		Addrs: []netip.Prefix{netip.PrefixFrom(l.IP, node.Subnet.Bits())}, Routes: routes, Up: true})
+	node := m.cfg.Program.Node()
+	err = netconf.ConfigureLink(nsPath, netconf.LinkConfig{Name: s.IfName, MTU: node.MTU,
+		Addrs: []netip.Prefix{netip.PrefixFrom(s.IP, node.Subnet.Bits())}, Routes: Routes(node), Up: true})
 	if err != nil {
-		closeAll()
+		closeAll(dev, extra)
 		return err
 	}
-	d.capPodGSO(l.Netns, l.IfName, node.MTU) // offloads may have been turned on since ADD
-	if err := d.adoptPod(ctx, l, dev, extra); err != nil {
-		closeAll()
+	m.capGSO(nsPath, s.IfName, node.MTU) // offloads may have been turned on since ADD
+	if err := m.adopt(ctx, s, nsPath, dev, extra); err != nil {
+		closeAll(dev, extra) // closing again what the switch closed is harmless
 		return err
 	}
-	if err := netconf.Do(l.Netns, func() error { return flushUnresolved(l.IfName) }); err != nil {
-		d.log.Warn("adopted pod: flushing its unresolved neighbour entries", "ifname", l.IfName, "netns", l.Netns, "err", err)
+	if err := netconf.Do(nsPath, func() error { return flushUnresolved(s.IfName) }); err != nil {
+		m.log.Warn("adopted pod: flushing its unresolved neighbour entries", "ifname", s.IfName, "netns", nsPath, "err", err)
 	}
 	return nil
 }
@@ -204,93 +187,73 @@ func flushUnresolved(ifName string) error {
 	return errors.Join(errs...)
 }
 
-// adoptPod puts a re-opened pod TAP (dev, and extra queues if it is
-// multi-queue) on the switch on the lease's port and installs the pod's
-// rules with its project's current VNID. When it fails the caller closes
-// the queues (which may be closed already; closing again is harmless), and
-// the TAP stays persistent.
-func (d *Daemon) adoptPod(ctx context.Context, l cniplugin.Lease, dev *tap.Device, extra []*tap.Device) (err error) {
-	nsPath := l.Netns
-	if !strings.ContainsRune(nsPath, '/') {
-		nsPath = filepath.Join("/run/netns", nsPath)
+// adopt puts a re-opened pod TAP on the switch on s.Port and installs the
+// pod's rules.
+func (m *Manager) adopt(ctx context.Context, s Spec, nsPath string, dev *tap.Device, extra []*tap.Device) (err error) {
+	if err := m.cfg.VNIDs.Wait(ctx, s.Project); err != nil {
+		return fmt.Errorf("pod %s: %w", s.Name, err)
 	}
-	name := l.PodName
-	if name == "" {
-		name = l.ContainerID
-		if len(name) > 12 {
-			name = name[:12]
-		}
-	}
-	if _, err := d.vnidFor(ctx, l.Project); err != nil {
-		return fmt.Errorf("pod %s: %w", name, err)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	key := leaseKey(l)
-	if _, dup := d.pods[key]; dup {
-		return fmt.Errorf("pod %s is already attached", key)
-	}
-	if d.portUsed(l.Port) {
-		return fmt.Errorf("pod %s: switch port %d is taken", key, l.Port)
-	}
-	vnid, err := d.vnidLocked(l.Project)
+	key := s.Key()
+	port, release, err := m.reserve(key, s.Port)
 	if err != nil {
-		return fmt.Errorf("pod %s: %w", name, err)
-	}
-	sp := sdn.Pod{Name: name, Namespace: l.Project, IP: l.IP, Port: l.Port, VNID: vnid}
-	if err := d.node.CheckPod(sp); err != nil {
 		return err
 	}
-	d.usoSeen(dev)
-	pt := &podTAP{Device: dev, d: d}
-	if err := d.sw.AddPortQueues(l.Port, portQueues(pt, extra)); err != nil {
+	attached := false
+	defer func() { release(attached) }()
+	if m.cfg.OnTAP != nil {
+		m.cfg.OnTAP(dev)
+	}
+	pt := &podTAP{Device: dev, m: m}
+	if err := m.cfg.Switch.AddPortQueues(port, portQueues(pt, extra)); err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
-			pt.keep.Store(true)         // the pod keeps eth0 for a later restart or DEL
-			_ = d.sw.RemovePort(l.Port) // closes dev
+			pt.keep.Store(true)               // the pod keeps eth0 for a later restart or DEL
+			_ = m.cfg.Switch.RemovePort(port) // closes dev
 		}
 	}()
-	if err := d.applyPodRules(sp); err != nil {
+	sp, err := m.cfg.Program.AddPod(sdn.Pod{Name: s.Name, Namespace: s.Project, IP: s.IP, Port: port})
+	if err != nil {
 		return err
 	}
-	mac := packet.PodMAC(l.IP.As4())
-	p := &Pod{Name: name, Project: l.Project, Netns: nsPath, IP: l.IP, MAC: net.HardwareAddr(mac[:]).String(),
-		Port: l.Port, VNID: sp.VNID, ContainerID: l.ContainerID, IfName: l.IfName, dev: dev}
-	d.vnids[p.VNID]++
-	d.pods[key] = p
-	d.log.Info("pod re-attached, interface kept", "pod", p.Name, "project", p.Project, "ip", p.IP, "port", p.Port, "vnid", p.VNID)
+	mac := packet.PodMAC(s.IP.As4())
+	p := &Pod{Name: s.Name, Project: s.Project, Netns: nsPath, IP: s.IP, MAC: net.HardwareAddr(mac[:]).String(),
+		Port: port, VNID: sp.VNID, ContainerID: s.ContainerID, IfName: s.IfName, dev: dev}
+	m.record(key, p)
+	attached = true
+	m.log.Info("pod re-attached, interface kept", "pod", p.Name, "project", p.Project, "ip", p.IP, "port", p.Port, "vnid", p.VNID)
 	return nil
 }
 
-// removeLeftoverTAP deletes a persistent TAP left for l in its namespace
+// removeLeftoverTAP deletes a persistent TAP ifName left for the pod with
+// address ip in namespace netns
 // that no daemon holds: one the restarted daemon could not adopt. Only a
 // TAP that ourTAP recognizes is deleted (never, say, a veth the runtime
 // put there); a missing namespace or interface is not an error.
-func removeLeftoverTAP(l cniplugin.Lease) error {
-	if l.Netns == "" {
+func removeLeftoverTAP(netns, ifName string, ip netip.Addr) error {
+	if netns == "" {
 		return nil
 	}
-	if !isNetns(l.Netns) {
+	if !isNetns(netns) {
 		return nil // the namespace is gone, and its TAP with it
 	}
-	return netconf.Do(l.Netns, func() error {
-		link, err := netlink.LinkByName(l.IfName)
+	return netconf.Do(netns, func() error {
+		link, err := netlink.LinkByName(ifName)
 		if err != nil {
 			return nil
 		}
-		if ok, _ := ourTAP(link, l.IP); !ok {
+		if ok, _ := ourTAP(link, ip); !ok {
 			return nil
 		}
 		if link.(*netlink.Tuntap).Flags&netlink.TUNTAP_MULTI_QUEUE == 0 {
-			return tap.DeletePersistent(l.IfName) // attaching fails if it is held
+			return tap.DeletePersistent(ifName) // attaching fails if it is held
 		}
-		dev, err := tap.Reopen(tap.Config{Name: l.IfName, MultiQueue: true})
+		dev, err := tap.Reopen(tap.Config{Name: ifName, MultiQueue: true})
 		if err != nil {
 			return err
 		}
-		if err := onlyOurQueues(l.IfName, 1); err != nil {
+		if err := onlyOurQueues(ifName, 1); err != nil {
 			dev.Close()
 			return err
 		}

@@ -1,4 +1,4 @@
-package daemon
+package pods
 
 import (
 	"net"
@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/vishvananda/netlink"
 )
@@ -22,8 +21,7 @@ func TestRemoveLeftoverTAPNamespaceGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ns := range []string{"", filepath.Join(dir, "missing"), file, dir} {
-		l := cniplugin.Lease{ContainerID: "c1", IfName: "eth0", IP: netip.MustParseAddr("10.128.0.2"), Netns: ns}
-		if err := removeLeftoverTAP(l); err != nil {
+		if err := removeLeftoverTAP(ns, "eth0", netip.MustParseAddr("10.128.0.2")); err != nil {
 			t.Errorf("netns %q: %v", ns, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package daemon
+package pods
 
 import (
 	"errors"
@@ -27,7 +27,7 @@ func TestPodTAPClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = netconf.DeleteNamedNS(name) })
-	d := &Daemon{log: slog.New(slog.DiscardHandler)}
+	m := New(Config{Logger: slog.New(slog.DiscardHandler)})
 	exists := func(ifname string) bool {
 		var ok bool
 		_ = netconf.Do(nsPath, func() error { _, err := net.InterfaceByName(ifname); ok = err == nil; return nil })
@@ -38,7 +38,7 @@ func TestPodTAPClose(t *testing.T) {
 		if err := netconf.Do(nsPath, func() (err error) { dev, err = tap.CreatePersistent(tap.Config{Name: ifname}); return }); err != nil {
 			t.Fatal(err)
 		}
-		return &podTAP{Device: dev, d: d}
+		return &podTAP{Device: dev, m: m}
 	}
 
 	p := mk("gvst-del")
@@ -69,7 +69,7 @@ func TestPodTAPClose(t *testing.T) {
 		t.Error("an undone adoption deleted the pod's interface")
 	}
 
-	d.exiting.Store(true)
+	m.Exiting()
 	p = mk("gvst-exit")
 	p.Close()
 	if !exists("gvst-exit") {

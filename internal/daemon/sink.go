@@ -1,0 +1,29 @@
+package daemon
+
+import (
+	"net/netip"
+
+	"github.com/gvswitch/gvs/sdn"
+)
+
+// The Daemon is the node a source of cluster state drives
+// (internal/daemon/source.Sink): remote nodes and project VNIDs go to the
+// rule program; a subnet change (subnet.go) also detaches pods, moves tun0
+// and marks CNI leases stale.
+
+// AddRemote installs the rules for a remote node and accepts its VXLAN.
+func (d *Daemon) AddRemote(rn sdn.RemoteNode) error { return d.prog.AddRemote(rn) }
+
+// RemoveRemote removes a remote node's rules and stops accepting its
+// VXLAN. Removing an unknown node is not an error.
+func (d *Daemon) RemoveRemote(ip netip.Addr) error { return d.prog.RemoveRemote(ip) }
+
+// SetProjectVNID records a project's VNID and re-tags the project's local
+// pods (sdn/node Program.SetProjectVNID).
+func (d *Daemon) SetProjectVNID(project string, vnid uint32) error {
+	moved, err := d.prog.SetProjectVNID(project, vnid)
+	for _, p := range moved {
+		d.log.Info("pod re-tagged", "pod", p.Name, "project", project, "from", p.VNID, "to", vnid)
+	}
+	return err
+}

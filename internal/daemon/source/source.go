@@ -1,0 +1,26 @@
+// Package source names what a source of cluster state drives on a node.
+// gvs-switchd has two sources: the etcd registry (internal/daemon/etcdsource,
+// the default) and, beside it, a Kubernetes API server; both mirror the same
+// state into the node through Sink, so the rest of the daemon does not know
+// which one it follows.
+package source
+
+import (
+	"net/netip"
+
+	"github.com/gvswitch/gvs/sdn"
+)
+
+// Sink is the node as a source sees it. A source calls it from its own
+// goroutines, one call at a time.
+type Sink interface {
+	// AddRemote installs or updates a remote node (its subnet is routed to
+	// it, its VXLAN accepted).
+	AddRemote(sdn.RemoteNode) error
+	// RemoveRemote removes a remote node; an unknown one is not an error.
+	RemoveRemote(ip netip.Addr) error
+	// SetProjectVNID records a project's VNID and re-tags its local pods.
+	SetProjectVNID(project string, vnid uint32) error
+	// ChangeSubnet moves the node to another subnet (an invalid one: none).
+	ChangeSubnet(netip.Prefix) error
+}
