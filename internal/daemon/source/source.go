@@ -24,3 +24,14 @@ type Sink interface {
 	// ChangeSubnet moves the node to another subnet (an invalid one: none).
 	ChangeSubnet(netip.Prefix) error
 }
+
+// Labels is what NetworkPolicy selects on: a source that knows pod and
+// namespace labels (Kubernetes: the API server; etcd: set with gvsctl)
+// drives a LabelSink beside the Sink. A nil map removes the object.
+type LabelSink interface {
+	// SetNamespaceLabels records a namespace's (project's) labels.
+	SetNamespaceLabels(namespace string, labels map[string]string) error
+	// SetPodLabels records the labels of pod name in namespace, and its
+	// address when known (invalid: not yet), for pods on any node.
+	SetPodLabels(namespace, name string, ip netip.Addr, labels map[string]string) error
+}
