@@ -237,6 +237,9 @@ func FuzzParseRule(f *testing.F) {
 	for _, s := range specRules {
 		f.Add(s)
 	}
+	for _, s := range ctRules {
+		f.Add(s)
+	}
 	f.Add("priority=100,in_port=3,arp,nw_src=10.128.0.3 actions=goto_table:30")
 	f.Add("actions=")
 	f.Fuzz(func(t *testing.T, s string) {
