@@ -118,9 +118,12 @@ func (w *worker) tracked(snap *flowtable.Snapshot, i, size int) {
 	c.outs, c.dropped, c.pipeDrop = 0, false, false
 	c.outq = c.outq[:0]
 	buf := w.bufs[i]
+	// The frame's header fields: the pipeline changed none of w.f's but
+	// eth_dst (a set_field; the frame still has its own). The other
+	// metadata in it does not matter here.
 	h := &c.hdr[0]
-	*h = flowtable.Fields{}
-	flowtable.Extract(buf[Headroom:Headroom+size], h)
+	*h = w.f
+	copy(h.EthDst[:], buf[Headroom:Headroom+6])
 	c.meta[0] = conntrack.Meta{}
 	g := w.meta[i].GSO
 	w.runCT(snap, 0, buf, size, g, &w.v, &c.meta[0], h)
@@ -178,22 +181,24 @@ func (w *worker) runCT(snap *flowtable.Snapshot, d int, buf []byte, size int, g 
 			c.dropped, c.drop, c.pipeDrop = true, DropRecirc, false
 			continue
 		}
-		fb := buf
+		// The recirculation takes over the frame, its Meta and headers,
+		// unless the pass goes on after it: then it gets copies.
+		fb, cm, ch, rf := buf, m, hdr, &c.rf
 		if k < v.NCT-1 || out < v.NOut {
-			// The pass goes on after the recirculation: it gets a copy.
 			if fb = w.spareBuf(); fb == nil {
 				w.drop(DropNoBuffer)
 				continue
 			}
 			copy(fb[Headroom:Headroom+size], frame)
+			cm, ch = &c.meta[d+1], &c.hdr[d+1]
+			*cm, *ch = *m, *hdr
 		}
-		cm, ch, rf := &c.meta[d+1], &c.hdr[d+1], &c.rf
-		*cm, *ch, *rf = *m, *hdr, *hdr
+		*rf = *hdr
 		rf.InPort = w.in.no
 		rf.Regs, rf.TunID, rf.TunSrc, rf.TunDst = st.Regs, st.TunID, st.TunSrc, st.TunDst
 		rf.SetConntrack(cm)
 		rv := &c.vs[d]
-		w.s.recircs.n.Add(1)
+		w.nRecircs++
 		w.run(snap, st.CT.Table, rf, rv)
 		w.runCT(snap, d+1, fb, size, g, rv, cm, ch)
 		if &fb[0] != &buf[0] {

@@ -39,6 +39,8 @@ type worker struct {
 	pend   []pending
 	nPend  int
 	ports  portMap // the port map for this batch
+	// Counts of this batch, added to the switch's counters once per batch.
+	nLookups, nHits, nRecircs uint64
 	// wire is scratch space for a capture's outer headers (capture.go).
 	wire [MaxWireHeader]byte
 	ct   ctWorker // connection tracking (conntrack.go)
@@ -145,19 +147,27 @@ func (w *worker) process(n int) {
 	}
 	in.stats.rxPackets.n.Add(uint64(n))
 	in.stats.rxBytes.n.Add(rxBytes)
+	s.lookups.n.Add(w.nLookups)
+	if w.nHits > 0 {
+		s.cacheHits.n.Add(w.nHits)
+	}
+	if w.nRecircs > 0 {
+		s.recircs.n.Add(w.nRecircs)
+	}
+	w.nLookups, w.nHits, w.nRecircs = 0, 0, 0
 	w.flush()
 }
 
 // run runs the pipeline of snap from table start for f into v, behind the
 // worker's cache.
 func (w *worker) run(snap *flowtable.Snapshot, start uint8, f *flowtable.Fields, v *flowtable.Verdict) {
-	w.s.lookups.n.Add(1)
+	w.nLookups++
 	if w.cache == nil {
 		snap.RunFrom(start, f, v)
 		return
 	}
 	if w.cache.RunFrom(snap, start, f, v) {
-		w.s.cacheHits.n.Add(1)
+		w.nHits++
 	}
 }
 
