@@ -44,12 +44,21 @@ import "time"
 //  9. The metadata takes the connection's mark, label and original
 //     tuple, then exec's set_field values, which the connection keeps.
 func (t *Tracker) Process(now Time, b []byte, pf PacketFlags, a *Action, m *Meta) Reason {
+	// The n-th ct action a packet meets (ct_clear starts the count again)
+	// keys its fragment records: see frag.go.
+	step := m.step
+	r := t.process(now, b, pf, a, m, step)
+	m.step = step + 1
+	return r
+}
+
+func (t *Tracker) process(now Time, b []byte, pf PacketFlags, a *Action, m *Meta, step uint8) Reason {
 	zone := a.Zone
 	if m.State != 0 && m.Zone != zone {
 		m.State = 0
 	}
 	if len(b) >= 20 && b[0]>>4 == 4 && get16(b, 6)&0x1fff != 0 {
-		return t.count1(t.laterFragment(now, b, pf, a, m))
+		return t.count1(t.laterFragment(now, b, pf, a, m, step))
 	}
 	first := len(b) >= 20 && get16(b, 6)&0x2000 != 0
 	if m.conn != 0 && !a.Force && !first {
@@ -64,7 +73,7 @@ func (t *Tracker) Process(now Time, b []byte, pf PacketFlags, a *Action, m *Meta
 	src, dst := get32(b, 12), get32(b, 16) // before any translation
 	r := t.track(now, b, pf, a, m, &p)
 	if p.first {
-		t.recordFragment(now, fragKey{src: src, dst: dst, id: get16(b, 4), zone: zone, proto: p.proto},
+		t.recordFragment(now, fragKey{src: src, dst: dst, id: get16(b, 4), zone: zone, proto: p.proto, step: step},
 			uint32(p.end-p.l4), b, m, r)
 	}
 	return t.count1(r)
