@@ -57,7 +57,7 @@ func TestCTParseRoundTrip(t *testing.T) {
 
 // TestCTParseVariants: other spellings ovs-ofctl accepts mean the same rule.
 func TestCTParseVariants(t *testing.T) {
-	cases := []struct{ in, want string }{
+	cases := []parseCase{
 		{"ct_state=+trk+new,ip actions=ct(commit),2", "table=0, priority=32768, ip, ct_state=+new+trk, actions=ct(commit),output:2"},
 		{"ct_state=0x20/0x21 actions=drop", "table=0, priority=32768, ct_state=-new+trk, actions=drop"},
 		{"ct_state=0x21 actions=drop", "table=0, priority=32768, ct_state=new|trk, actions=drop"},
@@ -82,22 +82,13 @@ func TestCTParseVariants(t *testing.T) {
 		{"ip actions=ct(commit,exec(set_field:0x3/0x1->ct_mark))", "table=0, priority=32768, ip, actions=ct(commit,exec(set_field:0x1/0x1->ct_mark))"},
 		{"ip actions=ct(commit,exec(load:5->ct_mark[]))", "table=0, priority=32768, ip, actions=ct(commit,exec(load:0x5->NXM_NX_CT_MARK[]))"},
 	}
-	for _, c := range cases {
-		r, err := ParseRule(c.in)
-		if err != nil {
-			t.Errorf("ParseRule(%q): %v", c.in, err)
-			continue
-		}
-		if got := r.String(); got != c.want {
-			t.Errorf("ParseRule(%q).String():\n got  %s\n want %s", c.in, got, c.want)
-		}
-	}
+	checkVariants(t, cases)
 }
 
 // TestCTParseErrors: what ovs-ofctl refuses is refused, with gvs's own
 // additions noted.
 func TestCTParseErrors(t *testing.T) {
-	cases := []struct{ in, want string }{
+	cases := []parseCase{
 		{"ct_state=+trk+trk actions=drop", "only once"},
 		{"ct_state=+trk-trk actions=drop", "only once"},
 		{"ct_state=+TRK actions=drop", "unknown ct_state flag"},
@@ -162,20 +153,7 @@ func TestCTParseErrors(t *testing.T) {
 		{"ip actions=ct(commit,exec(load:1->NXM_NX_CT_ZONE[]))", "only ct_mark and ct_label"},
 		{"ip actions=ct_clear:1", "unknown or unsupported action"},
 	}
-	for _, c := range cases {
-		_, err := ParseRule(c.in)
-		if err == nil {
-			t.Errorf("ParseRule(%q): no error", c.in)
-			continue
-		}
-		var se *SyntaxError
-		if !errors.Is(err, ErrSyntax) || !errors.As(err, &se) || se.Col < 1 {
-			t.Errorf("ParseRule(%q): %v is not a SyntaxError with a column", c.in, err)
-		}
-		if !strings.Contains(err.Error(), c.want) {
-			t.Errorf("ParseRule(%q): %v, want it to mention %q", c.in, err, c.want)
-		}
-	}
+	checkParseErrors(t, cases)
 }
 
 // ctTyped are connection-tracking rules built in Go with the text that
@@ -424,19 +402,14 @@ func TestCTTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := s.Trace(f).String()
-	for _, want := range []string{
+	checkContains(t, s.Trace(f).String(),
 		" 0. ip,ct_state=-trk, priority 10\n    ct(table=1,zone=5,nat)\n     -> A clone of the packet is forked to recirculate. The forked pipeline will be resumed at table 1 (recirc(1)).\n     -> Sets the packet to an untracked state, and clears all the conntrack fields.\n",
 		"Datapath actions: ct(zone=5,nat),recirc(1)\n",
 		"recirc(1) - resume conntrack with default ct_state=new|trk (use --ct-next to customize)\n",
 		"Flow: in_port=1,udp,ct_state=new|trk,ct_zone=5,nw_src=10.0.0.1",
 		"    thaw\n        Resuming from table 1\n 1. ip,ct_state=+new+trk, priority 10\n    ct(commit,zone=5,nat(src=10.0.0.100))\n",
 		"Datapath actions: ct(commit,zone=5,nat(src=10.0.0.100)),2\n",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("trace lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	// With the tracker: the connection committed and answered is found
 	// in its reply direction; the reply is traced translated back.
 	tr, err := conntrack.New(conntrack.Config{MaxEntries: 64})
@@ -448,24 +421,18 @@ func TestCTTrace(t *testing.T) {
 	tr.Process(tr.Now(), udpPacket([4]byte{10, 0, 0, 1}, [4]byte{10, 0, 0, 2}, 4000, 53), conntrack.CsumVerified, &a, &m)
 	before := tr.Stats()
 	rf, _ := ParseFields("in_port=2,udp,nw_src=10.0.0.2,nw_dst=10.0.0.100,tp_src=53,tp_dst=4000")
-	trc := s.TraceWith(rf, TraceOptions{Conntrack: tr})
-	out = trc.String()
-	for _, want := range []string{
+	checkContains(t, s.TraceWith(rf, TraceOptions{Conntrack: tr}).String(),
 		"-> tracker, zone 5: found udp,orig=(src=10.0.0.1,dst=10.0.0.2,sport=4000,dport=53),reply=(src=10.0.0.2,dst=10.0.0.100,sport=53,dport=4000),zone=5 (reply direction): ct_state=est|rpl|trk|dnat\n",
 		"recirc(1) - resume conntrack with ct_state=est|rpl|trk|dnat (from the tracker, zone 5)\n",
 		"Simulated NAT: src=10.0.0.2,dst=10.0.0.100,sport=53,dport=4000 -> src=10.0.0.2,dst=10.0.0.1,sport=53,dport=4000\n",
 		"ct_nw_src=10.0.0.1,ct_nw_dst=10.0.0.2,ct_nw_proto=17,ct_tp_src=4000,ct_tp_dst=53,",
 		" 1. ip,ct_state=+est+rpl+trk, priority 20\n    output:1\n",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("tracker trace lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	if after := tr.Stats(); !reflect.DeepEqual(after, before) {
 		t.Errorf("tracing changed the tracker: %+v -> %+v", before, after)
 	}
 	// --ct-next wins over the tracker.
-	out = s.TraceWith(rf, TraceOptions{Conntrack: tr, CTNext: []conntrack.State{conntrack.StateTrk | conntrack.StateEst}}).String()
+	out := s.TraceWith(rf, TraceOptions{Conntrack: tr, CTNext: []conntrack.State{conntrack.StateTrk | conntrack.StateEst}}).String()
 	if !strings.Contains(out, "recirc(1) - resume conntrack with ct_state=est|trk (from --ct-next)\n") || !strings.Contains(out, "    output:3\n") {
 		t.Errorf("--ct-next trace:\n%s", out)
 	}
@@ -473,6 +440,16 @@ func TestCTTrace(t *testing.T) {
 	loop := newTable(t, "table=0, priority=1, ip, actions=ct(table=0)").Snapshot().Trace(Fields{EthType: 0x0800})
 	if n := len(loop.Recirc); n != MaxRecirc+1 || !loop.Recirc[n-1].Drop || !strings.Contains(loop.String(), "Recirculated more than 8 times: dropped.") {
 		t.Errorf("loop trace has %d recirculations:\n%s", n, loop.String())
+	}
+}
+
+// checkContains reports each of wants that out lacks.
+func checkContains(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Errorf("lacks %q:\n%s", w, out)
+		}
 	}
 }
 

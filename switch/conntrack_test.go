@@ -443,11 +443,5 @@ func benchFirewall(tb testing.TB, flows int) (fwd, rev *worker) {
 // lookup per frame. Compare with BenchmarkProcessBatch (no ct rule).
 func BenchmarkProcessBatchFirewall(b *testing.B) {
 	w, _ := benchFirewall(b, 64)
-	n := len(w.bufs)
-	b.ReportAllocs()
-	b.SetBytes(int64(n * w.meta[0].Size))
-	for b.Loop() {
-		w.process(n)
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/frame")
+	benchBatch(b, w)
 }

@@ -30,6 +30,32 @@ const blockedWait = 1500 * time.Millisecond
 // in runs fn in p's namespace (sockets it opens stay there).
 func in(p pod, fn func() error) error { return netconf.Do(netconf.NsPath(p.ns), fn) }
 
+// listen opens a listening socket of network ("tcp" or "udp") on p's
+// address and port, in p's namespace.
+func listen(p pod, network string, port int) (io.Closer, error) {
+	addr := netip.AddrPortFrom(p.ip, uint16(port)).String()
+	var c io.Closer
+	err := in(p, func() (err error) {
+		if network == "udp" {
+			c, err = net.ListenPacket(network, addr)
+		} else {
+			c, err = net.Listen(network, addr)
+		}
+		return err
+	})
+	return c, err
+}
+
+// dial connects from p's namespace to dst (TCP: within blockedWait).
+func dial(p pod, network string, dst netip.AddrPort) (net.Conn, error) {
+	var c net.Conn
+	err := in(p, func() (err error) {
+		c, err = net.DialTimeout(network, dst.String(), blockedWait)
+		return err
+	})
+	return c, err
+}
+
 // kind classifies an error as the pods see it.
 func kind(err error) string {
 	var ne net.Error
@@ -53,14 +79,12 @@ func kind(err error) string {
 // to its end. Records the connect, whether the echo came back whole and
 // how it ended, and the address the server saw the client from.
 func tcpEcho(ctx context.Context, o observations, key string, client, server pod, dst netip.AddrPort, lport int) error {
-	var ln net.Listener
-	if err := in(server, func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(server.ip, uint16(lport)).String())
-		return err
-	}); err != nil {
+	l, err := listen(server, "tcp", lport)
+	if err != nil {
 		return err
 	}
-	defer ln.Close()
+	defer l.Close()
+	ln := l.(net.Listener)
 	peer := make(chan string, 1)
 	go func() {
 		c, err := ln.Accept()
@@ -74,11 +98,7 @@ func tcpEcho(ctx context.Context, o observations, key string, client, server pod
 		io.Copy(c, c)
 		c.(*net.TCPConn).CloseWrite()
 	}()
-	var c net.Conn
-	err := in(client, func() (err error) {
-		c, err = net.DialTimeout("tcp", dst.String(), blockedWait)
-		return err
-	})
+	c, err := dial(client, "tcp", dst)
 	o[key+" tcp connect"] = kind(err)
 	if err != nil {
 		return nil
@@ -110,13 +130,10 @@ func tcpEcho(ctx context.Context, o observations, key string, client, server pod
 
 // tcpRefused: client connects to a port nobody listens on.
 func tcpRefused(o observations, key string, client pod, dst netip.AddrPort) error {
-	err := in(client, func() error {
-		c, err := net.DialTimeout("tcp", dst.String(), blockedWait)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	})
+	c, err := dial(client, "tcp", dst)
+	if err == nil {
+		c.Close()
+	}
 	o[key+" tcp closed port"] = kind(err)
 	return nil
 }
@@ -124,19 +141,13 @@ func tcpRefused(o observations, key string, client pod, dst netip.AddrPort) erro
 // tcpAbort: client connects and aborts the connection with a RST
 // (SO_LINGER 0); records what the server's read gets.
 func tcpAbort(o observations, key string, client, server pod, dst netip.AddrPort, lport int) error {
-	var ln net.Listener
-	if err := in(server, func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(server.ip, uint16(lport)).String())
-		return err
-	}); err != nil {
+	l, err := listen(server, "tcp", lport)
+	if err != nil {
 		return err
 	}
-	defer ln.Close()
-	var c net.Conn
-	err := in(client, func() (err error) {
-		c, err = net.DialTimeout("tcp", dst.String(), blockedWait)
-		return err
-	})
+	defer l.Close()
+	ln := l.(net.Listener)
+	c, err := dial(client, "tcp", dst)
 	if err != nil {
 		o[key+" tcp abort"] = "connect " + kind(err)
 		return nil
@@ -161,14 +172,12 @@ func tcpAbort(o observations, key string, client, server pod, dst netip.AddrPort
 // connected socket and reads the answer (which must come from dst).
 // Records the answer and the address the server saw.
 func udpEcho(o observations, key string, client, server pod, dst netip.AddrPort, lport int) error {
-	var sc net.PacketConn
-	if err := in(server, func() (err error) {
-		sc, err = net.ListenPacket("udp", netip.AddrPortFrom(server.ip, uint16(lport)).String())
-		return err
-	}); err != nil {
+	l, err := listen(server, "udp", lport)
+	if err != nil {
 		return err
 	}
-	defer sc.Close()
+	defer l.Close()
+	sc := l.(net.PacketConn)
 	peer := make(chan string, 1)
 	go func() {
 		sc.SetReadDeadline(time.Now().Add(2 * blockedWait))
@@ -181,16 +190,13 @@ func udpEcho(o observations, key string, client, server pod, dst netip.AddrPort,
 		peer <- netip.MustParseAddrPort(from.String()).Addr().String()
 		sc.WriteTo(b[:n], from)
 	}()
-	var c net.Conn
-	if err := in(client, func() (err error) {
-		c, err = net.Dial("udp", dst.String())
-		return err
-	}); err != nil {
+	c, err := dial(client, "udp", dst)
+	if err != nil {
 		return err
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(blockedWait))
-	_, err := c.Write([]byte("ping over udp"))
+	_, err = c.Write([]byte("ping over udp"))
 	if err == nil {
 		b := make([]byte, 64)
 		var n int
@@ -207,16 +213,13 @@ func udpEcho(o observations, key string, client, server pod, dst netip.AddrPort,
 // udpClosed: client sends to a closed port; a port unreachable that
 // reaches it makes its read fail with "refused".
 func udpClosed(o observations, key string, client pod, dst netip.AddrPort) error {
-	var c net.Conn
-	if err := in(client, func() (err error) {
-		c, err = net.Dial("udp", dst.String())
-		return err
-	}); err != nil {
+	c, err := dial(client, "udp", dst)
+	if err != nil {
 		return err
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(blockedWait))
-	_, err := c.Write([]byte("anyone?"))
+	_, err = c.Write([]byte("anyone?"))
 	if err == nil {
 		_, err = c.Read(make([]byte, 16))
 	}
@@ -388,19 +391,14 @@ func tcpWindow(o observations, key string, client, server pod, lport int) error 
 		return err
 	}
 	defer capS.Close()
-	var ln net.Listener
-	if err := in(server, func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(server.ip, uint16(lport)).String())
-		return err
-	}); err != nil {
+	l, err := listen(server, "tcp", lport)
+	if err != nil {
 		return err
 	}
-	defer ln.Close()
-	var c net.Conn
-	if err := in(client, func() (err error) {
-		c, err = net.DialTimeout("tcp", netip.AddrPortFrom(server.ip, uint16(lport)).String(), blockedWait)
-		return err
-	}); err != nil {
+	defer l.Close()
+	ln := l.(net.Listener)
+	c, err := dial(client, "tcp", netip.AddrPortFrom(server.ip, uint16(lport)))
+	if err != nil {
 		o[key+" tcp window"] = "connect " + kind(err)
 		return nil
 	}
