@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/gvswitch/gvs/conntrack"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
 )
@@ -29,13 +30,27 @@ table=2, priority=10, ip, ct_zone=2, actions=ct(commit,zone=2,exec(set_field:0x1
 // super-frame metadata, truncated and garbage frames — through a switch
 // with fuzzCTRules, in batches from either side. Nothing may panic, the
 // tracker stays within its limit, and every frame written carries an
-// Ethernet header.
+// Ethernet header. The tracker is small (64 entries) so that the limits
+// and eviction are reached.
 func FuzzConntrackSwitch(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 0, 2, 0, 0, 0, 1, 0, 1, 1, 0, 4, 0, 0, 0, 1, 0x12})
 	f.Add([]byte{1, 0, 0x10, 0, 9, 1, 2, 3, 4, 5, 0, 0x80, 0x20, 2, 0, 1, 0, 1, 7, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1})
 	f.Add([]byte{2, 1, 0x01, 3, 0, 0xc8, 0, 0, 0, 0, 0, 0, 0, 0, 3, 1, 0xff, 0xff, 0xff})
+	// One switch for every input (its buffers are what costs), with a
+	// fresh tracker each time.
+	c := newCTSwitch(f, fuzzCTRules, false)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c := newCTSwitch(t, fuzzCTRules, false)
+		tr, err := conntrack.New(conntrack.Config{MaxEntries: 64, MaxFragments: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.t, c.sw.cfg.Conntrack = tr, tr
+		for _, w := range c.w[1:] {
+			w.ct.t = tr
+		}
+		for no := 1; no <= 3; no++ {
+			c.take(no)
+		}
 		b := fuzzBytes(data)
 		for batch := 0; batch < 16 && len(b) > 0; batch++ {
 			no := 1 + int(b.next()%2)
