@@ -10,11 +10,18 @@ import (
 // like any packet (its L4 checksum, which covers the whole datagram, is
 // not checked); its verdict — ct_state, mark, label, original tuple, the
 // reason — and the addresses it left with are recorded under (source,
-// destination, protocol, IP ID, zone) as it arrived. Later fragments of
-// the datagram look that record up and take the same verdict, and the
-// same address translation (ports live in the first fragment only; its
-// L4 checksum covers the whole datagram, so the first fragment's
-// incremental update is all the datagram needs).
+// destination, protocol, IP ID, zone) as it arrived, and the number of
+// ct actions the packet met before this one (Meta.step; ct_clear starts
+// again from 0). Later fragments of the datagram look that record up and
+// take the same verdict, and the same address translation (ports live in
+// the first fragment only; its L4 checksum covers the whole datagram, so
+// the first fragment's incremental update is all the datagram needs).
+// The step matters when a packet meets several ct actions in one zone,
+// as a NAT rule set has it (ct(nat,table=1), then ct(commit,nat(dst=…))):
+// a later fragment gets at its first ct what the first fragment got at
+// its first, not what the commit made of it, and follows the first
+// fragment through the rules (OVS reassembles the datagram instead and
+// runs it through them once).
 //
 // A later fragment that arrives before its first fragment, or after the
 // record expired (Timeouts.Fragment) or was pushed out of the bounded
@@ -36,6 +43,7 @@ type fragKey struct {
 	id       uint16
 	zone     uint16
 	proto    uint8
+	step     uint8 // the ct actions the packet met before this one
 }
 
 type fragSlot struct {
@@ -74,7 +82,7 @@ func (f *fragTable) init(n int) {
 
 func (t *Tracker) fragHome(k fragKey) (*fragShard, int) {
 	h := mix(uint64(k.src)<<32 ^ uint64(k.dst) ^ t.seed[0])
-	h = mix(h ^ uint64(k.id)<<24 ^ uint64(k.zone)<<8 ^ uint64(k.proto) ^ t.seed[1])
+	h = mix(h ^ uint64(k.step)<<48 ^ uint64(k.id)<<24 ^ uint64(k.zone)<<8 ^ uint64(k.proto) ^ t.seed[1])
 	sh := &t.frags.shards[h%fragShards]
 	return sh, int(h / fragShards % uint64(len(sh.slots)))
 }
@@ -114,7 +122,7 @@ func (t *Tracker) recordFragment(now Time, k fragKey, plen uint32, b []byte, m *
 }
 
 // laterFragment is step 2 of Process: a fragment with a non-zero offset.
-func (t *Tracker) laterFragment(now Time, b []byte, pf PacketFlags, a *Action, m *Meta) Reason {
+func (t *Tracker) laterFragment(now Time, b []byte, pf PacketFlags, a *Action, m *Meta, step uint8) Reason {
 	zone := a.Zone
 	ihl, tot := int(b[0]&15)*4, int(get16(b, 2))
 	if ihl < 20 || tot < ihl || tot > len(b) {
@@ -124,7 +132,7 @@ func (t *Tracker) laterFragment(now Time, b []byte, pf PacketFlags, a *Action, m
 		return t.invalid(m, zone, ReasonChecksum)
 	}
 	fo := get16(b, 6)
-	k := fragKey{src: get32(b, 12), dst: get32(b, 16), id: get16(b, 4), zone: zone, proto: b[9]}
+	k := fragKey{src: get32(b, 12), dst: get32(b, 16), id: get16(b, 4), zone: zone, proto: b[9], step: step}
 	off, plen, last := uint32(fo&0x1fff)*8, uint32(tot-ihl), fo&0x2000 == 0
 	sh, home := t.fragHome(k)
 	sh.mu.Lock()

@@ -90,8 +90,8 @@ func TestFragmentedPingThroughFirewall(t *testing.T) {
 		}
 	}
 	// Later fragments: 2 requests through two ct actions, 2 replies and 2
-	// unsolicited ones through one.
-	if st := tr.Stats(); st.Pending != 3 || st.Fragment != 2*2+2+2 {
+	// unsolicited ones through one; a record per datagram and ct action.
+	if st := tr.Stats(); st.Pending != 4 || st.Fragment != 2*2+2+2 {
 		t.Errorf("pending %d, later fragments %d", st.Pending, st.Fragment)
 	}
 	c.advance(time.Second)
@@ -170,6 +170,42 @@ func TestFragmentsNAT(t *testing.T) {
 	}
 	if got, want := reassemble(back), build(hdr{src: far, dst: pod2, proto: ProtoUDP, sport: 53, dport: 5000, payload: 3000, ipID: 78}); string(got) != string(want) {
 		t.Errorf("reassembled reply\n got %x\nwant %x", got[:28], want[:28])
+	}
+}
+
+// TestFragmentsTwoActionsOneZone: a fragmented ping to a virtual address
+// through ct(nat,zone=7,table=1) and then ct(commit,zone=7,nat(dst=…)),
+// as a DNAT rule set has it. At the first action the first fragment is
+// +new and untranslated; at the second it is committed and translated.
+// Each later fragment must get the same at the same action — not the
+// commit's translation already at the first (the rules would send it
+// elsewhere) — and come out translated like the first.
+func TestFragmentsTwoActionsOneZone(t *testing.T) {
+	tr, c := newTracker(t, Config{})
+	const vipS = "10.96.0.10"
+	vip, backend := ip4(vipS), ip4("10.128.0.9")
+	first := Action{Zone: 7, NAT: NAT{Kind: NATBare}}
+	commitDNAT := Action{Zone: 7, Commit: true, NAT: NAT{Kind: NATDst, MinAddr: backend}}
+	ping := build(hdr{src: pod, dst: vipS, proto: ProtoICMP, icmpType: icmpEcho, icmpID: 3, payload: 3000, ipID: 42})
+	for i, f := range fragment(ping, 1500) {
+		var m Meta
+		if tr.Process(c.Now(), f, 0, &first, &m); m.State != trkNew || [4]byte(f[16:20]) != vip {
+			t.Fatalf("fragment %d at the first action: %v, to %v", i, m.State, f[16:20])
+		}
+		if tr.Process(c.Now(), f, 0, &commitDNAT, &m); m.State != trkNew|StateDNAT || [4]byte(f[16:20]) != backend || csumRef(f[:20]) != 0 {
+			t.Fatalf("fragment %d at the commit: %v, to %v", i, m.State, f[16:20])
+		}
+		// ct_clear starts the count again: a later fragment cleared
+		// and tracked anew in the zone is its first action again.
+		m.Clear()
+		if i > 0 {
+			g := append([]byte(nil), f...)
+			copy(g[16:20], vip[:])
+			refreshChecksums(g, false)
+			if tr.Process(c.Now(), g, 0, &first, &m); [4]byte(g[16:20]) != vip {
+				t.Errorf("fragment %d after ct_clear: translated at the first action", i)
+			}
+		}
 	}
 }
 

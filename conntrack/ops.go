@@ -297,3 +297,68 @@ func (t *Tracker) FlushTuple(zone uint16, tup Tuple) error {
 	t.stats.flushed.Add(1)
 	return nil
 }
+
+// tupleKey is the key of a packet with tuple tup in zone (for ICMP,
+// tup.SrcPort is the type and tup.ID the identifier).
+func tupleKey(zone uint16, tup Tuple) key {
+	if tup.Proto == ProtoICMP {
+		return mkKey(be32(tup.Src), be32(tup.Dst), tup.ID, tup.ID, zone, tup.Proto, uint8(tup.SrcPort))
+	}
+	return mkKey(be32(tup.Src), be32(tup.Dst), tup.SrcPort, tup.DstPort, zone, tup.Proto, 0)
+}
+
+// Peek tells what the ct action a would find for a packet with tuple tup
+// (in zone a.Zone), without changing anything: no connection is updated,
+// committed, refreshed or removed, and no counter moves. It is for traces
+// (gvsctl trace), not for the packet path.
+//
+// It fills m as Process would for a packet of tup that passes the
+// protocol's checks (its TCP flags and window are not known, so it is
+// taken to be valid): +trk, and +est or +new (a connection that has not
+// seen a reply yet, or none), +rpl in the reply direction, +snat or +dnat
+// when a has nat and the connection is translated; the connection's mark,
+// label and original tuple (the packet's own tuple without one). Found
+// reports whether a live connection exists, e its snapshot and reply
+// whether tup is its reply direction. An ICMP error is looked up by its
+// own tuple, not by the packet it quotes, so Peek finds no connection for
+// it. Peek takes the entry's lock briefly and allocates nothing.
+func (t *Tracker) Peek(now Time, tup Tuple, a *Action, m *Meta) (e Entry, reply, found bool) {
+	k := tupleKey(a.Zone, tup)
+	*m = Meta{State: StateTrk | StateNew, Zone: a.Zone}
+	m.orig[0], m.orig[1] = k.words()
+	idx, dir, gen, ok := t.lookup(k, t.hash(k))
+	if !ok {
+		return Entry{}, false, false
+	}
+	en := &t.entries[idx]
+	en.mu.Lock()
+	live := en.gen.Load() == gen && en.expires > now
+	en.mu.Unlock()
+	if !live {
+		return Entry{}, false, false
+	}
+	if e, ok = t.snapshot(idx, now); !ok {
+		return Entry{}, false, false
+	}
+	reply = dir == 1
+	switch e.Class {
+	case TCPSynSent, UDPUnreplied, ICMPUnreplied, OtherUnreplied:
+	default:
+		m.State = StateTrk | StateEst
+	}
+	if reply {
+		m.State = StateTrk | StateEst | StateRpl
+	}
+	if a.NAT.Kind != NATNone {
+		switch {
+		case e.NAT == NATSrc && !reply, e.NAT == NATDst && reply:
+			m.State |= StateSNAT
+		case e.NAT == NATDst && !reply, e.NAT == NATSrc && reply:
+			m.State |= StateDNAT
+		}
+	}
+	m.Mark, m.Label = e.Mark, e.Label
+	fk := tupleKey(e.Zone, e.Orig)
+	m.orig[0], m.orig[1] = fk.words()
+	return e, reply, true
+}

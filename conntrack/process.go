@@ -44,30 +44,41 @@ import "time"
 //  9. The metadata takes the connection's mark, label and original
 //     tuple, then exec's set_field values, which the connection keeps.
 func (t *Tracker) Process(now Time, b []byte, pf PacketFlags, a *Action, m *Meta) Reason {
+	// The n-th ct action a packet meets (ct_clear starts the count again)
+	// keys its fragment records (frag.go); every return below counts this
+	// one (stepped).
+	step := m.step
 	zone := a.Zone
 	if m.State != 0 && m.Zone != zone {
 		m.State = 0
 	}
 	if len(b) >= 20 && b[0]>>4 == 4 && get16(b, 6)&0x1fff != 0 {
-		return t.count1(t.laterFragment(now, b, pf, a, m))
+		return stepped(m, step, t.count1(t.laterFragment(now, b, pf, a, m, step)))
 	}
 	first := len(b) >= 20 && get16(b, 6)&0x2000 != 0
 	if m.conn != 0 && !a.Force && !first {
 		if r, ok := t.cached(b, pf, a, m); ok {
-			return r
+			return stepped(m, step, r)
 		}
 	}
 	var p pkt
 	if r := parse(b, zone, pf, &p); r != ReasonNone {
-		return t.count1(t.invalid(m, zone, r))
+		return stepped(m, step, t.count1(t.invalid(m, zone, r)))
 	}
 	src, dst := get32(b, 12), get32(b, 16) // before any translation
 	r := t.track(now, b, pf, a, m, &p)
 	if p.first {
-		t.recordFragment(now, fragKey{src: src, dst: dst, id: get16(b, 4), zone: zone, proto: p.proto},
+		t.recordFragment(now, fragKey{src: src, dst: dst, id: get16(b, 4), zone: zone, proto: p.proto, step: step},
 			uint32(p.end-p.l4), b, m, r)
 	}
-	return t.count1(r)
+	return stepped(m, step, t.count1(r))
+}
+
+// stepped records in m that it met one more ct action (after step) and
+// returns r.
+func stepped(m *Meta, step uint8, r Reason) Reason {
+	m.step = step + 1
+	return r
 }
 
 // count1 counts a reason other than ReasonNone and returns it.

@@ -153,6 +153,7 @@ type Meta struct {
 	gen     uint32    // its generation when cached
 	reply   bool      // the packet is in the connection's reply direction
 	related bool      // the packet is an ICMP error related to the connection
+	step    uint8     // ct actions met since the packet started (or ct_clear): keys fragment records
 }
 
 // Clear makes m untracked, as the ct_clear action does.

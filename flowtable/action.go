@@ -22,6 +22,8 @@ const (
 	ActMove                            // move:Src->Dst
 	ActSetField                        // set_field:Value->Dst (whole field)
 	ActNote                            // note:Note
+	ActCT                              // ct(...): CT
+	ActCTClear                         // ct_clear
 )
 
 // Field names a field that actions read or write.
@@ -146,6 +148,7 @@ type Action struct {
 	Src   FieldRef // ActMove, ActOutputReg
 	Dst   FieldRef // ActLoad, ActMove, ActSetField
 	Note  []byte   // ActNote
+	CT    *CT      // ActCT (shared by copies of the Action; do not modify)
 }
 
 // String prints a in ovs-ofctl syntax.
@@ -190,6 +193,13 @@ func (a Action) String() string {
 			b.WriteString(hex.EncodeToString([]byte{c}))
 		}
 		return b.String()
+	case ActCT:
+		if a.CT == nil {
+			return "ct()"
+		}
+		return a.CT.String()
+	case ActCTClear:
+		return "ct_clear"
 	}
 	return "unknown_action"
 }
@@ -293,8 +303,8 @@ func parseActions(s string, base int) ([]Action, error) {
 		}
 		a, err := parseAction(tok)
 		if err != nil {
-			name, _, _ := strings.Cut(tok, ":")
-			name, _, _ = strings.Cut(name, "(")
+			name, _, _ := strings.Cut(tok, "(")
+			name, _, _ = strings.Cut(name, ":")
 			return nil, &SyntaxError{Col: base + offs[i] + 1, Field: name, Msg: err.Error()}
 		}
 		acts = append(acts, a)
@@ -315,7 +325,14 @@ func parseAction(tok string) (Action, error) {
 	if strings.HasPrefix(tok, "resubmit(") {
 		name, arg, hasArg = "resubmit(", tok[len("resubmit("):], true
 	}
+	if tok == "ct" || strings.HasPrefix(tok, "ct(") {
+		return parseCT(tok)
+	}
 	switch name {
+	case "ct_clear":
+		if !hasArg {
+			return Action{Kind: ActCTClear}, nil
+		}
 	case "in_port", "IN_PORT":
 		if !hasArg {
 			return Action{Kind: ActInPort}, nil

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+
+	"github.com/gvswitch/gvs/conntrack"
 )
 
 // Building rules in Go, without text:
@@ -20,8 +22,9 @@ import (
 //     rules and keeps the first error.
 //
 // A rule built this way is Equal to the one ParseRule makes of its String.
-// New fields (conntrack's ct_state, ct_zone, ct_mark) extend this the same
-// way: a field in Fields, an mfield, a Cond constructor, a parser name.
+// The connection-tracking fields and actions follow the same pattern:
+// CtState, CtZone, CtMark, CtLabel, CtNwSrc … CtTpDst; Ct(CT{…}) and
+// CtClear (ct.go).
 
 // Cond is one condition of a match built in Go: a field, the value it
 // must have and the bits that count. The zero Cond adds nothing. A Cond
@@ -30,8 +33,9 @@ import (
 type Cond struct {
 	f    *mfield // the field, nil for none
 	v, m uint64  // value (masked by m) and mask; m == 0 wildcards f
-	f2   *mfield // a second field set exactly to v2: nw_proto of tcp, udp, ...
+	f2   *mfield // a second field: nw_proto of tcp, udp, ...; ct_label's low half
 	v2   uint64
+	m2   uint64
 	pre  prereq // what the condition's name requires (tcp_dst: tcp; tp_dst: tcp, udp or sctp)
 	bad  string // why the condition cannot be built, "" when it can
 }
@@ -62,7 +66,7 @@ func shorthandCond(ethType uint16, proto uint8, hasProto bool) Cond {
 	c := exactCond(mEthType, uint64(ethType))
 	c.pre = preNone
 	if hasProto {
-		c.f2, c.v2 = mNwProto, uint64(proto)
+		c.f2, c.v2, c.m2 = mNwProto, uint64(proto), 0xff
 	}
 	return c
 }
@@ -234,6 +238,80 @@ func RegMasked(n int, v, mask uint32) Cond {
 	return maskedCond(mRegs[n], uint64(v), uint64(mask))
 }
 
+// CtState matches the ct_state flags in set as set and those in clear as
+// clear, the others wildcarded: ct_state=+trk+est-new is
+// CtState(conntrack.StateTrk|conntrack.StateEst, conntrack.StateNew). A
+// flag in both, or a bit that is not one of the 8 flags, makes the rule
+// invalid.
+func CtState(set, clear conntrack.State) Cond {
+	if set&clear != 0 {
+		return badCond(mCtState, "ct_state flags %s both set and clear", set&clear)
+	}
+	return CtStateMasked(set, set|clear)
+}
+
+// CtStateMasked matches ct_state=v/mask (the bits of mask must equal
+// those of v). CtStateMasked(v, 0xff) is the exact form ct_state=trk|est.
+func CtStateMasked(v, mask conntrack.State) Cond {
+	if (v|mask)&^0xff != 0 {
+		return badCond(mCtState, "unknown ct_state flag(s) %#x", uint32((v|mask)&^0xff))
+	}
+	return maskedCond(mCtState, uint64(v), uint64(mask))
+}
+
+// CtZone matches the zone of the last ct action (ct_zone=z).
+func CtZone(z uint16) Cond { return exactCond(mCtZone, uint64(z)) }
+
+// CtMark matches the connection's mark (ct_mark=v).
+func CtMark(v uint32) Cond { return exactCond(mCtMark, uint64(v)) }
+
+// CtMarkMasked matches the bits of the connection's mark set in mask
+// (ct_mark=v/mask).
+func CtMarkMasked(v, mask uint32) Cond { return maskedCond(mCtMark, uint64(v), uint64(mask)) }
+
+// CtLabel matches the connection's 128-bit label (ct_label=l).
+func CtLabel(l conntrack.Label) Cond {
+	return CtLabelMasked(l, conntrack.Label{Hi: ^uint64(0), Lo: ^uint64(0)})
+}
+
+// CtLabelMasked matches the bits of the connection's label set in mask
+// (ct_label=l/mask).
+func CtLabelMasked(l, mask conntrack.Label) Cond {
+	return Cond{f: mCtLabelHi, v: l.Hi & mask.Hi, m: mask.Hi, f2: mCtLabelLo, v2: l.Lo & mask.Lo, m2: mask.Lo}
+}
+
+// CtNwSrc matches the source address of the connection's original
+// direction (ct_nw_src=a). Like every ct_nw_* and ct_tp_* field it
+// requires IP and a ct_state that implies a connection (see CtState).
+func CtNwSrc(a netip.Addr) Cond { return addrCond(mCtNwSrc, a) }
+
+// CtNwSrcPrefix matches ct_nw_src against a prefix.
+func CtNwSrcPrefix(p netip.Prefix) Cond { return prefixCond(mCtNwSrc, p) }
+
+// CtNwDst matches the destination address of the connection's original
+// direction (ct_nw_dst=a).
+func CtNwDst(a netip.Addr) Cond { return addrCond(mCtNwDst, a) }
+
+// CtNwDstPrefix matches ct_nw_dst against a prefix.
+func CtNwDstPrefix(p netip.Prefix) Cond { return prefixCond(mCtNwDst, p) }
+
+// CtNwProto matches the connection's IP protocol (ct_nw_proto=p).
+func CtNwProto(p uint8) Cond { return exactCond(mCtNwProto, uint64(p)) }
+
+// CtTpSrc matches the source port of the connection's original direction
+// (ct_tp_src=port; for ICMP its type). It requires CtNwProto.
+func CtTpSrc(port uint16) Cond { return exactCond(mCtTpSrc, uint64(port)) }
+
+// CtTpSrcMasked matches the bits of ct_tp_src set in mask.
+func CtTpSrcMasked(port, mask uint16) Cond { return maskedCond(mCtTpSrc, uint64(port), uint64(mask)) }
+
+// CtTpDst matches the destination port of the connection's original
+// direction (ct_tp_dst=port; for ICMP its code). It requires CtNwProto.
+func CtTpDst(port uint16) Cond { return exactCond(mCtTpDst, uint64(port)) }
+
+// CtTpDstMasked matches the bits of ct_tp_dst set in mask.
+func CtTpDstMasked(port, mask uint16) Cond { return maskedCond(mCtTpDst, uint64(port), uint64(mask)) }
+
 // NewMatch returns the match of conds, checked as ParseMatch checks text:
 // a field given twice must have the same value, every field's
 // prerequisites must hold, and non-maskable fields are exact. Errors wrap
@@ -253,21 +331,23 @@ func (m *Match) set(conds []Cond) error {
 		if c.bad != "" {
 			return errors.New(c.bad)
 		}
-		if c.f == nil || c.m == 0 {
+		if c.f == nil || c.m == 0 && c.m2 == 0 {
 			continue // nothing, or fully wildcarded
 		}
-		if err := setMatch(m, c.f, c.v, c.m); err != nil {
-			return fmt.Errorf("%s: %w", c.name(), err)
+		if c.m != 0 {
+			if err := setMatch(m, c.f, c.v, c.m); err != nil {
+				return fmt.Errorf("%s: %w", c.name(), err)
+			}
 		}
-		if c.f2 != nil {
-			if err := setMatch(m, c.f2, c.v2, fullMask(c.f2.bits)); err != nil {
+		if c.f2 != nil && c.m2 != 0 {
+			if err := setMatch(m, c.f2, c.v2, c.m2); err != nil {
 				return fmt.Errorf("%s: %w", c.name(), err)
 			}
 		}
 	}
 	for i := range conds {
 		c := &conds[i]
-		if c.f == nil || c.m == 0 {
+		if c.f == nil || c.m == 0 && c.m2 == 0 {
 			continue
 		}
 		if miss := c.pre.check(m); miss != "" {
@@ -319,7 +399,12 @@ func (a Action) normalized() Action {
 		if len(a.Note) > 0 {
 			n.Note = append([]byte(nil), a.Note...)
 		}
-	case ActInPort:
+	case ActCT:
+		if a.CT != nil {
+			c := a.CT.normalized()
+			n.CT = &c
+		}
+	case ActInPort, ActCTClear:
 	default:
 		return a // refused by check
 	}

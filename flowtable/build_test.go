@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/gvswitch/gvs/conntrack"
 )
 
 var (
@@ -215,7 +217,9 @@ func TestBuilder(t *testing.T) {
 
 // condMenu pairs Cond constructors with the text item that means the same,
 // for FuzzTypedMatchesText; each takes its arguments from the fuzzer.
-var condMenu = []func(a uint64, b uint64) (Cond, string){
+var condMenu = append(baseCondMenu[:len(baseCondMenu):len(baseCondMenu)], ctCondMenu...)
+
+var baseCondMenu = []func(a uint64, b uint64) (Cond, string){
 	func(a, _ uint64) (Cond, string) { return InPort(uint32(a)), fmt.Sprintf("in_port=%d", uint32(a)) },
 	func(_, _ uint64) (Cond, string) { return IP(), "ip" },
 	func(_, _ uint64) (Cond, string) { return ARP(), "arp" },
@@ -304,6 +308,8 @@ func FuzzNewRuleActions(f *testing.F) {
 	f.Add(uint8(20), []byte{byte(ActLoad), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, byte(FieldReg0), 0, 32})
 	f.Add(uint8(0), []byte{byte(ActMove), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, byte(FieldTunID), 0, 32, byte(FieldReg0), 0, 32})
 	f.Add(uint8(0), []byte{byte(ActSetField), 0, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 2, 0, 0, 0, byte(FieldTunDst), 0, 32})
+	f.Add(uint8(0), []byte{byte(ActCT), 0x05, 0, 7, 0, 1, 2, 10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add(uint8(0), []byte{byte(ActCT), 0x1d, 0, 0, 0, 2, 3, 10, 0, 0, 1, 10, 0, 0, 9, byte(FieldReg0), 0, 16, 0x41})
 	f.Fuzz(func(t *testing.T, table uint8, data []byte) {
 		var acts []Action
 		for len(data) >= 19 && len(acts) < 4 {
@@ -317,12 +323,15 @@ func FuzzNewRuleActions(f *testing.F) {
 				Src:   FieldRef{Field(d[13] % 20), d[14] % 70, d[15] % 70},
 				Dst:   FieldRef{Field(d[16] % 20), d[17] % 70, d[18] % 70},
 			}
-			if a.Kind == ActNote {
+			switch a.Kind {
+			case ActNote:
 				a.Note = d[1 : 1+d[5]%10]
+			case ActCT:
+				a.CT = fuzzCT(d)
 			}
 			acts = append(acts, a)
 		}
-		r, err := NewRule(table, 1, 0, nil, acts...)
+		r, err := NewRule(table, 1, 0, []Cond{IP()}, acts...)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidRule) {
 				t.Fatalf("error %v does not wrap ErrInvalidRule", err)
@@ -334,4 +343,23 @@ func FuzzNewRuleActions(f *testing.F) {
 			t.Fatalf("%s does not parse back to the rule: %v", r, err)
 		}
 	})
+}
+
+// fuzzCT makes a ct action's arguments from 19 fuzzer bytes: flags,
+// table, zone (or a zone field), a nat of any kind with any range, and
+// an exec write of ct_mark or ct_label.
+func fuzzCT(d []byte) *CT {
+	c := &CT{Commit: d[1]&1 != 0, Force: d[1]&2 != 0, Recirc: d[1]&4 != 0, Table: d[5],
+		Zone: binary.BigEndian.Uint16(d[2:])}
+	if d[1]&8 != 0 {
+		c.ZoneField = FieldRef{Field(d[15] % 20), d[16] % 70, d[17] % 70}
+	}
+	c.NAT = NAT{Kind: conntrack.NATKind(d[6] % 5), MinAddr: [4]byte(d[7:11]), MaxAddr: [4]byte(d[11:15]),
+		MinPort: uint16(d[3]), MaxPort: uint16(d[4]) << 4, Persistent: d[18]&1 != 0, Hash: d[18]&2 != 0, Random: d[18]&4 != 0}
+	if d[1]&16 != 0 {
+		v := conntrack.Label{Hi: uint64(d[7]) << 60, Lo: uint64(binary.BigEndian.Uint32(d[9:]))}
+		m := conntrack.Label{Hi: uint64(d[11]) << 56, Lo: uint64(binary.BigEndian.Uint32(d[13:]))}
+		c.Exec = append(c.Exec, CTExec{Label: d[18]&8 != 0, Load: d[18]&16 != 0, Value: v, Mask: m})
+	}
+	return c
 }

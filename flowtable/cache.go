@@ -1,19 +1,27 @@
 package flowtable
 
+import "math/bits"
+
 // Sizes of a cached verdict; a verdict with more outputs or hits is not
 // cached (the pipeline runs for it every time).
 const (
 	cacheOuts = 4
 	cacheHits = 12
+	cacheCT   = 2
 )
 
 // DefaultCacheSize is the number of entries NewCache uses for size <= 0.
 const DefaultCacheSize = 4096
 
 // Cache is a direct-mapped exact-match cache in front of a Snapshot's
-// pipeline, keyed by the complete Fields given to Run. Entries are valid
-// only for the snapshot that filled them: a new snapshot empties the cache
-// logically (by bumping an epoch, in O(1)).
+// pipeline, keyed by the complete Fields given to Run and the table the run
+// starts in (0, or a recirculation's table). The ct_* fields are part of
+// Fields, so a packet of one flow meets one entry while it is +new and
+// another once it is +est; and a run's ct actions are part of what it
+// caches (Verdict.CT), never carried out by it, so a hit skips no ct
+// action: the caller still hands every packet to the tracker for each of
+// them. Entries are valid only for the snapshot that filled them: a new
+// snapshot empties the cache logically (by bumping an epoch, in O(1)).
 //
 // A Cache belongs to one worker: it is not safe for concurrent use.
 type Cache struct {
@@ -28,12 +36,15 @@ type Cache struct {
 type cacheEntry struct {
 	key   words
 	epoch uint32 // 0: empty
+	start uint8  // the table the run started in
 	nOut  uint8
 	nHits uint8
+	nCT   uint8
 	drop  DropReason
-	table uint8
+	table uint8 // where a drop happened
 	outs  [cacheOuts]Output
 	rules [cacheHits]*Rule
+	ct    [cacheCT]CTStep
 }
 
 // NewCache returns a cache of size entries, rounded up to a power of two
@@ -56,7 +67,10 @@ func (c *Cache) Stats() (hits, misses uint64) { return c.hits, c.misses }
 // verdict into v and leaves f untouched; on a miss it runs s's pipeline
 // (modifying f) and caches the verdict. It reports whether it hit. It does
 // not allocate.
-func (c *Cache) Run(s *Snapshot, f *Fields, v *Verdict) (hit bool) {
+func (c *Cache) Run(s *Snapshot, f *Fields, v *Verdict) (hit bool) { return c.RunFrom(s, 0, f, v) }
+
+// RunFrom is Snapshot.RunFrom behind the cache, as Run.
+func (c *Cache) RunFrom(s *Snapshot, start uint8, f *Fields, v *Verdict) (hit bool) {
 	if s != c.snap {
 		c.snap = s
 		c.epoch++
@@ -66,31 +80,50 @@ func (c *Cache) Run(s *Snapshot, f *Fields, v *Verdict) (hit bool) {
 		}
 	}
 	fw := asWords(f)
-	h := uint64(hashSeed)
-	for _, w := range fw {
-		h = hashWord(h, w)
-	}
-	e := &c.entries[hashFinish(h)&c.mask]
-	if e.epoch == c.epoch && e.key == *fw {
+	e := &c.entries[cacheHash(fw, start)&c.mask]
+	if e.epoch == c.epoch && e.start == start && e.key == *fw {
 		c.hits++
 		v.NOut = int(e.nOut)
 		v.NHits = int(e.nHits)
+		v.NCT = int(e.nCT)
 		v.Drop = e.drop
 		v.Table = e.table
 		copy(v.Outputs[:e.nOut], e.outs[:e.nOut])
 		copy(v.Hits[:e.nHits], e.rules[:e.nHits])
+		copy(v.CT[:e.nCT], e.ct[:e.nCT])
 		return true
 	}
 	c.misses++
 	e.key = *fw
-	s.Run(f, v)
-	if v.NOut > cacheOuts || v.NHits > cacheHits {
+	s.RunFrom(start, f, v)
+	if v.NOut > cacheOuts || v.NHits > cacheHits || v.NCT > cacheCT {
 		e.epoch = 0
 		return false
 	}
 	e.epoch = c.epoch
-	e.nOut, e.nHits, e.drop, e.table = uint8(v.NOut), uint8(v.NHits), v.Drop, v.Table
+	e.start = start
+	e.nOut, e.nHits, e.nCT, e.drop, e.table = uint8(v.NOut), uint8(v.NHits), uint8(v.NCT), v.Drop, v.Table
 	copy(e.outs[:], v.Outputs[:v.NOut])
 	copy(e.rules[:], v.Hits[:v.NHits])
+	copy(e.ct[:], v.CT[:v.NCT])
 	return false
+}
+
+// cacheHash hashes a cache key: the words of Fields and the start table.
+// It runs four independent lanes, so that the multiplications of
+// neighbouring words overlap instead of waiting for each other (one lane
+// is a chain of dependent multiplications, 17 of them for Fields).
+func cacheHash(fw *words, start uint8) uint64 {
+	h0, h1, h2, h3 := uint64(hashSeed)^uint64(start), uint64(hashMul1), uint64(hashMul2), uint64(hashSeed)>>1
+	i := 0
+	for ; i+4 <= len(fw); i += 4 {
+		h0 = hashWord(h0, fw[i])
+		h1 = hashWord(h1, fw[i+1])
+		h2 = hashWord(h2, fw[i+2])
+		h3 = hashWord(h3, fw[i+3])
+	}
+	for ; i < len(fw); i++ {
+		h0 = hashWord(h0, fw[i])
+	}
+	return hashFinish(h0 ^ bits.RotateLeft64(h1, 17) ^ bits.RotateLeft64(h2, 31) ^ bits.RotateLeft64(h3, 47))
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unsafe"
+
+	"github.com/gvswitch/gvs/conntrack"
 )
 
 // Match is what a rule matches: a packet's Fields f match when
@@ -97,6 +99,8 @@ const (
 	kHex             // always hex
 	kMAC
 	kIP
+	kHexC    // always hex in C's %#x: "0" for zero (ct_mark, ct_label), as ovs-ofctl prints them
+	kCtState // ct_state: flags (see parseCtState)
 )
 
 // prereq is a match field's prerequisite, as in OpenFlow.
@@ -111,6 +115,9 @@ const (
 	preUDP
 	preSCTP
 	preICMP
+	preCT      // a valid connection state (ct_nw_proto): ct_state matches +new, +est, +rel, +rpl, +snat or +dnat, or +trk-inv
+	preCTIP    // ip and a valid connection state (ct_nw_src, ct_nw_dst)
+	preCTProto // a valid connection state and ct_nw_proto (ct_tp_src, ct_tp_dst)
 )
 
 // mfield describes one match field. get/set move the field's value, packed
@@ -155,6 +162,21 @@ var (
 	mTunID   = &mfield{"tun_id", 64, kHex, true, preNone, func(f *Fields) uint64 { return f.TunID }, func(f *Fields, v uint64) { f.TunID = v }}
 	mTunSrc  = &mfield{"tun_src", 32, kIP, true, preNone, func(f *Fields) uint64 { return ip64(f.TunSrc) }, func(f *Fields, v uint64) { f.TunSrc = ipFrom64(v) }}
 	mTunDst  = &mfield{"tun_dst", 32, kIP, true, preNone, func(f *Fields) uint64 { return ip64(f.TunDst) }, func(f *Fields, v uint64) { f.TunDst = ipFrom64(v) }}
+
+	// Connection tracking (ovs-fields(7)). ct_state has OpenFlow's 32 bits
+	// but only the 8 flags OVS supports may be matched. ct_label is 128
+	// bits, kept as two 64-bit halves that are parsed and printed as one
+	// field.
+	mCtState   = &mfield{"ct_state", 8, kCtState, true, preNone, func(f *Fields) uint64 { return uint64(f.CtState) }, func(f *Fields, v uint64) { f.CtState = conntrack.State(v) }}
+	mCtZone    = &mfield{"ct_zone", 16, kDec, false, preNone, func(f *Fields) uint64 { return uint64(f.CtZone) }, func(f *Fields, v uint64) { f.CtZone = uint16(v) }}
+	mCtMark    = &mfield{"ct_mark", 32, kHexC, true, preNone, func(f *Fields) uint64 { return uint64(f.CtMark) }, func(f *Fields, v uint64) { f.CtMark = uint32(v) }}
+	mCtLabelHi = &mfield{"ct_label", 64, kHexC, true, preNone, func(f *Fields) uint64 { return f.CtLabel.Hi }, func(f *Fields, v uint64) { f.CtLabel.Hi = v }}
+	mCtLabelLo = &mfield{"ct_label", 64, kHexC, true, preNone, func(f *Fields) uint64 { return f.CtLabel.Lo }, func(f *Fields, v uint64) { f.CtLabel.Lo = v }}
+	mCtNwSrc   = &mfield{"ct_nw_src", 32, kIP, true, preCTIP, func(f *Fields) uint64 { return ip64(f.CtNwSrc) }, func(f *Fields, v uint64) { f.CtNwSrc = ipFrom64(v) }}
+	mCtNwDst   = &mfield{"ct_nw_dst", 32, kIP, true, preCTIP, func(f *Fields) uint64 { return ip64(f.CtNwDst) }, func(f *Fields, v uint64) { f.CtNwDst = ipFrom64(v) }}
+	mCtNwProto = &mfield{"ct_nw_proto", 8, kDec, false, preCT, func(f *Fields) uint64 { return uint64(f.CtNwProto) }, func(f *Fields, v uint64) { f.CtNwProto = uint8(v) }}
+	mCtTpSrc   = &mfield{"ct_tp_src", 16, kDec, true, preCTProto, func(f *Fields) uint64 { return uint64(f.CtTpSrc) }, func(f *Fields, v uint64) { f.CtTpSrc = uint16(v) }}
+	mCtTpDst   = &mfield{"ct_tp_dst", 16, kDec, true, preCTProto, func(f *Fields) uint64 { return uint64(f.CtTpDst) }, func(f *Fields, v uint64) { f.CtTpDst = uint16(v) }}
 )
 
 func regField(n int) *mfield {
@@ -219,6 +241,22 @@ func lookupMatchField(name string) (fieldAlias, bool) {
 		return fieldAlias{mTunSrc, preNone}, true
 	case "tun_dst":
 		return fieldAlias{mTunDst, preNone}, true
+	case "ct_state":
+		return fieldAlias{mCtState, preNone}, true
+	case "ct_zone":
+		return fieldAlias{mCtZone, preNone}, true
+	case "ct_mark":
+		return fieldAlias{mCtMark, preNone}, true
+	case "ct_nw_src":
+		return fieldAlias{mCtNwSrc, preCTIP}, true
+	case "ct_nw_dst":
+		return fieldAlias{mCtNwDst, preCTIP}, true
+	case "ct_nw_proto":
+		return fieldAlias{mCtNwProto, preCT}, true
+	case "ct_tp_src":
+		return fieldAlias{mCtTpSrc, preCTProto}, true
+	case "ct_tp_dst":
+		return fieldAlias{mCtTpDst, preCTProto}, true
 	}
 	if len(name) == 4 && strings.HasPrefix(name, "reg") && name[3] >= '0' && name[3] <= '7' {
 		return fieldAlias{mRegs[name[3]-'0'], preNone}, true
@@ -306,8 +344,203 @@ func parseValue(f *mfield, s string) (uint64, error) {
 	return parseUint(s, f.bits)
 }
 
+// parseCtState parses a ct_state match as ovs-ofctl does (its
+// parse_flags): a number with an optional mask ("0x21", "0x20/0x21"), flags
+// each preceded by + or - ("+trk-new": the named bits must be set or clear,
+// the others are wildcarded), or flags joined by | ("trk|new": exactly
+// those set, every other supported flag clear). A flag may be named once
+// in the +/- form; bits other than the 8 supported flags are refused.
+func parseCtState(s string) (v, m uint64, err error) {
+	const all = 0xff
+	if s == "" {
+		return 0, 0, errors.New("missing ct_state flags")
+	}
+	if s[0] >= '0' && s[0] <= '9' {
+		vs, ms, masked := strings.Cut(s, "/")
+		v, err := strconv.ParseUint(vs, 0, 32)
+		if err != nil {
+			return 0, 0, fmt.Errorf("bad number %q", vs)
+		}
+		m := uint64(all)
+		if masked {
+			if m, err = strconv.ParseUint(ms, 0, 32); err != nil {
+				return 0, 0, fmt.Errorf("bad number %q", ms)
+			}
+		}
+		if v&^all != 0 || m&^all != 0 {
+			return 0, 0, fmt.Errorf("%s: unknown ct_state flag(s)", s)
+		}
+		return v & m, m, nil
+	}
+	if s[0] == '+' || s[0] == '-' {
+		for s != "" {
+			set := s[0] == '+'
+			if !set && s[0] != '-' {
+				return 0, 0, fmt.Errorf("%s: want + or - before each ct_state flag", s)
+			}
+			s = s[1:]
+			n := strings.IndexAny(s, "+-")
+			if n < 0 {
+				n = len(s)
+			}
+			bit, ok := ctStateBit(s[:n])
+			if !ok {
+				return 0, 0, fmt.Errorf("%q: unknown ct_state flag", s[:n])
+			}
+			if m&bit != 0 {
+				return 0, 0, fmt.Errorf("%s: each ct_state flag can be given only once", s[:n])
+			}
+			m |= bit
+			if set {
+				v |= bit
+			}
+			s = s[n:]
+		}
+		return v, m, nil
+	}
+	for _, name := range strings.Split(s, "|") {
+		bit, ok := ctStateBit(name)
+		if !ok {
+			return 0, 0, fmt.Errorf("%q: unknown ct_state flag", name)
+		}
+		v |= bit
+	}
+	return v, all, nil
+}
+
+// ctStateNames are the ct_state flags by bit, as ovs-fields(7) names them.
+var ctStateNames = [8]string{"new", "est", "rel", "rpl", "inv", "trk", "snat", "dnat"}
+
+func ctStateBit(name string) (uint64, bool) {
+	for i, n := range ctStateNames {
+		if n == name {
+			return 1 << i, true
+		}
+	}
+	return 0, false
+}
+
+// formatCtState prints a ct_state match as ovs-ofctl does: with every
+// flag matched, the set ones joined by | ("0" for none); else each matched
+// flag in bit order with + or - ("-new+trk").
+func formatCtState(v, m uint64) string {
+	var b strings.Builder
+	if m == 0xff {
+		if v == 0 {
+			return "0"
+		}
+		for i, n := range ctStateNames {
+			if v&(1<<i) != 0 {
+				if b.Len() > 0 {
+					b.WriteByte('|')
+				}
+				b.WriteString(n)
+			}
+		}
+		return b.String()
+	}
+	for i, n := range ctStateNames {
+		if m&(1<<i) != 0 {
+			if v&(1<<i) != 0 {
+				b.WriteByte('+')
+			} else {
+				b.WriteByte('-')
+			}
+			b.WriteString(n)
+		}
+	}
+	return b.String()
+}
+
+// parseUint128 parses a 128-bit number: hexadecimal ("0x" and up to 32
+// digits) or a decimal or octal number of up to 64 bits, as ovs-ofctl
+// reads ct_label.
+func parseUint128(s string) (conntrack.Label, error) {
+	h, ok := strings.CutPrefix(s, "0x")
+	if !ok {
+		h, ok = strings.CutPrefix(s, "0X")
+	}
+	if !ok {
+		v, err := parseUint(s, 64)
+		return conntrack.Label{Lo: v}, err
+	}
+	if h == "" {
+		return conntrack.Label{}, fmt.Errorf("bad number %q", s)
+	}
+	h = strings.TrimLeft(h, "0")
+	if len(h) > 32 {
+		return conntrack.Label{}, fmt.Errorf("%s does not fit in 128 bits", s)
+	}
+	var l conntrack.Label
+	for _, c := range h {
+		d, ok := hexDigit(c)
+		if !ok {
+			return conntrack.Label{}, fmt.Errorf("bad number %q", s)
+		}
+		l.Hi = l.Hi<<4 | l.Lo>>60
+		l.Lo = l.Lo<<4 | d
+	}
+	return l, nil
+}
+
+func hexDigit(c rune) (uint64, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return uint64(c - '0'), true
+	case c >= 'a' && c <= 'f':
+		return uint64(c-'a') + 10, true
+	case c >= 'A' && c <= 'F':
+		return uint64(c-'A') + 10, true
+	}
+	return 0, false
+}
+
+// parseLabel parses "value" or "value/mask" of ct_label.
+func parseLabel(s string) (v, m conntrack.Label, err error) {
+	vs, ms, masked := strings.Cut(s, "/")
+	if v, err = parseUint128(vs); err != nil {
+		return v, m, err
+	}
+	m = conntrack.Label{Hi: ^uint64(0), Lo: ^uint64(0)}
+	if masked {
+		if m, err = parseUint128(ms); err != nil {
+			return v, m, err
+		}
+	}
+	return conntrack.Label{Hi: v.Hi & m.Hi, Lo: v.Lo & m.Lo}, m, nil
+}
+
+// formatHex128 prints l in hexadecimal as C's %#x would: "0" for zero.
+func formatHex128(l conntrack.Label) string {
+	if l.Hi == 0 {
+		return formatHexC(l.Lo)
+	}
+	lo := strconv.FormatUint(l.Lo, 16)
+	return "0x" + strconv.FormatUint(l.Hi, 16) + strings.Repeat("0", 16-len(lo)) + lo
+}
+
+// formatHexC prints v in hexadecimal as C's %#x does: "0" for zero.
+func formatHexC(v uint64) string {
+	if v == 0 {
+		return "0"
+	}
+	return "0x" + strconv.FormatUint(v, 16)
+}
+
+// formatLabel prints a ct_label match value.
+func formatLabel(v, m conntrack.Label) string {
+	s := formatHex128(v)
+	if m.Hi != ^uint64(0) || m.Lo != ^uint64(0) {
+		s += "/" + formatHex128(m)
+	}
+	return s
+}
+
 // parseFieldValue parses "value" or "value/mask" for field f.
 func parseFieldValue(f *mfield, s string) (v, m uint64, err error) {
+	if f.kind == kCtState {
+		return parseCtState(s)
+	}
 	vs, ms, masked := strings.Cut(s, "/")
 	if v, err = parseValue(f, vs); err != nil {
 		return 0, 0, err
@@ -386,13 +619,45 @@ func (p prereq) check(m *Match) string {
 		if !proto(1) {
 			return "icmp"
 		}
+	case preCT:
+		if !ctValid(m) {
+			return ctValidMsg
+		}
+	case preCTIP:
+		if !ip {
+			return "ip (dl_type=0x0800)"
+		}
+		if !ctValid(m) {
+			return ctValidMsg
+		}
+	case preCTProto:
+		if !ctValid(m) {
+			return ctValidMsg
+		}
+		if m.Mask.CtNwProto != 0xff {
+			return "ct_nw_proto"
+		}
 	}
 	return ""
 }
 
+const ctValidMsg = "a tracked connection (ct_state with +new, +est, +rel, +rpl, +snat or +dnat, or with +trk-inv)"
+
+// ctValid reports whether m's ct_state match implies a packet with a
+// connection, as OVS's is_ct_valid requires before the ct_nw_* and ct_tp_*
+// fields may be matched: it matches one of new, est, rel, rpl, snat and
+// dnat as set, or trk as set and inv as clear.
+func ctValid(m *Match) bool {
+	const conn = conntrack.StateNew | conntrack.StateEst | conntrack.StateRel | conntrack.StateRpl |
+		conntrack.StateSNAT | conntrack.StateDNAT
+	v, mk := m.Value.CtState, m.Mask.CtState
+	return v&conn != 0 || (v&conntrack.StateTrk != 0 && mk&conntrack.StateInv != 0 && v&conntrack.StateInv == 0)
+}
+
 // allFields lists every match field once, in printing order after in_port
 // and the protocol.
-var allFields = []*mfield{mRegs[0], mRegs[1], mRegs[2], mRegs[3], mRegs[4], mRegs[5], mRegs[6], mRegs[7],
+var allFields = []*mfield{mCtState, mCtZone, mCtMark, mCtLabelHi, mCtLabelLo, mCtNwSrc, mCtNwDst, mCtNwProto, mCtTpSrc, mCtTpDst,
+	mRegs[0], mRegs[1], mRegs[2], mRegs[3], mRegs[4], mRegs[5], mRegs[6], mRegs[7],
 	mTunID, mTunSrc, mTunDst, mEthSrc, mEthDst, mNwSrc, mNwDst, mArpOp, mArpSha, mArpTha, mTpSrc, mTpDst}
 
 // everyField is in_port, dl_type, nw_proto and allFields: every match
@@ -471,6 +736,15 @@ func (m *Match) appendTo(b *strings.Builder) {
 	// prints them; ICMP's type and code under their own names.
 	for _, f := range allFields {
 		mk := f.get(&m.Mask)
+		switch f {
+		case mCtLabelHi: // ct_label: both halves at once
+			if mk != 0 || m.Mask.CtLabel.Lo != 0 {
+				put("ct_label=" + formatLabel(m.Value.CtLabel, m.Mask.CtLabel))
+			}
+			continue
+		case mCtLabelLo:
+			continue
+		}
 		if mk == 0 {
 			continue
 		}
@@ -490,6 +764,14 @@ var protoNames = map[uint8]string{6: "tcp", 17: "udp", 132: "sctp"}
 func formatFieldValue(f *mfield, v, mk uint64) string {
 	full := mk == fullMask(f.bits)
 	switch f.kind {
+	case kCtState:
+		return formatCtState(v, mk)
+	case kHexC:
+		s := formatHexC(v)
+		if !full {
+			s += "/" + formatHexC(mk)
+		}
+		return s
 	case kMAC:
 		s := formatMAC(v)
 		if !full {
@@ -531,4 +813,17 @@ func formatMAC(v uint64) string {
 		buf[i*3+1] = hexd[b&15]
 	}
 	return string(buf[:])
+}
+
+// setLabel sets the halves of ct_label that mk matches.
+func setLabel(m *Match, v, mk conntrack.Label) error {
+	if mk.Hi != 0 {
+		if err := setMatch(m, mCtLabelHi, v.Hi, mk.Hi); err != nil {
+			return err
+		}
+	}
+	if mk.Lo != 0 {
+		return setMatch(m, mCtLabelLo, v.Lo, mk.Lo)
+	}
+	return nil
 }

@@ -1,9 +1,11 @@
 package flowtable
 
-// A packet's way through the pipeline (Snapshot.Run):
+// A packet's way through the pipeline (Snapshot.Run, RunFrom):
 //
 //  1. Start in table 0 with the Fields the caller extracted (in_port,
-//     tunnel metadata, headers; registers zero).
+//     tunnel metadata, headers; registers zero, untracked), or, for a
+//     recirculation after ct(table=N), in table N with the metadata the
+//     ct action froze and the ct_* fields the tracker gave (RunFrom).
 //  2. In each table, find the highest-priority matching rule (see
 //     snapshot.go) and record it in Verdict.Hits. No match: the packet is
 //     dropped there (DropTableMiss), or, inside a resubmit, the resubmit
@@ -13,8 +15,18 @@ package flowtable
 //     metadata (and a rewritten eth_dst) at that moment; resubmit(,N) runs
 //     table N as in step 2 and then carries on with the next action;
 //     goto_table:N (always last) continues in table N.
+//     ct and ct_clear are recorded in Verdict.CT, with the outputs before
+//     them and (for ct) the zone and the metadata a recirculation resumes
+//     with; then the packet's ct_* fields are cleared, as OVS's
+//     translation does after every ct action: what the tracker finds is
+//     seen only by the recirculation (ovs-actions(7): ct forks the
+//     pipeline). The run itself never calls the tracker, so its outcome
+//     depends on Fields alone and the exact-match cache may keep it; the
+//     caller runs the tracker for each step (see package vswitch).
 //  4. Stop when a rule's actions end without goto_table. No outputs: drop
-//     (DropAction). More than MaxHits rules: drop everything (DropLoop).
+//     (DropAction), unless a ct action recirculated the packet. More than
+//     MaxHits rules: drop everything (DropLoop); more than MaxCT ct
+//     actions: drop everything (DropTooManyCT).
 
 // runState is the per-run state that is not in Fields or Verdict.
 type runState struct {
@@ -22,28 +34,40 @@ type runState struct {
 	missed    bool
 	loop      bool
 	overflow  bool
+	ctFull    bool // more than MaxCT ct actions
 	missTable uint8
 	lastTable uint8
 }
 
-// Run runs f through the pipeline of s and leaves the outcome in v (which
-// it resets first). f's registers and tunnel fields are modified. Run does
-// not allocate and is safe for concurrent use with distinct f and v.
-func (s *Snapshot) Run(f *Fields, v *Verdict) { s.run(f, v, nil) }
+// Run runs f through the pipeline of s from table 0 and leaves the outcome
+// in v (which it resets first). f's registers, tunnel fields and ct_*
+// fields are modified. Run does not allocate and is safe for concurrent
+// use with distinct f and v.
+func (s *Snapshot) Run(f *Fields, v *Verdict) { s.run(0, f, v, nil) }
 
-func (s *Snapshot) run(f *Fields, v *Verdict, tr *tracer) {
-	v.NOut, v.NHits, v.Drop, v.Table = 0, 0, DropNone, 0
+// RunFrom is Run starting in table t: a recirculation after ct(table=t),
+// with f holding the metadata the ct step froze and the ct_* fields the
+// tracker gave (Fields.SetConntrack).
+func (s *Snapshot) RunFrom(t uint8, f *Fields, v *Verdict) { s.run(t, f, v, nil) }
+
+func (s *Snapshot) run(t uint8, f *Fields, v *Verdict, tr *tracer) {
+	v.NOut, v.NHits, v.NCT, v.Drop, v.Table = 0, 0, 0, DropNone, 0
 	var st runState
-	s.runTable(0, f, v, &st, tr)
+	s.runTable(t, f, v, &st, tr)
 	switch {
 	case st.loop:
-		v.NOut = 0
+		v.NOut, v.NCT = 0, 0
 		v.Drop = DropLoop
+		v.Table = st.lastTable
+	case st.ctFull:
+		v.NOut, v.NCT = 0, 0
+		v.Drop = DropTooManyCT
 		v.Table = st.lastTable
 	case v.NOut > 0:
 		if st.overflow {
 			v.Drop = DropTooManyOutputs
 		}
+	case v.Recirculates():
 	case st.missed:
 		v.Drop = DropTableMiss
 		v.Table = st.missTable
@@ -80,7 +104,7 @@ func (s *Snapshot) runTable(tid uint8, f *Fields, v *Verdict, st *runState, tr *
 			tr.hit(r)
 		}
 		next, jump := s.exec(r, f, v, st, tr)
-		if !jump || st.loop {
+		if !jump || st.loop || st.ctFull {
 			return
 		}
 		tid = next
@@ -116,10 +140,20 @@ func (s *Snapshot) exec(r *Rule, f *Fields, v *Verdict, st *runState, tr *tracer
 			if tr != nil {
 				tr.pop(r)
 			}
-			if st.loop {
+			if st.loop || st.ctFull {
 				return 0, false
 			}
 			continue
+		case ActCT, ActCTClear:
+			if v.NCT == MaxCT {
+				st.ctFull = true
+				st.lastTable = r.Table
+				if tr != nil {
+					tr.tooManyCT(r.Table)
+				}
+				return 0, false
+			}
+			st.ctStep(a, f, v)
 		case ActLoad, ActSetField:
 			setField(f, a.Dst, a.Value)
 			if a.Dst.Field == FieldEthDst {
@@ -136,6 +170,26 @@ func (s *Snapshot) exec(r *Rule, f *Fields, v *Verdict, st *runState, tr *tracer
 		}
 	}
 	return 0, false
+}
+
+// ctStep records a ct or ct_clear action in v and clears f's ct_* fields:
+// after a ct action the pipeline goes on untracked (the tracker's answer
+// reaches only a recirculation).
+func (st *runState) ctStep(a *Action, f *Fields, v *Verdict) {
+	c := &v.CT[v.NCT]
+	v.NCT++
+	c.At = uint8(v.NOut)
+	c.CT = nil
+	if a.Kind == ActCT {
+		c.CT = a.CT
+		c.Zone = a.CT.Zone
+		if a.CT.ZoneField.Field != FieldNone {
+			c.Zone = uint16(getField(f, a.CT.ZoneField))
+		}
+		c.SetEthDst, c.EthDst = st.ethSet, f.EthDst
+		c.TunSrc, c.TunDst, c.TunID, c.Regs = f.TunSrc, f.TunDst, f.TunID, f.Regs
+	}
+	f.ClearConntrack()
 }
 
 // output appends an output to v unless port is none, or is the input port

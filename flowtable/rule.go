@@ -98,7 +98,12 @@ func (r *Rule) checkAction(i int) error {
 		}
 	case ActOutputReg:
 		return ref(a.Src, false)
-	case ActInPort, ActNote:
+	case ActInPort, ActNote, ActCTClear:
+	case ActCT:
+		if a.CT == nil {
+			return errors.New("ct without its arguments (use Ct(CT{}))")
+		}
+		return r.checkCT(a.CT)
 	case ActGotoTable:
 		if i != len(r.Actions)-1 {
 			return errors.New("goto_table must be the last action")
@@ -232,6 +237,19 @@ func parseMatchPart(s string, base int, allowCookieMask bool) (Match, header, er
 				if err := setMatch(&m, mNwProto, uint64(proto), 0xff); err != nil {
 					return m, h, fail(err.Error())
 				}
+			}
+			continue
+		}
+		if key == "ct_label" {
+			if !hasVal {
+				return m, h, fail("missing =value")
+			}
+			v, mk, err := parseLabel(val)
+			if err != nil {
+				return m, h, fail(err.Error())
+			}
+			if err := setLabel(&m, v, mk); err != nil {
+				return m, h, fail(err.Error())
 			}
 			continue
 		}

@@ -102,7 +102,7 @@ func TestParseRoundTrip(t *testing.T) {
 
 // TestParseVariants checks that other spellings mean the same rule.
 func TestParseVariants(t *testing.T) {
-	cases := []struct{ in, want string }{
+	cases := []parseCase{
 		{"priority=100,in_port=3,arp,nw_src=10.128.0.3 actions=goto_table:30", "table=0, priority=100, in_port=3, arp, nw_src=10.128.0.3, actions=goto_table:30"},
 		{"in_port=1 actions=drop", "table=0, priority=32768, in_port=1, actions=drop"},
 		{"actions=", "table=0, priority=32768, actions=drop"},
@@ -119,6 +119,16 @@ func TestParseVariants(t *testing.T) {
 		{"sctp, sctp_dst=9 actions=drop", "table=0, priority=32768, sctp, tp_dst=9, actions=drop"},
 		{"reg0=0xa, reg7=0xffffffff actions=drop", "table=0, priority=32768, reg0=10, reg7=4294967295, actions=drop"},
 	}
+	checkVariants(t, cases)
+}
+
+// parseCase is a rule text and what is expected of it: its String, or a
+// part of its error.
+type parseCase struct{ in, want string }
+
+// checkVariants checks that each text parses to the rule printed as want.
+func checkVariants(t *testing.T, cases []parseCase) {
+	t.Helper()
 	for _, c := range cases {
 		r, err := ParseRule(c.in)
 		if err != nil {
@@ -132,7 +142,7 @@ func TestParseVariants(t *testing.T) {
 }
 
 func TestParseErrors(t *testing.T) {
-	cases := []struct{ in, want string }{
+	cases := []parseCase{
 		{"in_port=1", "missing actions="},
 		{"in_port=x actions=drop", "column 1 (in_port)"},
 		{"priority=70000 actions=drop", "priority"},
@@ -166,6 +176,13 @@ func TestParseErrors(t *testing.T) {
 		{"cookie=1/1 actions=drop", "cookie mask"},
 		{"idle_timeout=10 actions=drop", "timeouts"},
 	}
+	checkParseErrors(t, cases)
+}
+
+// checkParseErrors checks that each text is refused with a SyntaxError
+// (wrapping ErrSyntax, with a column) that mentions want.
+func checkParseErrors(t *testing.T, cases []parseCase) {
+	t.Helper()
 	for _, c := range cases {
 		_, err := ParseRule(c.in)
 		if err == nil {
@@ -235,6 +252,9 @@ func TestParseFilterAndFields(t *testing.T) {
 
 func FuzzParseRule(f *testing.F) {
 	for _, s := range specRules {
+		f.Add(s)
+	}
+	for _, s := range ctRules {
 		f.Add(s)
 	}
 	f.Add("priority=100,in_port=3,arp,nw_src=10.128.0.3 actions=goto_table:30")

@@ -35,6 +35,7 @@ const (
 type Snapshot struct {
 	gen    uint64
 	n      int
+	nCT    int // rules with a ct action
 	tables [256]*table
 }
 
@@ -44,6 +45,28 @@ func (s *Snapshot) Generation() uint64 { return s.gen }
 
 // Len returns the number of rules in s.
 func (s *Snapshot) Len() int { return s.n }
+
+// HasConntrack reports whether a rule of s has a ct action, so that a
+// switch can skip connection-tracking work (prefetching, the tracker's
+// clock) for rule sets without one.
+func (s *Snapshot) HasConntrack() bool { return s.nCT > 0 }
+
+// hasCT reports whether r has a ct action.
+func (r *Rule) hasCT() bool {
+	for i := range r.Actions {
+		if r.Actions[i].Kind == ActCT {
+			return true
+		}
+	}
+	return false
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 type table struct {
 	owner uint64

@@ -239,7 +239,9 @@ func (x *txn) insert(r *Rule) {
 	rules = slices.Insert(rules, at, r)
 	sh.put(st, &entry{key: *key, rules: rules}, h)
 	x.adds++
+	x.s.nCT += b2i(r.hasCT())
 	if replaced != nil {
+		x.s.nCT -= b2i(replaced.hasCT())
 		x.unindex(replaced)
 	} else {
 		st.n++
@@ -286,6 +288,7 @@ func (x *txn) remove(r *Rule) bool {
 	st.n--
 	tb.n--
 	x.s.n--
+	x.s.nCT -= b2i(r.hasCT())
 	st.delPrio(r.Priority)
 	x.unindex(r)
 	x.dels++

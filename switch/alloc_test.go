@@ -130,6 +130,12 @@ func TestProcessAllocsMultiQueue(t *testing.T) {
 
 func BenchmarkProcessBatch(b *testing.B) {
 	w, _ := benchWorker(b)
+	benchBatch(b, w)
+}
+
+// benchBatch measures w's processing of its loaded batch, over and over,
+// in ns per frame.
+func benchBatch(b *testing.B, w *worker) {
 	n := len(w.bufs)
 	b.ReportAllocs()
 	b.SetBytes(int64(n * w.meta[0].Size))

@@ -2,11 +2,15 @@ package vswitch_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
+	"github.com/gvswitch/gvs/conntrack"
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
 	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
@@ -98,6 +102,73 @@ table=0, priority=0, actions=drop
 	// Output:
 	// port b got 34 bytes for 10.0.0.2
 	// dropped by the rules: 1
+}
+
+// udpFrame is an Ethernet + IPv4 + UDP frame from src to dst with correct
+// checksums, which a connection tracker checks.
+func udpFrame(src, dst [4]byte, sport, dport uint16) []byte {
+	f := ipv4Frame(src, dst)
+	f = append(f, make([]byte, 8)...)
+	f[17], f[23] = 28, 17 // total length, protocol UDP
+	binary.BigEndian.PutUint16(f[24:], ^packet.Checksum(f[14:34], 0))
+	binary.BigEndian.PutUint16(f[34:], sport)
+	binary.BigEndian.PutUint16(f[36:], dport)
+	binary.BigEndian.PutUint16(f[38:], 8)
+	binary.BigEndian.PutUint16(f[40:], ^packet.Checksum(f[34:], packet.PseudoHeaderSum(src[:], dst[:], 17, 8)))
+	return f
+}
+
+// A stateful firewall: with a connection tracker (Config.Conntrack) the
+// rules may use ct actions. Port 1 may open connections to port 2; port
+// 2's own attempts are dropped, the replies to port 1's pass. The switch
+// sweeps the tracker every second (SweepInterval).
+func Example_conntrack() {
+	table := flowtable.New(flowtable.Config{})
+	rules, err := flowtable.ParseRules(`
+table=0, priority=100, ip, ct_state=-trk, actions=ct(table=1)
+table=1, priority=100, in_port=1, ip, ct_state=+trk+new, actions=ct(commit),output:2
+table=1, priority=100, in_port=1, ip, ct_state=+trk+est, actions=output:2
+table=1, priority=100, in_port=2, ip, ct_state=+trk+est, actions=output:1
+table=1, priority=0, actions=drop
+`)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := table.Add(rules...); err != nil {
+		log.Fatal(err)
+	}
+	tracker, err := conntrack.New(conntrack.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	sw, err := vswitch.New(vswitch.Config{Table: table, Conntrack: tracker, SweepInterval: time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sw.Close()
+	a, b := newMemPort("a"), newMemPort("b")
+	if err := sw.AddPort(1, a); err != nil {
+		log.Fatal(err)
+	}
+	if err := sw.AddPort(2, b); err != nil {
+		log.Fatal(err)
+	}
+	pa, pb := [4]byte{10, 0, 0, 1}, [4]byte{10, 0, 0, 2}
+	b.in <- udpFrame(pb, pa, 53, 4000) // b starts: dropped
+	for sw.Stats().TableDrops[1] == 0 {
+		time.Sleep(time.Millisecond) // until b's worker has dropped it
+	}
+	a.in <- udpFrame(pa, pb, 4000, 53) // a starts: committed, passes
+	<-b.out
+	b.in <- udpFrame(pb, pa, 53, 4000) // now a reply: passes
+	<-a.out
+	for e := range tracker.All(tracker.Now()) {
+		fmt.Println(e.String())
+	}
+	fmt.Println("dropped in table 1:", sw.Stats().TableDrops[1])
+	// Output:
+	// udp,orig=(src=10.0.0.1,dst=10.0.0.2,sport=4000,dport=53),reply=(src=10.0.0.2,dst=10.0.0.1,sport=53,dport=4000)
+	// dropped in table 1: 1
 }
 
 // A pod port with two queues: a multi-queue TAP opened twice, each queue

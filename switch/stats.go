@@ -22,6 +22,9 @@ const (
 	DropNoBuffer                         // no spare buffer to copy a frame sent to several ports
 	DropTxError                          // the output port's write failed
 	DropGSO                              // a GSO super-frame for a port that cannot take one
+	DropTooManyCT                        // a pipeline run met more than flowtable.MaxCT ct actions
+	DropNoConntrack                      // the rules reached a ct action, and the switch has no tracker (Config.Conntrack)
+	DropRecirc                           // recirculated more than flowtable.MaxRecirc times (ct(table=N) loops)
 	NumDropReasons
 )
 
@@ -29,6 +32,7 @@ const (
 var DropReasonNames = [NumDropReasons]string{
 	"table_miss", "action_drop", "loop", "too_many_outputs", "malformed",
 	"no_port", "no_tunnel_dst", "no_buffer", "tx_error", "gso",
+	"too_many_ct", "no_conntrack", "recirc_depth",
 }
 
 // String returns the reason's label value.
@@ -47,6 +51,8 @@ func fromPipeline(r flowtable.DropReason) DropReason {
 		return DropLoop
 	case flowtable.DropTooManyOutputs:
 		return DropTooManyOutputs
+	case flowtable.DropTooManyCT:
+		return DropTooManyCT
 	default:
 		return DropAction
 	}
@@ -88,7 +94,10 @@ type Stats struct {
 	// explicit drops), which is how a rule program tells its drops apart:
 	// for the OpenShift program, drops in table 20 are anti-spoofing drops.
 	TableDrops [256]uint64
-	// Lookups counts pipeline runs; CacheHits those answered by a worker's
-	// exact-match cache.
+	// Lookups counts pipeline runs (a recirculation is a run of its
+	// own); CacheHits those answered by a worker's exact-match cache.
 	Lookups, CacheHits uint64
+	// Recirculations counts the runs that were recirculations after a
+	// ct action with table= (they are among Lookups too).
+	Recirculations uint64
 }

@@ -18,6 +18,16 @@ package vswitch
 //  5. At the end of the batch every queued destination is written in one
 //     call, so a batch costs one write per destination, not per frame.
 //
+// Connection tracking (worker.go, conntrack.go): when the batch's snapshot
+// has ct actions, the worker reads the tracker's clock and prefetches the
+// batch's connections once per batch; a frame whose verdict has ct steps
+// (flowtable.CTStep) has them carried out in order: the outputs before a
+// step are queued (on copies: the frame may change), the tracker
+// processes the IPv4 packet in the frame (NAT rewriting it in place), and
+// a ct with table=N recirculates: the pipeline runs again from table N
+// with the frozen metadata and the ct_* fields the tracker gave, on the
+// frame itself or, when more of the verdict follows, on a copy.
+//
 // Offloads: a port whose Caps have Offload may hand over super-frames
 // (port.Meta.GSO): a TAP with TSO 64 KiB TCP super-frames, the tunnel port
 // coalesced ones. The switch runs the pipeline once per super-frame (its
@@ -33,7 +43,9 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/gvswitch/gvs/conntrack"
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/port"
 )
@@ -66,6 +78,21 @@ type Config struct {
 	// port.Caps.Offload: a super-frame any port reads is dropped
 	// (DropGSO).
 	NoOffload bool
+	// Conntrack is the connection tracker the flow table's ct actions use,
+	// one for the switch, shared by every worker. Nil: the switch has
+	// none, and a frame whose rules reach a ct action is dropped
+	// (DropNoConntrack). The flow table cannot refuse such a rule itself
+	// (it does not know the switches that run it, and rules may be loaded
+	// before the switch exists), so the switch fails closed per packet
+	// and counts it; New logs a warning when the table already has one.
+	Conntrack *conntrack.Tracker
+	// SweepInterval, with a Conntrack, makes the switch run a goroutine
+	// that calls Conntrack.Sweep every SweepInterval with a budget of
+	// Cap()/64 slots (the whole table every 64 intervals: a minute at one
+	// second), until Close. Zero: the switch sweeps nothing and the
+	// embedder calls Sweep itself (conntrack.Tracker.Sweep); expired
+	// entries are invisible either way, sweeping only frees their slots.
+	SweepInterval time.Duration
 	// Logger receives management events, never per-packet logs. Nil discards.
 	Logger *slog.Logger
 }
@@ -74,6 +101,9 @@ type Config struct {
 func (c *Config) Validate() error {
 	if c.Table == nil {
 		return errors.New("vswitch: Config.Table is required")
+	}
+	if c.SweepInterval < 0 {
+		return errors.New("vswitch: negative Config.SweepInterval")
 	}
 	return nil
 }
@@ -95,6 +125,8 @@ type Switch struct {
 	tableDrops [256]atomic.Uint64
 	lookups    counter
 	cacheHits  counter
+	recircs    counter
+	sweepStop  chan struct{} // closed by Close to end the sweeper, nil without one
 	capTotals  captureTotals // capture.go
 }
 
@@ -140,6 +172,14 @@ func New(cfg Config) (*Switch, error) {
 	}
 	s := &Switch{cfg: cfg, log: log}
 	s.ports.Store(&portMap{})
+	if cfg.Conntrack == nil && cfg.Table.Snapshot().HasConntrack() {
+		log.Warn("the flow table has ct actions but the switch has no connection tracker: their packets are dropped (no_conntrack)")
+	}
+	if cfg.Conntrack != nil && cfg.SweepInterval > 0 {
+		s.sweepStop = make(chan struct{})
+		s.wg.Add(1)
+		go s.sweep(cfg.Conntrack, cfg.SweepInterval)
+	}
 	return s, nil
 }
 
@@ -266,6 +306,9 @@ func (s *Switch) Close() error {
 		return nil
 	}
 	s.closed = true
+	if s.sweepStop != nil {
+		close(s.sweepStop)
+	}
 	old := *s.ports.Load()
 	s.ports.Store(&portMap{})
 	s.mu.Unlock()
@@ -309,8 +352,12 @@ func (s *Switch) Stats() Stats {
 	}
 	st.Lookups = s.lookups.n.Load()
 	st.CacheHits = s.cacheHits.n.Load()
+	st.Recirculations = s.recircs.n.Load()
 	return st
 }
+
+// Conntrack returns the switch's connection tracker, nil when it has none.
+func (s *Switch) Conntrack() *conntrack.Tracker { return s.cfg.Conntrack }
 
 // Table returns the flow table the switch runs.
 func (s *Switch) Table() *flowtable.Table { return s.cfg.Table }

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
 )
 
@@ -37,8 +38,12 @@ type worker struct {
 	v      flowtable.Verdict
 	pend   []pending
 	nPend  int
+	ports  portMap // the port map for this batch
+	// Counts of this batch, added to the switch's counters once per batch.
+	nLookups, nHits, nRecircs uint64
 	// wire is scratch space for a capture's outer headers (capture.go).
 	wire [MaxWireHeader]byte
+	ct   ctWorker // connection tracking (conntrack.go)
 }
 
 func (s *Switch) newWorker(e *portEntry, q Port) *worker {
@@ -60,6 +65,7 @@ func (s *Switch) newWorker(e *portEntry, q Port) *worker {
 	if s.cfg.CacheSize > 0 {
 		w.cache = flowtable.NewCache(s.cfg.CacheSize)
 	}
+	w.ct.init(s.cfg.Conntrack, n)
 	return w
 }
 
@@ -96,8 +102,12 @@ func (w *worker) process(n int) {
 	s := w.s
 	in := w.in
 	snap := s.cfg.Table.Snapshot()
+	w.ports = *s.ports.Load()
 	if c := in.capture.Load(); c != nil {
 		c.rx(w, n)
+	}
+	if w.ct.t != nil && snap.HasConntrack() {
+		w.prefetch(n)
 	}
 	var rxBytes uint64
 	for i := 0; i < n; i++ {
@@ -122,13 +132,10 @@ func (w *worker) process(n int) {
 			w.drop(DropMalformed)
 			continue
 		}
-		s.lookups.n.Add(1)
-		if w.cache != nil {
-			if w.cache.Run(snap, &w.f, &w.v) {
-				s.cacheHits.n.Add(1)
-			}
-		} else {
-			snap.Run(&w.f, &w.v)
+		w.run(snap, 0, &w.f, &w.v)
+		if w.v.NCT > 0 {
+			w.tracked(snap, i, size)
+			continue
 		}
 		w.v.Account(size)
 		if w.v.NOut == 0 {
@@ -140,7 +147,28 @@ func (w *worker) process(n int) {
 	}
 	in.stats.rxPackets.n.Add(uint64(n))
 	in.stats.rxBytes.n.Add(rxBytes)
+	s.lookups.n.Add(w.nLookups)
+	if w.nHits > 0 {
+		s.cacheHits.n.Add(w.nHits)
+	}
+	if w.nRecircs > 0 {
+		s.recircs.n.Add(w.nRecircs)
+	}
+	w.nLookups, w.nHits, w.nRecircs = 0, 0, 0
 	w.flush()
+}
+
+// run runs the pipeline of snap from table start for f into v, behind the
+// worker's cache.
+func (w *worker) run(snap *flowtable.Snapshot, start uint8, f *flowtable.Fields, v *flowtable.Verdict) {
+	w.nLookups++
+	if w.cache == nil {
+		snap.RunFrom(start, f, v)
+		return
+	}
+	if w.cache.RunFrom(snap, start, f, v) {
+		w.nHits++
+	}
 }
 
 func (w *worker) drop(r DropReason) {
@@ -150,49 +178,61 @@ func (w *worker) drop(r DropReason) {
 
 // route queues frame i for each output of the verdict in w.v.
 func (w *worker) route(i, size int) {
-	ports := *w.s.ports.Load()
 	hash := FlowHash(&w.f)
 	g := w.meta[i].GSO
 	// Outputs after the first get copies, made before the first output may
 	// rewrite the original.
 	for k := w.v.NOut - 1; k >= 0; k-- {
-		out := &w.v.Outputs[k]
-		dst, ok := ports[out.Port]
-		if !ok {
-			w.drop(DropNoPort)
-			continue
-		}
-		buf := w.bufs[i]
-		if k > 0 {
-			if w.nSpare == len(w.spare) {
-				w.drop(DropNoBuffer)
-				continue
-			}
-			c := w.spare[w.nSpare]
-			w.nSpare++
-			copy(c[Headroom:Headroom+size], buf[Headroom:Headroom+size])
-			buf = c
-		}
-		if out.SetEthDst {
-			copy(buf[Headroom:Headroom+6], out.EthDst[:])
-		}
-		if g.IsGSO() && !dst.caps.Offload {
-			w.drop(DropGSO)
-			continue
-		}
-		m := port.Meta{Size: size, GSO: g, Hash: hash}
-		if dst.caps.Tunnel {
-			if out.TunDst == ([4]byte{}) {
-				w.drop(DropNoTunnelDst)
-				continue
-			}
-			m.Tunnel = port.Endpoint{Addr: out.TunDst, VNI: uint32(out.TunID) & 0xffffff}
-		}
-		p := w.pendingFor(dst, dst.queueFor(hash))
-		p.bufs = append(p.bufs, buf[:Headroom+size])
-		p.meta = append(p.meta, m)
-		p.bytes += size
+		w.output(w.bufs[i], size, g, &w.v.Outputs[k], hash, k > 0)
 	}
+}
+
+// output queues the frame in buf (size bytes at Headroom, offload
+// metadata g) for out; with cp, on a copy in a spare buffer, leaving buf
+// as it is.
+func (w *worker) output(buf []byte, size int, g packet.GSO, out *flowtable.Output, hash uint32, cp bool) {
+	dst, ok := w.ports[out.Port]
+	if !ok {
+		w.drop(DropNoPort)
+		return
+	}
+	if cp {
+		c := w.spareBuf()
+		if c == nil {
+			w.drop(DropNoBuffer)
+			return
+		}
+		copy(c[Headroom:Headroom+size], buf[Headroom:Headroom+size])
+		buf = c
+	}
+	if out.SetEthDst {
+		copy(buf[Headroom:Headroom+6], out.EthDst[:])
+	}
+	if g.IsGSO() && !dst.caps.Offload {
+		w.drop(DropGSO)
+		return
+	}
+	m := port.Meta{Size: size, GSO: g, Hash: hash}
+	if dst.caps.Tunnel {
+		if out.TunDst == ([4]byte{}) {
+			w.drop(DropNoTunnelDst)
+			return
+		}
+		m.Tunnel = port.Endpoint{Addr: out.TunDst, VNI: uint32(out.TunID) & 0xffffff}
+	}
+	p := w.pendingFor(dst, dst.queueFor(hash))
+	p.bufs = append(p.bufs, buf[:Headroom+size])
+	p.meta = append(p.meta, m)
+	p.bytes += size
+}
+
+// spareBuf returns a spare buffer for this batch, nil when none is left.
+func (w *worker) spareBuf() []byte {
+	if w.nSpare == len(w.spare) {
+		return nil
+	}
+	w.nSpare++
+	return w.spare[w.nSpare-1]
 }
 
 // queueFor returns the index of the queue of e a frame of flow hash h is

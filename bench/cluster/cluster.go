@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/bench/ovs"
 	"github.com/gvswitch/gvs/internal/daemon"
 	"github.com/gvswitch/gvs/sdn/pki"
 )
@@ -79,6 +80,7 @@ type Node struct {
 	proc   *lab.Proc
 	// procs are the processes of a non-gvs dataplane (OVS), if any.
 	procs []*lab.Proc
+	ovs   *ovs.Daemons // an OVS node's daemons, nil for the others
 }
 
 // Pod is a pod attached to a node.

@@ -2,59 +2,38 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/gvswitch/gvs/bench/ovs"
 )
 
 // OVSSchema is the OVSDB schema Debian's openvswitch-switch installs.
-const OVSSchema = "/usr/share/openvswitch/vswitch.ovsschema"
+const OVSSchema = ovs.Schema
 
 // ErrOVSMissing is returned (wrapped) when Open vSwitch is not installed.
-var ErrOVSMissing = errors.New("cluster: Open vSwitch is not installed (apt-get install openvswitch-switch)")
+var ErrOVSMissing = ovs.ErrMissing
 
 // OVSAvailable reports, with an error wrapping ErrOVSMissing, whether the
 // Open vSwitch programs and schema the OVS dataplane needs are installed.
-func OVSAvailable() error {
-	for _, p := range []string{"ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl"} {
-		if _, err := exec.LookPath(p); err != nil {
-			return fmt.Errorf("%w: %v", ErrOVSMissing, err)
-		}
-	}
-	if _, err := os.Stat(OVSSchema); err != nil {
-		return fmt.Errorf("%w: %v", ErrOVSMissing, err)
-	}
-	return nil
-}
+func OVSAvailable() error { return ovs.Available() }
 
 // ovsDir is node i's Open vSwitch run, database and log directory.
 func (c *Cluster) ovsDir(i int) string {
 	return filepath.Join(c.Lab.StateDir(), c.Nodes[i].Name+"-ovs")
 }
 
-// ovsEnv prefixes argv so that an OVS program run for node i uses only
-// node i's directory, never the host's /var/run/openvswitch.
-func (c *Cluster) ovsEnv(i int, argv ...string) []string {
-	d := c.ovsDir(i)
-	return append([]string{"env", "OVS_RUNDIR=" + d, "OVS_DBDIR=" + d, "OVS_LOGDIR=" + d, "OVS_SYSCONFDIR=" + d}, argv...)
-}
-
 // vsctl runs ovs-vsctl against node i's database.
 func (c *Cluster) vsctl(ctx context.Context, i int, args ...string) ([]byte, error) {
 	n := &c.Nodes[i]
-	argv := c.ovsEnv(i, append([]string{"ovs-vsctl", "--timeout=20", "--db=unix:" + filepath.Join(c.ovsDir(i), "db.sock")}, args...)...)
-	out, err := c.Lab.Exec(ctx, n.NS, argv...)
-	if err != nil {
-		return out, fmt.Errorf("ovs node %s: ovs-vsctl %s: %w: %s", n.Name, strings.Join(args, " "), err, out)
+	if n.ovs == nil {
+		return nil, fmt.Errorf("ovs node %s: no Open vSwitch running", n.Name)
 	}
-	return out, nil
+	return n.ovs.Vsctl(ctx, args...)
 }
 
 // upOVSNode builds node i on Open vSwitch's userspace datapath, with an
@@ -71,41 +50,13 @@ func (c *Cluster) vsctl(ctx context.Context, i int, args ...string) ([]byte, err
 // The pods' ends of the veths have tx checksum offload off: OVS's netdev
 // datapath does not complete partial checksums.
 func (c *Cluster) upOVSNode(ctx context.Context, i int) error {
-	if err := OVSAvailable(); err != nil {
-		return err
-	}
 	n := &c.Nodes[i]
-	dir := c.ovsDir(i)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("ovs node %s: %w", n.Name, err)
-	}
-	db := filepath.Join(dir, "conf.db")
-	if out, err := exec.CommandContext(ctx, "ovsdb-tool", "create", db, OVSSchema).CombinedOutput(); err != nil {
-		return fmt.Errorf("ovs node %s: ovsdb-tool create: %w: %s", n.Name, err, out)
-	}
-	sock := filepath.Join(dir, "db.sock")
-	p, err := c.Lab.Start(ctx, n.NS, filepath.Join(dir, "ovsdb-server.log"), c.ovsEnv(i,
-		"ovsdb-server", db, "--remote=punix:"+sock,
-		"--pidfile="+filepath.Join(dir, "ovsdb-server.pid"),
-		"--unixctl="+filepath.Join(dir, "ovsdb-server.ctl"))...)
+	d, err := ovs.Start(ctx, c.Lab, n.NS, c.ovsDir(i))
 	if err != nil {
 		return err
 	}
-	n.procs = append(n.procs, p)
-	if err := waitFile(ctx, sock, p.Done()); err != nil {
-		return fmt.Errorf("ovs node %s: ovsdb-server: %w (log %s)", n.Name, err, p.LogFile)
-	}
-	if _, err := c.vsctl(ctx, i, "--no-wait", "init"); err != nil {
-		return err
-	}
-	p, err = c.Lab.Start(ctx, n.NS, filepath.Join(dir, "ovs-vswitchd.log"), c.ovsEnv(i,
-		"ovs-vswitchd", "unix:"+sock,
-		"--pidfile="+filepath.Join(dir, "ovs-vswitchd.pid"),
-		"--unixctl="+filepath.Join(dir, "ovs-vswitchd.ctl"))...)
-	if err != nil {
-		return err
-	}
-	n.procs = append(n.procs, p)
+	n.ovs = d
+	n.procs = append(n.procs, d.Procs...)
 
 	mac, err := c.Lab.Exec(ctx, n.NS, "cat", "/sys/class/net/eth0/address")
 	if err != nil {
@@ -160,26 +111,6 @@ func (c *Cluster) upOVSNode(ctx context.Context, i int) error {
 		}
 	}
 	return nil
-}
-
-// waitFile waits up to 10 s for path to exist, or until done is closed.
-func waitFile(ctx context.Context, path string, done <-chan struct{}) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not appear", path)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-done:
-			return fmt.Errorf("process ended before %s appeared", path)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // DataplanePIDs returns the processes that carry node i's packets: its

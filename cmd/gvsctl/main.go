@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/control"
 	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
@@ -32,8 +33,12 @@ commands:
   add-flows FILE          add the rules in FILE, one per line ("-" reads standard input)
   del-flows [--strict] [FILTER]
                           delete the rules FILTER selects (all rules without one)
-  trace PACKET            follow a described packet (e.g. in_port=3,ip,nw_src=10.128.0.3,nw_dst=10.128.2.3)
-                          table by table; when it leaves through the tunnel, says how to go on
+  trace [--ct-next STATE]... PACKET
+                          follow a described packet (e.g. in_port=3,ip,nw_src=10.128.0.3,nw_dst=10.128.2.3)
+                          table by table, through ct actions and their recirculations;
+                          --ct-next gives the ct_state of each recirculation in turn (e.g. trk|est)
+                          instead of what the tracker holds; when the packet leaves through the
+                          tunnel, says how to go on
   stats                   drops by reason and table, lookups, cache hits
   pods                    attached pods
   capture PORT -w FILE [-c COUNT] [-G DURATION] [-d in|out|both] [--snaplen N]
@@ -149,11 +154,12 @@ func run(args []string, stdout io.Writer) error {
 		return c.call(control.Request{Command: "del-flows", Args: strings.Join(rest, ","), Strict: strict}, &r,
 			func() { fmt.Fprintf(c.out, "deleted %d rule(s)\n", r.Count) })
 	case "trace":
-		if len(rest) == 0 {
-			return errors.New("trace needs a packet description, e.g. in_port=3,ip,nw_src=10.128.0.3,nw_dst=10.128.2.3")
+		args, err := traceArgs(rest)
+		if err != nil {
+			return err
 		}
 		var r control.TraceResult
-		return c.call(control.Request{Command: "trace", Args: strings.Join(rest, ",")}, &r, func() { printTrace(c.out, r) })
+		return c.call(control.Request{Command: "trace", Args: args}, &r, func() { printTrace(c.out, r) })
 	case "stats":
 		var r control.Stats
 		return c.call(control.Request{Command: "stats"}, &r, func() { printStats(c.out, r) })
@@ -258,6 +264,36 @@ func stripHead(rule string) string {
 		out = append(out, p)
 	}
 	return strings.Join(out, ", ")
+}
+
+// traceArgs makes the trace request's argument: the packet description
+// with a ct_next=STATE item for each --ct-next (flowtable.ParseTrace reads
+// it). The states are checked here, so that a typo fails before the call.
+func traceArgs(rest []string) (string, error) {
+	var desc, next []string
+	for i := 0; i < len(rest); i++ {
+		a := rest[i]
+		v, ok := strings.CutPrefix(a, "--ct-next=")
+		if a == "--ct-next" {
+			if i+1 == len(rest) {
+				return "", errors.New("--ct-next needs a state, e.g. trk|est")
+			}
+			v, ok = rest[i+1], true
+			i++
+		}
+		if !ok {
+			desc = append(desc, a)
+			continue
+		}
+		if _, err := flowtable.ParseCTState(v); err != nil {
+			return "", fmt.Errorf("--ct-next %s: %w", v, err)
+		}
+		next = append(next, "ct_next="+v)
+	}
+	if len(desc) == 0 {
+		return "", errors.New("trace needs a packet description, e.g. in_port=3,ip,nw_src=10.128.0.3,nw_dst=10.128.2.3")
+	}
+	return strings.Join(append(desc, next...), ","), nil
 }
 
 func printTrace(w io.Writer, r control.TraceResult) {
