@@ -33,10 +33,6 @@ type simOutput struct {
 	port   uint32
 	tunID  uint32
 	tunDst netip.Addr
-	// ct_state and ct_mark after the last ct action (trk: there was one).
-	trk, rpl, rel bool
-	mark          uint32
-	committed     bool // a ct(commit) ran
 }
 
 func (o simOutput) String() string {

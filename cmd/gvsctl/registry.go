@@ -170,7 +170,7 @@ func servicesCmd(ctx context.Context, reg *registry.Registry, show func(any, fun
 		})
 	case "set":
 		if len(rest) < 3 {
-			return errors.New("services set NS/NAME CLUSTER-IP PROTO/PORT...")
+			return errors.New("usage: services set NS/NAME CLUSTER-IP PROTO/PORT…")
 		}
 		ns, name, ok := strings.Cut(rest[0], "/")
 		if !ok {
@@ -195,7 +195,7 @@ func servicesCmd(ctx context.Context, reg *registry.Registry, show func(any, fun
 		return reg.SetService(ctx, ns, name, rec)
 	case "delete":
 		if len(rest) == 0 {
-			return errors.New("services delete NS/NAME...")
+			return errors.New("usage: services delete NS/NAME…")
 		}
 		for _, k := range rest {
 			ns, name, ok := strings.Cut(k, "/")
