@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,11 +72,12 @@ func TestServices(t *testing.T) {
 		if out, err := c.RegistryCtl(ctx(t), "services", "set", "alpha/"+s.name, s.ip, "tcp/80", "udp/53"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		for _, r := range [][]string{
-			{"-p", "tcp", "--dport", "80", "-j", "DNAT", "--to-destination", s.backend + ":5201"},
-			{"-p", "udp", "--dport", "53", "-j", "DNAT", "--to-destination", s.backend + ":9000"},
-		} {
-			mustExec(t, c.Lab, n1.NS, append([]string{"iptables", "-t", "nat", "-A", "PREROUTING", "-d", s.ip}, r...)...)
+		ip, backend := netip.MustParseAddr(s.ip), netip.MustParseAddr(s.backend)
+		if err := c.ServiceDNAT(ctx(t), 0, ip, "tcp", 80, netip.AddrPortFrom(backend, 5201)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ServiceDNAT(ctx(t), 0, ip, "udp", 53, netip.AddrPortFrom(backend, 9000)); err != nil {
+			t.Fatal(err)
 		}
 	}
 	// The services reach node 1 through the registry.
@@ -157,8 +159,9 @@ func TestServices(t *testing.T) {
 	t.Run("unregistered-service", func(t *testing.T) {
 		// A ClusterIP the node has no service record for is dropped in
 		// table 60 (multitenant fails closed), even with a DNAT rule.
-		mustExec(t, c.Lab, n1.NS, "iptables", "-t", "nat", "-A", "PREROUTING", "-d", "172.30.0.99", "-p", "tcp", "--dport", "80",
-			"-j", "DNAT", "--to-destination", alpha2.IP.String()+":5201")
+		if err := c.ServiceDNAT(ctx(t), 0, netip.MustParseAddr("172.30.0.99"), "tcp", 80, netip.AddrPortFrom(alpha2.IP, 5201)); err != nil {
+			t.Fatal(err)
+		}
 		if ok, out := tcpOK(alpha1, "172.30.0.99"); ok {
 			t.Errorf("unregistered service reached:\n%s", out)
 		}
