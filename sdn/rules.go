@@ -100,12 +100,11 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 	// address (table 25 below); the backend's reply must go back through
 	// tun0 too, for the host to undo the DNAT. Such requests are committed
 	// with ct_mark bit 0 set (viaHostMark); table 31 sends their replies to
-	// tun0. Every packet to the cluster network is tracked (zone 0), so
-	// that a reply is known as one, whichever port it comes from.
-	for _, cn := range cfg.ClusterNetworks {
-		b.Add(TableClassify, 1000, 0, match{ip, nwDst(cn), flowtable.CtState(0, conntrack.StateTrk)},
-			flowtable.Ct(flowtable.CT{Recirc: true, Table: TableClassify}))
-	}
+	// tun0. The client is a pod of this node (the host DNATs what its own
+	// pods send to tun0), so every packet to the local subnet is tracked
+	// (zone 0), whichever port it comes from: a reply is then known as one.
+	b.Add(TableClassify, 1000, 0, match{ip, nwDst(sub), flowtable.CtState(0, conntrack.StateTrk)},
+		flowtable.Ct(flowtable.CT{Recirc: true, Table: TableClassify}))
 	// tun0: the host is VNID 0 (explicitly), except pod-sourced traffic the
 	// host sends back after service DNAT, which table 25 re-tags after
 	// committing it (above).
