@@ -24,9 +24,8 @@ import (
 // mode a pod reaches only its own project's services and the global
 // projects', also when the host masquerades service traffic.
 //
-// kube-proxy itself (built from k8s.io/kubernetes) and SCTP are not in this
-// test: the kernel here has no SCTP module, and kube-proxy needs the
-// Kubernetes mode of gvs-switchd (docs/kubernetes.md).
+// The real kube-proxy is TestKubeProxy's; SCTP is in neither (the kernel
+// here has no SCTP sockets).
 func TestServices(t *testing.T) {
 	c := up(t, "svc", cluster.Spec{
 		// Per node: p1 alpha, p2 beta, p3 default (global), p4 alpha.
