@@ -13,6 +13,7 @@ import (
 //	0x2_AABBCCDD  a remote node, keyed by its underlay IPv4 address
 //	0x3_00VVVVVV  a VNID's isolation rules (multitenant table 80)
 //	0x4_00VVVVVV  a VNID's multicast rules (tables 110 and 120)
+//	0x7_AABBCCDD  a service, keyed by its ClusterIP (multitenant table 60)
 //
 // The rules of SetupRules carry cookie 0. Cookies never collide across
 // classes, and within a class they are unique because the keys are.
@@ -21,6 +22,8 @@ const (
 	cookieClassNode  uint64 = 2 << 32
 	cookieClassVNID  uint64 = 3 << 32
 	cookieClassMcast uint64 = 4 << 32
+	// Classes 5 and 6 are kept for NetworkPolicy (ingress and egress).
+	cookieClassService uint64 = 7 << 32
 )
 
 // PodCookie returns the cookie of the rules of the pod with address ip.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gvswitch/gvs/conntrack"
 	"github.com/gvswitch/gvs/flowtable"
 )
 
@@ -12,7 +13,7 @@ import (
 // version note in table 253. It must change whenever the rules produced by
 // the generators change: the golden test pins the hash of the program's
 // text (Text) to it.
-const RuleVersion = 1
+const RuleVersion = 2
 
 // The tables of the rule program (docs/openshift-rules.md).
 const (
@@ -25,7 +26,7 @@ const (
 	TableRoute            = 31  // route by destination
 	TableARPLocal         = 40  // ARP to a local pod
 	TableARPRemote        = 50  // ARP to a remote subnet
-	TableService          = 60  // service network → tun0
+	TableService          = 60  // service network → tun0 (multitenant: per service)
 	TableIPLocal          = 70  // IP to a local pod: reg1, reg2
 	TableIsolation        = 80  // tenant isolation, output reg2
 	TableIPRemote         = 90  // IP to a remote subnet
@@ -94,12 +95,25 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 		b.Add(TableClassify, 200, 0, match{inVXLAN, ip, nwSrc(cn), nwDst(multicastNet)}, tunToReg0(), gotoTable(TableVXLANIn))
 	}
 	b.Add(TableClassify, 150, 0, match{inVXLAN}, drop...)
+	// Connection state for services: the host DNATs a pod's request to a
+	// service and sends it back in through tun0 with the pod's own source
+	// address (table 25 below); the backend's reply must go back through
+	// tun0 too, for the host to undo the DNAT. Such requests are committed
+	// with ct_mark bit 0 set (viaHostMark); table 31 sends their replies to
+	// tun0. The client is a pod of this node (the host DNATs what its own
+	// pods send to tun0), so every packet to the local subnet is tracked
+	// (zone 0), whichever port it comes from: a reply is then known as one.
+	b.Add(TableClassify, 1000, 0, match{ip, nwDst(sub), flowtable.CtState(0, conntrack.StateTrk)},
+		flowtable.Ct(flowtable.CT{Recirc: true, Table: TableClassify}))
 	// tun0: the host is VNID 0 (explicitly), except pod-sourced traffic the
-	// host sends back after service DNAT, which table 25 re-tags.
+	// host sends back after service DNAT, which table 25 re-tags after
+	// committing it (above).
 	b.Add(TableClassify, 500, 0, match{inTun0, ip, nwDst(multicastNet)}, drop...)
 	b.Add(TableClassify, 400, 0, match{inTun0, ip, flowtable.NwSrc(gw)}, loadReg(0, 0), gotoTable(TableConntrack))
 	for _, cn := range cfg.ClusterNetworks {
-		b.Add(TableClassify, 300, 0, match{inTun0, ip, nwSrc(sub), nwDst(cn)}, gotoTable(TableFromHost))
+		b.Add(TableClassify, 300, 0, match{inTun0, ip, nwSrc(sub), nwDst(cn)},
+			flowtable.Ct(flowtable.CT{Commit: true, Recirc: true, Table: TableFromHost,
+				Exec: []flowtable.CTExec{flowtable.SetCtMark(viaHostMark, viaHostMark)}}))
 	}
 	for _, cn := range cfg.ClusterNetworks {
 		b.Add(TableClassify, 200, 0, match{inTun0, arp, flowtable.NwSrc(gw), nwDst(cn)}, loadReg(0, 0), gotoTable(TableConntrack))
@@ -125,7 +139,13 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 	b.Add(TablePolicyEgress, 0, 0, nil, gotoTable(TableConntrack))
 	b.Add(TableConntrack, 0, 0, nil, gotoTable(TableRoute))
 
-	// Table 31: route by destination.
+	// Table 31: route by destination. Replies (and ICMP errors) of
+	// connections the host DNATed go back to it first, addressed to tun0's
+	// MAC (the backend addressed the client's, which the host would drop).
+	viaHost := flowtable.CtMarkMasked(viaHostMark, viaHostMark)
+	toHost := []flowtable.Action{flowtable.SetFieldMAC(flowtable.FieldEthDst, GatewayMAC(cfg)), outputTun0()}
+	b.Add(TableRoute, 400, 0, match{ip, flowtable.CtState(conntrack.StateTrk|conntrack.StateRpl, 0), viaHost}, toHost...)
+	b.Add(TableRoute, 400, 0, match{ip, flowtable.CtState(conntrack.StateTrk|conntrack.StateRel, 0), viaHost}, toHost...)
 	b.Add(TableRoute, 300, 0, match{arp, flowtable.NwDst(gw)}, outputTun0())
 	b.Add(TableRoute, 300, 0, match{ip, flowtable.NwDst(gw)}, outputTun0())
 	b.Add(TableRoute, 200, 0, match{arp, nwDst(sub)}, gotoTable(TableARPLocal))
@@ -146,8 +166,17 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 	b.Add(TableARPLocal, 0, 0, nil, drop...)
 	b.Add(TableARPRemote, 0, 0, nil, drop...)
 
-	// Table 60: services go to the host (kube-proxy).
-	b.Add(TableService, 100, 0, nil, outputTun0())
+	// Table 60: services go to the host (kube-proxy). In multitenant mode
+	// only to the services of the pod's own project (ServiceRules) and, from
+	// VNID 0, to every service, as OpenShift SDN does: the host may
+	// masquerade the request on its way, after which the backend's node
+	// sees the gateway (VNID 0) as its source and can no longer tell.
+	if mode == ModeMultitenant {
+		b.Add(TableService, 200, 0, match{flowtable.Reg(0, 0)}, outputTun0())
+		b.Add(TableService, 0, 0, nil, drop...)
+	} else {
+		b.Add(TableService, 100, 0, nil, outputTun0())
+	}
 
 	// Table 70: IP to a local pod (PodRules).
 	b.Add(TableIPLocal, 0, 0, nil, drop...)

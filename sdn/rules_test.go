@@ -239,7 +239,8 @@ type parsedRule struct {
 }
 
 var (
-	matchRE = regexp.MustCompile(`^(ip|arp|tcp|udp|` +
+	matchRE = regexp.MustCompile(`^(ip|arp|tcp|udp|sctp|` +
+		`ct_state=([+-](trk|new|est|rel|rpl|inv))+|ct_mark=0x[0-9a-f]+/0x[0-9a-f]+|` +
 		`in_port=\d+|` +
 		`(nw_src|nw_dst)=\d+\.\d+\.\d+\.\d+(/\d+)?|` +
 		`(tun_src|tun_dst)=\d+\.\d+\.\d+\.\d+|` +
@@ -249,7 +250,8 @@ var (
 	actionRE = regexp.MustCompile(`^(output:\d+|output:NXM_NX_REG2\[\]|goto_table:\d+|drop|` +
 		`load:0x[0-9a-f]+->NXM_NX_REG[0-7]\[\]|load:0x[0-9a-f]+->NXM_NX_TUN_ID\[0\.\.31\]|` +
 		`move:NXM_NX_TUN_ID\[0\.\.31\]->NXM_NX_REG0\[\]|move:NXM_NX_REG0\[\]->NXM_NX_TUN_ID\[0\.\.31\]|` +
-		`set_field:\d+\.\d+\.\d+\.\d+->tun_dst|note:[0-9a-f]{2}(\.[0-9a-f]{2})*)$`)
+		`set_field:\d+\.\d+\.\d+\.\d+->tun_dst|set_field:([0-9a-f]{2}:){5}[0-9a-f]{2}->eth_dst|note:[0-9a-f]{2}(\.[0-9a-f]{2})*|` +
+		`ct\((commit,)?table=\d+(,exec\(set_field:0x[0-9a-f]+/0x[0-9a-f]+->ct_mark\))?\))$`)
 )
 
 // parseRule checks a rule against the ovs-ofctl subset the flowtable
@@ -285,13 +287,33 @@ func parseRule(t *testing.T, s string) parsedRule {
 		}
 		r.match = append(r.match, m)
 	}
-	for _, a := range strings.Split(acts, ",") {
+	for _, a := range splitActions(acts) {
 		if !actionRE.MatchString(a) {
 			t.Errorf("action %q outside the supported syntax in %q", a, s)
 		}
 		r.actions = append(r.actions, a)
 	}
 	return r
+}
+
+// splitActions splits an action list at the commas outside parentheses.
+func splitActions(s string) []string {
+	var out []string
+	depth, start := 0, 0
+	for i, c := range s {
+		switch c {
+		case '(':
+			depth++
+		case ')':
+			depth--
+		case ',':
+			if depth == 0 {
+				out = append(out, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	return append(out, s[start:])
 }
 
 func TestProgramStructure(t *testing.T) {

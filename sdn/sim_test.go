@@ -22,6 +22,11 @@ type simPacket struct {
 	tpDst    uint16
 	tunSrc   netip.Addr
 	tunID    uint32
+	// What the connection tracker knows of the packet's connection: it
+	// is in the reply direction (rpl) of a committed connection with
+	// ct_mark mark, or an ICMP error related to one (rel).
+	rpl, rel bool
+	mark     uint32
 }
 
 type simOutput struct {
@@ -56,6 +61,10 @@ type simState struct {
 	regs   [8]uint32
 	tunID  uint32
 	tunDst netip.Addr
+	// ct_state and ct_mark after the last ct action (trk: there was one).
+	trk, rpl, rel bool
+	mark          uint32
+	committed     bool // a ct(commit) ran
 }
 
 func (st *simState) matches(m string) bool {
@@ -68,6 +77,33 @@ func (st *simState) matches(m string) bool {
 		return p.arp
 	case "tcp":
 		return !p.arp && p.proto == 6
+	case "sctp":
+		return !p.arp && p.proto == 132
+	case "ct_state":
+		flags := map[string]bool{"trk": st.trk, "rpl": st.trk && st.rpl, "rel": st.trk && st.rel,
+			"new": st.trk && !st.rpl && !st.rel, "est": st.trk && st.rpl, "inv": false}
+		for rest := val; rest != ""; {
+			want := rest[0] == '+'
+			rest = rest[1:]
+			i := strings.IndexAny(rest, "+-")
+			if i < 0 {
+				i = len(rest)
+			}
+			f, ok := flags[rest[:i]]
+			if !ok {
+				panic("simulator: ct_state flag " + rest[:i])
+			}
+			if f != want {
+				return false
+			}
+			rest = rest[i:]
+		}
+		return true
+	case "ct_mark":
+		v, m, _ := strings.Cut(val, "/")
+		vn, _ := strconv.ParseUint(v, 0, 32)
+		mn, _ := strconv.ParseUint(m, 0, 32)
+		return st.mark&uint32(mn) == uint32(vn)
 	case "udp":
 		return !p.arp && p.proto == 17
 	case "in_port":
@@ -123,6 +159,23 @@ func (s *simulator) run(p simPacket) []simOutput {
 		next := -1
 		for _, a := range best.actions {
 			switch {
+			case strings.HasPrefix(a, "ct("):
+				// The tracker: the packet is tracked, and the test says
+				// whether it is a reply; a commit may set ct_mark bits.
+				st.trk, st.rpl, st.rel, st.mark = true, p.rpl, p.rel, p.mark
+				if strings.HasPrefix(a, "ct(commit,") {
+					st.committed = true
+					if _, ex, ok := strings.Cut(a, "exec(set_field:"); ok && !p.rpl {
+						v, rest, _ := strings.Cut(ex, "/")
+						m, _, _ := strings.Cut(rest, "->")
+						vn, _ := strconv.ParseUint(v, 0, 32)
+						mn, _ := strconv.ParseUint(m, 0, 32)
+						st.mark = st.mark&^uint32(mn) | uint32(vn)
+					}
+				}
+				_, tbl, _ := strings.Cut(a, "table=")
+				n, _ := strconv.Atoi(strings.TrimRight(strings.SplitN(tbl, ",", 2)[0], ")"))
+				next = n
 			case strings.HasPrefix(a, "goto_table:"):
 				next, _ = strconv.Atoi(strings.TrimPrefix(a, "goto_table:"))
 			case strings.HasPrefix(a, "load:"):
@@ -138,6 +191,7 @@ func (s *simulator) run(p simPacket) []simOutput {
 				st.regs[0] = st.tunID
 			case a == "move:NXM_NX_REG0[]->NXM_NX_TUN_ID[0..31]":
 				st.tunID = st.regs[0]
+			case strings.HasPrefix(a, "set_field:") && strings.HasSuffix(a, "->eth_dst"):
 			case strings.HasPrefix(a, "set_field:"):
 				v, _, _ := strings.Cut(strings.TrimPrefix(a, "set_field:"), "->")
 				st.tunDst = netip.MustParseAddr(v)
@@ -184,12 +238,49 @@ func fromPod(port uint32, src, dst netip.Addr) simPacket {
 	return simPacket{inPort: port, proto: 6, src: src, dst: dst, tpDst: 80}
 }
 
+func sctp(p simPacket) simPacket { p.proto = 132; return p }
+
+func port(p simPacket, n uint16) simPacket { p.tpDst = n; return p }
+
+func udp(p simPacket, n uint16) simPacket { p.proto, p.tpDst = 17, n; return p }
+
+// reply marks p as the tracker would see a reply of a committed connection
+// with ct_mark mark; related as an ICMP error about one.
+func reply(p simPacket, mark uint32) simPacket { p.rpl, p.mark = true, mark; return p }
+
+func related(p simPacket, mark uint32) simPacket { p.rel, p.mark = true, mark; return p }
+
 func arpFromPod(port uint32, src, dst netip.Addr) simPacket {
 	return simPacket{inPort: port, arp: true, src: src, dst: dst, arpSha: PodMAC(src)}
 }
 
+// Services of the sample node: web's project (VNID 10) and db's (11).
+var (
+	ipSvcWeb = netip.MustParseAddr("172.30.0.10")
+	ipSvcDB  = netip.MustParseAddr("172.30.0.11")
+	ipSvcDNS = netip.MustParseAddr("172.30.0.2") // a global project's
+)
+
+func sampleServices() []Service {
+	return []Service{
+		{Namespace: "web", Name: "web", ClusterIP: ipSvcWeb, VNID: 10, Ports: []ServicePort{{ProtoTCP, 80}, {ProtoSCTP, 80}}},
+		{Namespace: "db", Name: "db", ClusterIP: ipSvcDB, VNID: 11, Ports: []ServicePort{{ProtoTCP, 80}}},
+		{Namespace: "default", Name: "dns", ClusterIP: ipSvcDNS, Ports: []ServicePort{{ProtoUDP, 53}}},
+	}
+}
+
+// withServices returns the sample program and the rules of sampleServices.
+func withServices(t *testing.T, mode Mode) []string {
+	cfg := sampleNode(mode)
+	rules := sampleProgram(t, mode)
+	for _, svc := range sampleServices() {
+		rules = append(rules, must(t)(ServiceRules(cfg, svc))...)
+	}
+	return rules
+}
+
 func TestProgramBehaviour(t *testing.T) {
-	mt := newSimulator(t, sampleProgram(t, ModeMultitenant))
+	mt := newSimulator(t, withServices(t, ModeMultitenant))
 	flat := newSimulator(t, sampleProgram(t, ModeSubnet))
 	vx := func(src, dst netip.Addr, tunSrc netip.Addr, vni uint32) simPacket {
 		return simPacket{inPort: PortVXLAN, proto: 6, src: src, dst: dst, tunSrc: tunSrc, tunID: vni}
@@ -225,7 +316,18 @@ func TestProgramBehaviour(t *testing.T) {
 		{"pod on the wrong port", mt, fromPod(5, ipWeb, ipRouter), ""},
 		{"pods may not send VXLAN", flat, toVXLANPort, ""},
 		{"egress to the internet via tun0", mt, fromPod(4, ipWeb, netip.MustParseAddr("8.8.8.8")), "port2"},
-		{"services via tun0", mt, fromPod(4, ipWeb, netip.MustParseAddr("172.30.0.10")), "port2"},
+		{"service of the own project via tun0", mt, fromPod(4, ipWeb, ipSvcWeb), "port2"},
+		{"service of the own project, SCTP", mt, sctp(fromPod(4, ipWeb, ipSvcWeb)), "port2"},
+		{"service of another project", mt, fromPod(4, ipWeb, ipSvcDB), ""},
+		{"service port not exposed", mt, port(fromPod(4, ipWeb, ipSvcWeb), 81), ""},
+		{"unknown service", mt, fromPod(4, ipWeb, netip.MustParseAddr("172.30.0.99")), ""},
+		{"global pod reaches every service", mt, fromPod(3, ipRouter, ipSvcDB), "port2"},
+		{"global service open to all", mt, udp(fromPod(5, ipDB, ipSvcDNS), 53), "port2"},
+		{"subnet mode: every service", flat, fromPod(4, ipWeb, ipSvcDB), "port2"},
+		{"backend's reply to a DNATed request goes back to the host", mt, reply(fromPod(3, ipRouter, ipWeb), viaHostMark), "port2"},
+		{"remote backend's reply goes back to the host", mt, reply(vx(ipRemote, ipWeb, ipNode2, 10), viaHostMark), "port2"},
+		{"reply of a connection not through the host", mt, reply(fromPod(3, ipRouter, ipWeb), 0), "port4"},
+		{"ICMP error about a DNATed request", mt, related(fromPod(3, ipRouter, ipWeb), viaHostMark), "port2"},
 		{"DNS to the node IP", mt, dns, "port2"},
 		{"to the gateway", mt, fromPod(5, ipDB, ipGW), "port2"},
 		{"service DNAT back to same tenant", mt, fromPod(PortTun0, ipWeb, ipRouter), "port3"},

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gvswitch/gvs/conntrack"
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/port"
 	"github.com/gvswitch/gvs/sdn"
@@ -276,7 +277,13 @@ func churnRun(t *testing.T, tbl *flowtable.Table, cacheSize int) {
 		{name: "remote->a", in: sdn.PortVXLAN, out: a.Port, inEP: tunEP, frame: churnFrame(remotePod, a.IP)},
 	}
 
-	sw, err := New(Config{Table: tbl, CacheSize: cacheSize})
+	// The program tracks connections to local pods (services), as the
+	// daemon's switch does.
+	ct, err := conntrack.New(conntrack.Config{MaxEntries: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := New(Config{Table: tbl, CacheSize: cacheSize, Conntrack: ct})
 	if err != nil {
 		t.Fatal(err)
 	}

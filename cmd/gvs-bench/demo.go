@@ -127,6 +127,7 @@ func demoUp(ctx context.Context, prefix string) error {
 	}
 	srv.Stop()
 
+	bad = append(bad, demoServices(ctx, c, bin, step)...)
 	bad = append(bad, demoLiveIsolation(ctx, c, step)...)
 
 	gvsctl := filepath.Join(bin, "gvsctl")
@@ -138,6 +139,7 @@ The cluster keeps running. Look around:
   ip netns exec %[6]s ping %[5]s
   ip netns exec %[1]s %[2]s -etcd %[7]s %[9]s projects list    (and join, isolate, make-global)
   ip netns exec %[1]s %[2]s -etcd %[7]s %[9]s nodes
+  ip netns exec %[1]s %[2]s -etcd %[7]s %[9]s services list
 (the administrator's certificate gvs-master made on first start is in %[10]s)
 Tear it down with:  make demo-down
 `, c.Nodes[0].NS, gvsctl, c.Nodes[0].Socket, a.IP, b.IP, a.NS, strings.Join(c.EtcdEndpoints, ","),

@@ -56,6 +56,12 @@ certificate from gvs-master cert admin: --etcd-tls DIR or $GVS_ETCD_TLS):
   projects make-global P...
                           give projects VNID 0
   nodes                   registered nodes with their underlay IPs and subnets
+  services list           services (etcd-registry mode): in multitenant mode a pod reaches only
+                          its own project's services and those of global projects
+  services set NS/NAME CLUSTER-IP PROTO/PORT...
+                          record a service (e.g. services set alpha/web 172.30.0.10 tcp/80 udp/53)
+  services delete NS/NAME...
+                          delete services
 
   With --kubeconfig FILE the same commands work on a Kubernetes API server:
   projects are Namespaces with their NetNamespaces; join, isolate and
@@ -99,7 +105,10 @@ func run(args []string, stdout io.Writer) error {
 	c := cli{ctx: ctx, socket: *socket, json: *output == "json", out: stdout}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch cmd {
-	case "projects", "nodes":
+	case "projects", "nodes", "services":
+		if *kubeconfig != "" && cmd == "services" {
+			return errors.New("services: in Kubernetes mode gvs-switchd follows the API server's Services (kubectl get services)")
+		}
 		if *kubeconfig != "" {
 			return kubeCmd(ctx, *kubeconfig, c.json, c.out, cmd, rest)
 		}

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/netip"
 	"slices"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/gvswitch/gvs/sdn/master"
@@ -70,6 +73,9 @@ func registryCmd(ctx context.Context, dc registry.DialConfig, asJSON bool, out i
 			}
 			tw.Flush()
 		})
+	}
+	if cmd == "services" {
+		return servicesCmd(ctx, reg, show, out, args)
 	}
 	// projects
 	if len(args) == 0 {
@@ -136,4 +142,71 @@ func registryCmd(ctx context.Context, dc registry.DialConfig, asJSON bool, out i
 		}
 		tw.Flush()
 	})
+}
+
+// servicesCmd lists, sets and deletes the registry's services.
+func servicesCmd(ctx context.Context, reg *registry.Registry, show func(any, func()) error, out io.Writer, args []string) error {
+	if len(args) == 0 {
+		args = []string{"list"}
+	}
+	op, rest := args[0], args[1:]
+	switch op {
+	case "list":
+		svcs, err := reg.Services(ctx)
+		if err != nil {
+			return err
+		}
+		return show(svcs, func() {
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SERVICE\tCLUSTER-IP\tPORTS")
+			for _, k := range slices.Sorted(maps.Keys(svcs)) {
+				var ports []string
+				for _, p := range svcs[k].Ports {
+					ports = append(ports, fmt.Sprintf("%s/%d", strings.ToLower(p.Protocol), p.Port))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", k, svcs[k].ClusterIP, strings.Join(ports, ","))
+			}
+			tw.Flush()
+		})
+	case "set":
+		if len(rest) < 3 {
+			return errors.New("usage: services set NS/NAME CLUSTER-IP PROTO/PORT…")
+		}
+		ns, name, ok := strings.Cut(rest[0], "/")
+		if !ok {
+			return fmt.Errorf("service %q: want NAMESPACE/NAME", rest[0])
+		}
+		ip, err := netip.ParseAddr(rest[1])
+		if err != nil {
+			return fmt.Errorf("ClusterIP: %w", err)
+		}
+		rec := registry.Service{ClusterIP: ip}
+		for _, pp := range rest[2:] {
+			proto, port, ok := strings.Cut(pp, "/")
+			n, err := strconv.ParseUint(port, 10, 16)
+			if !ok || err != nil || n == 0 {
+				return fmt.Errorf("port %q: want PROTO/PORT (tcp/80)", pp)
+			}
+			if _, err := registry.ParseProtocol(proto); err != nil {
+				return err
+			}
+			rec.Ports = append(rec.Ports, registry.ServicePort{Protocol: strings.ToUpper(proto), Port: uint16(n)})
+		}
+		return reg.SetService(ctx, ns, name, rec)
+	case "delete":
+		if len(rest) == 0 {
+			return errors.New("usage: services delete NS/NAME…")
+		}
+		for _, k := range rest {
+			ns, name, ok := strings.Cut(k, "/")
+			if !ok {
+				return fmt.Errorf("service %q: want NAMESPACE/NAME", k)
+			}
+			if err := reg.DeleteService(ctx, ns, name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("services: unknown operation %q (list, set, delete)", op)
 }

@@ -21,8 +21,10 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gvswitch/gvs/cniplugin"
+	"github.com/gvswitch/gvs/conntrack"
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/accept"
 	"github.com/gvswitch/gvs/internal/control"
@@ -81,9 +83,14 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	d := &Daemon{cfg: cfg, log: log, table: flowtable.New(flowtable.Config{Logger: log}), peers: new(vxlan.Peers)}
-	var err error
+	// The rule program tracks connections in every mode (services: the
+	// replies of requests the host DNATed go back through tun0).
+	ct, err := conntrack.New(conntrack.Config{Logger: log})
+	if err != nil {
+		return nil, err
+	}
 	d.sw, err = vswitch.New(vswitch.Config{Table: d.table, Logger: log,
-		MaxFrame: d.maxFrame(), NoOffload: !d.offload()})
+		MaxFrame: d.maxFrame(), NoOffload: !d.offload(), Conntrack: ct, SweepInterval: time.Second})
 	if err != nil {
 		return nil, err
 	}

@@ -27,3 +27,13 @@ func (d *Daemon) SetProjectVNID(project string, vnid uint32) error {
 	}
 	return err
 }
+
+// SetService installs or replaces a service's table 60 rules
+// (internal/daemon/source.ServiceSink): in multitenant mode only its own
+// project's pods reach it.
+func (d *Daemon) SetService(svc sdn.Service) error { return d.prog.SetService(svc) }
+
+// DeleteService removes a service's table 60 rules.
+func (d *Daemon) DeleteService(namespace, name string) error {
+	return d.prog.DeleteService(namespace, name)
+}

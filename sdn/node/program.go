@@ -68,7 +68,8 @@ type Program struct {
 	pods     map[netip.Addr]sdn.Pod
 	vnids    map[uint32]int // VNID → local pods using it
 	projects map[string]uint32
-	changed  chan struct{} // closed and replaced when projects change
+	services map[string]sdn.Service // by namespace/name (services.go)
+	changed  chan struct{}          // closed and replaced when projects change
 }
 
 // New returns a Program; it installs nothing (see Setup).
@@ -78,7 +79,7 @@ func New(cfg Config) (*Program, error) {
 	}
 	p := &Program{table: cfg.Table, peers: cfg.Peers, node: cfg.Node,
 		remotes: map[netip.Addr]sdn.RemoteNode{}, pods: map[netip.Addr]sdn.Pod{}, vnids: map[uint32]int{},
-		projects: map[string]uint32{}, changed: make(chan struct{})}
+		projects: map[string]uint32{}, services: map[string]sdn.Service{}, changed: make(chan struct{})}
 	if cfg.ImplicitDefault {
 		p.projects[master.DefaultProject] = master.GlobalVNID
 	}
@@ -219,9 +220,8 @@ func (p *Program) SetProjectVNID(project string, vnid uint32) ([]sdn.Pod, error)
 	if !p.isolated() {
 		return nil, nil
 	}
-	var dels []flowtable.Filter
-	var rules []*flowtable.Rule
-	var errs []error
+	dels, rules, commitServices, err := p.retagServices(project)
+	errs := []error{err}
 	add := func(rs []*flowtable.Rule, err error) {
 		rules = append(rules, rs...)
 		errs = append(errs, err)
@@ -245,16 +245,17 @@ func (p *Program) SetProjectVNID(project string, vnid uint32) ([]sdn.Pod, error)
 		counts[vnid]++
 		moved = append(moved, pod)
 	}
-	if len(moved) == 0 {
+	if len(dels) == 0 {
 		return nil, nil
 	}
-	err := errors.Join(errs...)
+	err = errors.Join(errs...)
 	if err == nil {
 		err = p.table.Apply(dels, rules)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("re-tag project %s: %w", project, err)
 	}
+	commitServices()
 	for v, n := range counts {
 		if n <= 0 {
 			delete(counts, v)

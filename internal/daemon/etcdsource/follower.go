@@ -52,12 +52,14 @@ type agent struct {
 	remotes  map[string]registry.Subnet // by node name, without this node
 	refused  map[string]registry.Subnet // remote nodes the daemon refused (subnet overlapping ours)
 	projects map[string]uint32
+	services map[string]registry.Service // by namespace/name
 	wg       sync.WaitGroup
 }
 
 func newAgent(cli *clientv3.Client, node registry.Node, ttl int64, d source.Sink, log *slog.Logger) *agent {
 	return &agent{d: d, cli: cli, reg: registry.New(cli), log: log, node: node, ttl: ttl,
-		remotes: map[string]registry.Subnet{}, refused: map[string]registry.Subnet{}, projects: map[string]uint32{}}
+		remotes: map[string]registry.Subnet{}, refused: map[string]registry.Subnet{}, projects: map[string]uint32{},
+		services: map[string]registry.Service{}}
 }
 
 // Config says how a node follows the registry.
@@ -479,6 +481,7 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 	resp, err := a.cli.Txn(rctx).Then(
 		clientv3.OpGet(registry.SubnetsPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(registry.ProjectsPrefix, clientv3.WithPrefix()),
+		clientv3.OpGet(registry.ServicesPrefix, clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return 0, err
@@ -502,6 +505,15 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 			a.apply(true, registry.ProjectKey(name), nil)
 		}
 	}
+	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+		seen[string(kv.Key)] = true
+		a.apply(false, string(kv.Key), kv.Value)
+	}
+	for _, key := range a.knownServices() {
+		if !seen[registry.ServicesPrefix+key] {
+			a.apply(true, registry.ServicesPrefix+key, nil)
+		}
+	}
 	return resp.Header.Revision, nil
 }
 
@@ -517,6 +529,12 @@ func (a *agent) knownProjects() []string {
 	a.fmu.Lock()
 	defer a.fmu.Unlock()
 	return slices.Collect(maps.Keys(a.projects))
+}
+
+func (a *agent) knownServices() []string {
+	a.fmu.Lock()
+	defer a.fmu.Unlock()
+	return slices.Collect(maps.Keys(a.services))
 }
 
 // apply mirrors one registry key into the daemon.
@@ -549,6 +567,42 @@ func (a *agent) apply(deleted bool, key string, val []byte) {
 		a.applySubnet(name, s)
 	case strings.HasPrefix(key, registry.ProjectsPrefix):
 		a.applyProject(deleted, key, val)
+	case strings.HasPrefix(key, registry.ServicesPrefix):
+		a.applyService(deleted, key, val)
+	}
+}
+
+// applyService mirrors a service into the daemon, if it takes services
+// (source.ServiceSink); a.fmu is held. A record the node refuses is
+// logged and its old rules removed: the service is then unreachable
+// in multitenant mode, not open.
+func (a *agent) applyService(deleted bool, key string, val []byte) {
+	ss, ok := a.d.(source.ServiceSink)
+	ns, name, valid := registry.ParseServiceKey(key)
+	if !ok || !valid {
+		return
+	}
+	k := ns + "/" + name
+	if deleted {
+		delete(a.services, k)
+		if err := ss.DeleteService(ns, name); err != nil {
+			a.log.Error("remove service", "service", k, "err", err)
+		}
+		return
+	}
+	var rec registry.Service
+	if err := json.Unmarshal(val, &rec); err != nil {
+		a.log.Warn("bad service record", "key", key, "err", err)
+		return
+	}
+	a.services[k] = rec
+	svc, err := rec.SDN(ns, name)
+	if err == nil {
+		err = ss.SetService(svc)
+	}
+	if err != nil {
+		a.log.Error("service refused", "service", k, "err", err)
+		_ = ss.DeleteService(ns, name)
 	}
 }
 

@@ -35,3 +35,14 @@ type LabelSink interface {
 	// address when known (invalid: not yet), for pods on any node.
 	SetPodLabels(namespace, name string, ip netip.Addr, labels map[string]string) error
 }
+
+// ServiceSink receives Services, for the multitenant table 60 (a pod
+// reaches only its own project's services and the global projects').
+// Kubernetes has them; in the etcd registry an administrator sets them
+// with gvsctl. The node takes a service's VNID from its project.
+type ServiceSink interface {
+	// SetService installs or replaces a service (by namespace and name).
+	SetService(sdn.Service) error
+	// DeleteService removes one; an unknown one is not an error.
+	DeleteService(namespace, name string) error
+}
