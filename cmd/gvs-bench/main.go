@@ -36,6 +36,10 @@ commands:
   udp-echo -l ADDR -t D   echo UDP datagrams for D
   udp-probe -c ADDR [-n N] [-i INTERVAL]
                           UDP round-trip prober against udp-echo, print percentiles as JSON
+  sctp-respond -port P     answer SCTP INITs to port P with INIT ACKs over a raw IP socket
+                          (no kernel SCTP needed), until interrupted
+  sctp-probe -c ADDR [-n N] [-timeout D]
+                          send N SCTP INITs to ADDR, count the INIT ACKs, print JSON
   blast -dev IF -dst IP [-dst-mac MAC|auto] [-size B] [-rate PPS] [-flows N] [-threads T] [-port P] -t D
                           AF_PACKET frame blaster (as root): raw Ethernet/IPv4/UDP frames of B bytes
                           (64..9000, at most MTU+14) over N flows from T threads, rate 0 = as fast as
@@ -68,6 +72,8 @@ func run(args []string) error {
 		return compareCmd(ctx, args[1:])
 	case "udp-sink", "udp-send", "udp-echo", "udp-probe":
 		return udpTool(ctx, args[0], args[1:])
+	case "sctp-respond", "sctp-probe":
+		return sctpTool(ctx, args[0], args[1:])
 	case "blast":
 		return blastCmd(ctx, args[1:])
 	case "blast-sink":

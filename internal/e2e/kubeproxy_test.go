@@ -31,7 +31,8 @@ import (
 // the etcd registry, where the same services are recorded for the
 // multitenant table 60 (the Kubernetes source of gvs-switchd is not used
 // here). A pod reaches a ClusterIP with a backend on its own node, on
-// another node and on the host network, over TCP and UDP; the external
+// another node and on the host network, over TCP, UDP and SCTP (an INIT
+// and its INIT ACK over raw sockets: no SCTP sockets here); the external
 // host reaches a NodePort; a pod of another project is refused.
 func TestKubeProxy(t *testing.T) {
 	kubetest.Require(t)
@@ -62,11 +63,11 @@ func TestKubeProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Backends: TCP and UDP echo servers in two alpha pods and in node 2's
+	// Backends: TCP, UDP and SCTP responders in two alpha pods and in node 2's
 	// own namespace (host network).
 	bench := filepath.Join(binDir, "gvs-bench")
 	for _, ns := range []string{alpha1b.NS, alpha2.NS, n2.NS} {
-		for _, argv := range [][]string{{"tcp-server", "-l", ":5201"}, {"udp-echo", "-l", ":9000", "-t", "10m"}} {
+		for _, argv := range [][]string{{"tcp-server", "-l", ":5201"}, {"udp-echo", "-l", ":9000", "-t", "10m"}, {"sctp-respond", "-port", "7777"}} {
 			p, err := c.Lab.Start(kctx, ns, filepath.Join(t.TempDir(), argv[0]+".log"), append([]string{bench}, argv...)...)
 			if err != nil {
 				t.Fatal(err)
@@ -98,7 +99,7 @@ func TestKubeProxy(t *testing.T) {
 		if err := createService(kctx, kc, "alpha", s.name, s.ip, s.backend, s.nodePort); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := c.RegistryCtl(ctx(t), "services", "set", "alpha/"+s.name, s.ip.String(), "tcp/80", "udp/53"); err != nil {
+		if out, err := c.RegistryCtl(ctx(t), "services", "set", "alpha/"+s.name, s.ip.String(), "tcp/80", "udp/53", "sctp/80"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
 	}
@@ -120,6 +121,15 @@ func TestKubeProxy(t *testing.T) {
 			return false, string(out)
 		}
 		return r.Received >= 15, string(out)
+	}
+
+	sctpOK := func(from lab.Pod, addr string) (bool, string) {
+		out, err := c.Lab.Exec(ctx(t), from.NS, bench, "sctp-probe", "-c", addr, "-n", "5", "-timeout", "300ms")
+		var r gen.SCTPResult
+		if err != nil || json.Unmarshal(out, &r) != nil {
+			return false, string(out)
+		}
+		return r.Answered >= 4, string(out)
 	}
 
 	for _, mode := range []string{"iptables", "nftables"} {
@@ -169,6 +179,9 @@ func TestKubeProxy(t *testing.T) {
 				if ok, out := udpOK(alpha1.Pod, addr+":53"); !ok {
 					t.Errorf("UDP alpha → %s (%s): not reached\n%s", s.name, addr, out)
 				}
+				if ok, out := sctpOK(alpha1.Pod, addr+":80"); !ok {
+					t.Errorf("SCTP alpha → %s (%s): not reached\n%s", s.name, addr, out)
+				}
 				if ok, out := tcpOK(beta1.Pod, addr+":80"); ok {
 					t.Errorf("TCP beta → alpha's %s (%s): reached\n%s", s.name, addr, out)
 				}
@@ -182,8 +195,8 @@ func TestKubeProxy(t *testing.T) {
 	}
 }
 
-// createService makes a selector-less Service with ports TCP 80 → 5201 and
-// UDP 53 → 9000 (and a NodePort for TCP if nodePort is set), and its
+// createService makes a selector-less Service with ports TCP 80 → 5201,
+// UDP 53 → 9000 and SCTP 80 → 7777 (and a NodePort for TCP if nodePort is set), and its
 // EndpointSlice with one ready endpoint at backend.
 func createService(ctx context.Context, kc kubernetes.Interface, ns, name string, ip, backend netip.Addr, nodePort int32) error {
 	s := &corev1.Service{
@@ -194,6 +207,7 @@ func createService(ctx context.Context, kc kubernetes.Interface, ns, name string
 			Ports: []corev1.ServicePort{
 				{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(5201)},
 				{Name: "udp", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(9000)},
+				{Name: "sctp", Protocol: corev1.ProtocolSCTP, Port: 80, TargetPort: intstr.FromInt32(7777)},
 			},
 		},
 	}
@@ -205,9 +219,9 @@ func createService(ctx context.Context, kc kubernetes.Interface, ns, name string
 		return fmt.Errorf("service %s/%s: %w", ns, name, err)
 	}
 	ready := true
-	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
-	tcpName, udpName := "tcp", "udp"
-	tcpPort, udpPort := int32(5201), int32(9000)
+	tcp, udp, sctp := corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP
+	tcpName, udpName, sctpName := "tcp", "udp", "sctp"
+	tcpPort, udpPort, sctpPort := int32(5201), int32(9000), int32(7777)
 	es := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: name + "-1", Namespace: ns,
 			Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "gvs-e2e"}},
@@ -216,6 +230,7 @@ func createService(ctx context.Context, kc kubernetes.Interface, ns, name string
 		Ports: []discoveryv1.EndpointPort{
 			{Name: &tcpName, Protocol: &tcp, Port: &tcpPort},
 			{Name: &udpName, Protocol: &udp, Port: &udpPort},
+			{Name: &sctpName, Protocol: &sctp, Port: &sctpPort},
 		},
 	}
 	if _, err := kc.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{}); err != nil {

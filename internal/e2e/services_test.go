@@ -19,13 +19,14 @@ import (
 // TestServices: ClusterIPs DNATed by the node as kube-proxy does it
 // (iptables DNAT in PREROUTING, its defaults: no --masquerade-all), with
 // backends on the same node, on another node and on the host network, over
-// TCP and UDP. The backends' replies must come back through tun0 (the
+// TCP, UDP and SCTP. The backends' replies must come back through tun0 (the
 // switch's connection state) for the host to undo the DNAT. In multitenant
 // mode a pod reaches only its own project's services and the global
 // projects', also when the host masquerades service traffic.
 //
-// The real kube-proxy is TestKubeProxy's; SCTP is in neither (the kernel
-// here has no SCTP sockets).
+// SCTP is probed with an INIT and its INIT ACK over raw IP sockets (the
+// kernel here has no SCTP sockets; its conntrack and NAT know SCTP). The
+// real kube-proxy is TestKubeProxy's.
 func TestServices(t *testing.T) {
 	c := up(t, "svc", cluster.Spec{
 		// Per node: p1 alpha, p2 beta, p3 default (global), p4 alpha.
@@ -55,6 +56,11 @@ func TestServices(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { echo.Stop() })
+		sctp, err := c.Lab.Start(ctx(t), ns, filepath.Join(t.TempDir(), "sctp.log"), bench, "sctp-respond", "-port", "7777")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sctp.Stop() })
 	}
 
 	// Services of project alpha, DNATed on node 1 (where the clients are).
@@ -68,7 +74,7 @@ func TestServices(t *testing.T) {
 		{"hostnet", "172.30.0.12", n2.IP.String()},
 	}
 	for _, s := range svcs {
-		if out, err := c.RegistryCtl(ctx(t), "services", "set", "alpha/"+s.name, s.ip, "tcp/80", "udp/53"); err != nil {
+		if out, err := c.RegistryCtl(ctx(t), "services", "set", "alpha/"+s.name, s.ip, "tcp/80", "udp/53", "sctp/80"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
 		ip, backend := netip.MustParseAddr(s.ip), netip.MustParseAddr(s.backend)
@@ -78,11 +84,14 @@ func TestServices(t *testing.T) {
 		if err := c.ServiceDNAT(ctx(t), 0, ip, "udp", 53, netip.AddrPortFrom(backend, 9000)); err != nil {
 			t.Fatal(err)
 		}
+		if err := c.ServiceDNAT(ctx(t), 0, ip, "sctp", 80, netip.AddrPortFrom(backend, 7777)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The services reach node 1 through the registry.
 	if !eventually(10*time.Second, func() bool {
 		out, err := c.Ctl(ctx(t), 0, "dump-flows", "table=60")
-		return err == nil && strings.Count(string(out), "reg0=10") == 2*len(svcs)
+		return err == nil && strings.Count(string(out), "reg0=10") == 3*len(svcs)
 	}) {
 		t.Fatalf("node 1 has not the services' table 60 rules:\n%s", ctl(t, c, 0, "dump-flows", "table=60"))
 	}
@@ -102,6 +111,16 @@ func TestServices(t *testing.T) {
 		}
 		return r.Received >= 15, string(out)
 	}
+	// SCTP: an INIT and its INIT ACK over raw sockets (this kernel has no
+	// SCTP sockets; its conntrack and NAT do know SCTP).
+	sctpOK := func(from cluster.Pod, ip string) (bool, string) {
+		out, err := c.Lab.Exec(ctx(t), from.NS, bench, "sctp-probe", "-c", ip+":80", "-n", "5", "-timeout", "300ms")
+		var r gen.SCTPResult
+		if err != nil || json.Unmarshal(out, &r) != nil {
+			return false, string(out)
+		}
+		return r.Answered >= 4, string(out)
+	}
 	check := func(what string, from cluster.Pod, s svc, want bool) {
 		t.Helper()
 		if ok, out := tcpOK(from, s.ip); ok != want {
@@ -109,6 +128,9 @@ func TestServices(t *testing.T) {
 		}
 		if ok, out := udpOK(from, s.ip); ok != want {
 			t.Errorf("%s: UDP %s → service %s (%s): reached=%v, want %v\n%s", what, from.Name, s.name, s.ip, ok, want, out)
+		}
+		if ok, out := sctpOK(from, s.ip); ok != want {
+			t.Errorf("%s: SCTP %s → service %s (%s): reached=%v, want %v\n%s", what, from.Name, s.name, s.ip, ok, want, out)
 		}
 	}
 
