@@ -19,8 +19,8 @@ func TestSCTPRoundTrip(t *testing.T) {
 		t.Errorf("INIT ACK read back as %+v, %v", p, err)
 	}
 	for name, bad := range map[string][]byte{
-		"short":        init[:20],
-		"bad checksum": append(append([]byte{}, init[:8]...), append([]byte{1, 2, 3, 4}, init[12:]...)...),
+		"short":                        init[:20],
+		"bad checksum":                 append(append([]byte{}, init[:8]...), append([]byte{1, 2, 3, 4}, init[12:]...)...),
 		"INIT with a verification tag": BuildSCTPInit(1, 2, 9, 1, false),
 		"zero initiate tag":            BuildSCTPInit(1, 2, 0, 0, false),
 	} {
