@@ -125,7 +125,7 @@ type Metrics struct {
 	// (gvs-switchd, ovs-vswitchd); 0 for the kernel.
 	DataplaneCPUSecPerGbit float64 `json:"dataplane_cpu_s_per_gbit"`
 	// With the stateful rule set (Config.Conntrack): TCP 1 stream, and
-	// short TCP connections per second (gvs-bench conn-rate, 4 workers).
+	// short TCP connections per second (gvs-bench conn-rate, 16 at a time).
 	TCP1CTGbps   float64 `json:"tcp1_ct_gbps"`
 	ConnPerSecCT float64 `json:"conn_per_s_ct"`
 }

@@ -190,7 +190,7 @@ func (e *env) connRate(ctx context.Context, src, dst cluster.Pod, d time.Duratio
 	for try := 0; try < 30; try++ {
 		time.Sleep(100 * time.Millisecond)
 		out, err := e.c.Lab.Exec(sctx, src.NS, e.bin(), "conn-rate", "-c", netip.AddrPortFrom(dst.IP, connPort).String(),
-			"-t", d.String(), "-workers", "4")
+			"-t", d.String(), "-workers", strconv.Itoa(connWorkers))
 		if err = decode(out, err, &r); err == nil {
 			return r.PerSec, nil
 		}
@@ -203,6 +203,11 @@ func (e *env) connRate(ctx context.Context, src, dst cluster.Pod, d time.Duratio
 
 // connPort is the conn-server's port in the conntrack rows.
 const connPort = 5301
+
+// connWorkers is how many connections conn-rate opens at a time: enough
+// that the rate measures what a new connection costs the dataplane more
+// than the round trips of one at a time.
+const connWorkers = 16
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
