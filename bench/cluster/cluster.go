@@ -56,6 +56,8 @@ type Spec struct {
 	// them out.
 	Queues       int
 	VXLANReaders int
+	// ConntrackMax is the daemons' conntrackMax (0: the default).
+	ConntrackMax int
 }
 
 // Cluster is a running cluster.
@@ -221,6 +223,7 @@ func (c *Cluster) writeConfig(i int) error {
 		MetricsAddr:     "127.0.0.1:9101",
 		Queues:          c.Spec.Queues,
 		VXLANReaders:    c.Spec.VXLANReaders,
+		ConntrackMax:    c.Spec.ConntrackMax,
 	}
 	if c.Lab.External == nil {
 		cfg.NAT = &off

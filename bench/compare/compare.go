@@ -60,6 +60,11 @@ type Config struct {
 	// GVSVXLANReaders, if not 0, sets vxlan0's receive sockets apart
 	// (gvs-switchd's vxlanReaders).
 	GVSVXLANReaders int
+	// Conntrack adds the connection-tracking rows: the same stateful rule
+	// set on every dataplane (cluster.StatefulRules), TCP 1 stream and new
+	// TCP connections per second through it. ConntrackOnly runs only
+	// those and the plain TCP 1 stream they are compared with.
+	Conntrack, ConntrackOnly bool
 	// Progress, if not nil, receives a line per step.
 	Progress io.Writer
 }
@@ -119,6 +124,10 @@ type Metrics struct {
 	// DataplaneCPUSecPerGbit counts only the dataplane's own processes
 	// (gvs-switchd, ovs-vswitchd); 0 for the kernel.
 	DataplaneCPUSecPerGbit float64 `json:"dataplane_cpu_s_per_gbit"`
+	// With the stateful rule set (Config.Conntrack): TCP 1 stream, and
+	// short TCP connections per second (gvs-bench conn-rate, 16 at a time).
+	TCP1CTGbps   float64 `json:"tcp1_ct_gbps"`
+	ConnPerSecCT float64 `json:"conn_per_s_ct"`
 }
 
 // Result is one dataplane's outcome.

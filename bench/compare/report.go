@@ -48,6 +48,8 @@ var rows = []row{
 	{"RTT ping under load p99, µs", func(m Metrics) float64 { return m.RTTPingLoadP99us }, true, "", true},
 	{"CPU s per Gbit (machine)", func(m Metrics) float64 { return m.CPUSecPerGbit }, true, "", false},
 	{"CPU s per Gbit (dataplane procs)", func(m Metrics) float64 { return m.DataplaneCPUSecPerGbit }, true, "", false},
+	{"TCP 1 stream, stateful rules, Gbit/s", func(m Metrics) float64 { return m.TCP1CTGbps }, false, "≥0.9× gvs without", true},
+	{"new TCP connections/s, stateful rules", func(m Metrics) float64 { return m.ConnPerSecCT }, false, "≥3× ovs", true},
 }
 
 // WriteTable writes the medians of every dataplane, and the ratios of gvs
@@ -69,6 +71,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	head = append(head, "target")
 	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
 	for _, rw := range rows {
+		if r.empty(rw) {
+			continue
+		}
 		cells := []string{rw.name}
 		for _, d := range r.Dataplanes {
 			if d.Status != StatusOK {
@@ -94,6 +99,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "%s %s: %s\n", d.Dataplane, d.Status, d.Error)
 		}
 	}
+	if g != nil && g.TCP1CTGbps > 0 {
+		fmt.Fprintf(w, "gvs TCP 1 stream with the stateful rules ÷ without: %s (target ≥0.9×)\n", ratio(g.TCP1CTGbps, g.TCP1Gbps))
+	}
 	readers := r.GVSVXLANReaders
 	if readers == 0 {
 		readers = max(r.GVSQueues, 1)
@@ -101,6 +109,18 @@ func (r *Report) WriteTable(w io.Writer) error {
 	_, err := fmt.Fprintf(w, "medians of %d runs, %s per workload, %d UDP flows, %d blaster thread(s), gvs queues %d (vxlan0 readers %d); %d CPUs, %s, kernel %s\n",
 		r.Runs, r.Duration, r.Flows, max(r.BlastThreads, 1), max(r.GVSQueues, 1), readers, r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel)
 	return err
+}
+
+// empty reports whether no dataplane has a value for rw (a workload
+// that did not run, such as the conntrack rows without Config.Conntrack,
+// or everything else with ConntrackOnly).
+func (r *Report) empty(rw row) bool {
+	for _, d := range r.Dataplanes {
+		if d.Status == StatusOK && rw.get(d.Metrics) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *Report) ok(dp string) *Result {
@@ -144,7 +164,7 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	)
 	var panels []int
 	for i, rw := range rows {
-		if rw.panel {
+		if rw.panel && !r.empty(rw) {
 			panels = append(panels, i)
 		}
 	}

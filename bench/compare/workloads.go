@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,6 +82,9 @@ func (e *env) run(ctx context.Context, run int) (Metrics, error) {
 		m.CPUSecPerGbit = (after.busy - before.busy) / gbit
 		m.DataplaneCPUSecPerGbit = (after.dataplane - before.dataplane) / gbit
 	}
+	if e.cfg.ConntrackOnly {
+		return m, e.conntrack(ctx, &m, step)
+	}
 	step("TCP, 4 streams")
 	if m.TCP4Gbps, err = e.tcp(ctx, src, dst, 4, e.cfg.Duration); err != nil {
 		return m, err
@@ -142,8 +146,68 @@ func (e *env) run(ctx context.Context, run int) (Metrics, error) {
 	}
 	m.RTTLoadP50us, m.RTTLoadP99us = load.P50us, load.P99us
 	m.RTTPingLoadP50us, m.RTTPingLoadP99us = us(lping.P50), us(lping.P99)
+	if e.cfg.Conntrack {
+		return m, e.conntrack(ctx, &m, step)
+	}
 	return m, nil
 }
+
+// conntrack runs the connection-tracking rows: the stateful rule set on
+// both nodes, TCP 1 stream and short connections per second through it,
+// and the rule set removed again.
+func (e *env) conntrack(ctx context.Context, m *Metrics, step func(string)) (err error) {
+	src, dst := e.pods(0)
+	for i := range e.c.Nodes {
+		if err := e.c.StatefulRules(ctx, i, true); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		for i := range e.c.Nodes {
+			err = errors.Join(err, e.c.StatefulRules(ctx, i, false))
+		}
+	}()
+	step("TCP, 1 stream, stateful rules")
+	if m.TCP1CTGbps, err = e.tcp(ctx, src, dst, 1, e.cfg.Duration); err != nil {
+		return err
+	}
+	step("new TCP connections per second, stateful rules")
+	m.ConnPerSecCT, err = e.connRate(ctx, src, dst, e.cfg.Duration)
+	return err
+}
+
+// connRate measures short TCP connections per second from src to a
+// conn-server in dst.
+func (e *env) connRate(ctx context.Context, src, dst cluster.Pod, d time.Duration) (float64, error) {
+	sctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	srv, err := e.c.Lab.Start(sctx, dst.NS, filepath.Join(e.c.Lab.StateDir(), "conn-server.log"), e.bin(), "conn-server", "-l", ":"+strconv.Itoa(connPort))
+	if err != nil {
+		return 0, err
+	}
+	defer srv.Stop()
+	var r gen.ConnRateResult
+	for try := 0; try < 30; try++ {
+		time.Sleep(100 * time.Millisecond)
+		out, err := e.c.Lab.Exec(sctx, src.NS, e.bin(), "conn-rate", "-c", netip.AddrPortFrom(dst.IP, connPort).String(),
+			"-t", d.String(), "-workers", strconv.Itoa(connWorkers))
+		if err = decode(out, err, &r); err == nil {
+			return r.PerSec, nil
+		}
+		if !bytes.Contains(out, []byte("refused")) {
+			return 0, fmt.Errorf("conn-rate %s → %s: %w", src.Name, dst.IP, err)
+		}
+	}
+	return 0, fmt.Errorf("conn-rate %s → %s: the server never listened", src.Name, dst.IP)
+}
+
+// connPort is the conn-server's port in the conntrack rows.
+const connPort = 5301
+
+// connWorkers is how many connections conn-rate opens at a time: enough
+// that the rate measures what a new connection costs the dataplane more
+// than the round trips of one at a time.
+const connWorkers = 16
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 

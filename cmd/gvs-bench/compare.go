@@ -31,6 +31,8 @@ func compareCmd(ctx context.Context, args []string) error {
 	queues := fs.Int("queues", 1, "gvs-switchd queues: queues of each pod TAP and receive sockets of vxlan0, a worker each")
 	readers := fs.Int("vxlan-readers", 0, "gvs-switchd vxlanReaders: receive sockets of vxlan0 (0: as -queues)")
 	prefix := fs.String("prefix", "gvc", "namespace prefix (at most 9 characters)")
+	ct := fs.Bool("conntrack", false, "add the connection-tracking rows (a stateful rule set on every dataplane: TCP 1 stream, new connections/s)")
+	ctOnly := fs.Bool("conntrack-only", false, "run only TCP 1 stream and the connection-tracking rows")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,6 +53,8 @@ func compareCmd(ctx context.Context, args []string) error {
 		BlastThreads:    *blastThreads,
 		GVSQueues:       *queues,
 		GVSVXLANReaders: *readers,
+		Conntrack:       *ct || *ctOnly,
+		ConntrackOnly:   *ctOnly,
 		Progress:        os.Stderr,
 	}
 	rep, err := compare.Run(ctx, cfg)

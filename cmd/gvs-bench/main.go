@@ -27,7 +27,7 @@ commands:
   tcp-client -c ADDR [-bytes N | -t DURATION]
                           send to a tcp-server, check the digest, print throughput and the address seen
   compare [-o FILE.json] [-plot FILE.svg] [-runs N] [-t DURATION] [-dataplanes gvs,kernel,ovs]
-          [-flows N] [-blast-threads T] [-queues Q] [-vxlan-readers R]
+          [-flows N] [-blast-threads T] [-queues Q] [-vxlan-readers R] [-conntrack | -conntrack-only]
                           measure gvs, the kernel and Open vSwitch on the same topology (as root):
                           TCP, UDP pps from sockets and from the frame blaster, UDP-probe and ping RTT
   udp-sink -l ADDR -t D   count UDP datagrams for D, print JSON
@@ -36,6 +36,9 @@ commands:
   udp-echo -l ADDR -t D   echo UDP datagrams for D
   udp-probe -c ADDR [-n N] [-i INTERVAL]
                           UDP round-trip prober against udp-echo, print percentiles as JSON
+  conn-server -l ADDR     accept TCP connections, answer each with one byte and close it
+  conn-rate -c ADDR [-t D] [-workers N]
+                          open short connections to a conn-server for D, print connections/s as JSON
   sctp-respond -port P     answer SCTP INITs to port P with INIT ACKs over a raw IP socket
                           (no kernel SCTP needed), until interrupted
   sctp-probe -c ADDR [-n N] [-timeout D]
@@ -72,6 +75,8 @@ func run(args []string) error {
 		return compareCmd(ctx, args[1:])
 	case "udp-sink", "udp-send", "udp-echo", "udp-probe":
 		return udpTool(ctx, args[0], args[1:])
+	case "conn-server", "conn-rate":
+		return connTool(ctx, args[0], args[1:])
 	case "sctp-respond", "sctp-probe":
 		return sctpTool(ctx, args[0], args[1:])
 	case "blast":

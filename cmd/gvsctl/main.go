@@ -40,6 +40,11 @@ commands:
                           instead of what the tracker holds; when the packet leaves through the
                           tunnel, says how to go on
   stats                   drops by reason and table, lookups, cache hits
+  dump-conntrack [zone=N] tracked connections, as ovs-appctl dpctl/dump-conntrack -s prints them
+  flush-conntrack [zone=N] [ct_nw_src=A,ct_nw_dst=B,ct_nw_proto=P[,ct_tp_src=S,ct_tp_dst=D]]
+                          forget every connection, those of a zone, or the one with that tuple
+                          (either direction; ICMP: icmp_type, icmp_code, icmp_id)
+  conntrack-stats         connections by protocol and state, created, expired, evicted, invalid
   pods                    attached pods
   capture PORT -w FILE [-c COUNT] [-G DURATION] [-d in|out|both] [--snaplen N]
                           capture the frames of a port (number, name or pod) into a pcap
@@ -172,6 +177,20 @@ func run(args []string, stdout io.Writer) error {
 	case "stats":
 		var r control.Stats
 		return c.call(control.Request{Command: "stats"}, &r, func() { printStats(c.out, r) })
+	case "dump-conntrack":
+		var r control.ConntrackDump
+		return c.call(control.Request{Command: "dump-conntrack", Args: strings.Join(rest, ",")}, &r, func() {
+			for _, e := range r.Entries {
+				fmt.Fprintln(c.out, e)
+			}
+		})
+	case "flush-conntrack":
+		var r control.CountResult
+		return c.call(control.Request{Command: "flush-conntrack", Args: strings.Join(rest, ",")}, &r,
+			func() { fmt.Fprintf(c.out, "flushed %d connection(s)\n", r.Count) })
+	case "conntrack-stats":
+		var r control.ConntrackStats
+		return c.call(control.Request{Command: "conntrack-stats"}, &r, func() { printConntrackStats(c.out, r) })
 	case "pods":
 		var r []json.RawMessage
 		return c.call(control.Request{Command: "pods"}, &r, func() {
@@ -327,6 +346,24 @@ func printStats(w io.Writer, s control.Stats) {
 			if n, ok := s.TableDrops[t]; ok {
 				fmt.Fprintf(w, "  table %-3d %d\n", t, n)
 			}
+		}
+	}
+}
+
+func printConntrackStats(w io.Writer, s control.ConntrackStats) {
+	fmt.Fprintf(w, "connections: %d of %d\n", s.Entries, s.Max)
+	fmt.Fprintf(w, "created: %d  expired: %d  evicted: %d  flushed: %d  invalid: %d\n",
+		s.Created, s.Expired, s.Evicted, s.Flushed, s.Invalid)
+	if len(s.ByClass) > 0 {
+		fmt.Fprintln(w, "by protocol and state:")
+		for _, k := range slices.Sorted(maps.Keys(s.ByClass)) {
+			fmt.Fprintf(w, "  %-18s %d\n", k, s.ByClass[k])
+		}
+	}
+	if len(s.Reasons) > 0 {
+		fmt.Fprintln(w, "invalid packets and refused commits by reason:")
+		for _, k := range slices.Sorted(maps.Keys(s.Reasons)) {
+			fmt.Fprintf(w, "  %-18s %d\n", k, s.Reasons[k])
 		}
 	}
 }

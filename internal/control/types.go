@@ -137,3 +137,23 @@ type CaptureSummary struct {
 	// removed, daemon stopping, or an error.
 	Reason string `json:"reason"`
 }
+
+// ConntrackDump is the answer to "dump-conntrack": one line per
+// connection in ovs-appctl dpctl/dump-conntrack -s's format.
+type ConntrackDump struct {
+	Entries []string `json:"entries"`
+}
+
+// ConntrackStats is the answer to "conntrack-stats": the tracker's
+// counters (conntrack.Stats).
+type ConntrackStats struct {
+	Entries int               `json:"entries"`
+	Max     int               `json:"max"`
+	ByClass map[string]int64  `json:"byClass"` // entries by protocol and state, e.g. "tcp_established"
+	Created uint64            `json:"created"`
+	Expired uint64            `json:"expired"`
+	Evicted uint64            `json:"evicted"`
+	Flushed uint64            `json:"flushed"`
+	Invalid uint64            `json:"invalid"`
+	Reasons map[string]uint64 `json:"reasons"` // packets by why the tracker marked them (+inv) or refused a commit
+}

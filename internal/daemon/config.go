@@ -91,6 +91,13 @@ type Config struct {
 	// VXLANReaders is how many receive sockets vxlan0 has, each read by a
 	// worker of its own (1..MaxQueues); 0 means Queues.
 	VXLANReaders int `json:"vxlanReaders,omitempty"`
+	// ConntrackMax is the connection tracker's entry limit (0:
+	// conntrack.DefaultMaxEntries, 262 144, as Linux's nf_conntrack_max on
+	// a node of 2 cores and 24 GiB); its storage is allocated at start.
+	// ConntrackZoneLimit caps the entries of each zone (0: none but
+	// ConntrackMax).
+	ConntrackMax       int `json:"conntrackMax,omitempty"`
+	ConntrackZoneLimit int `json:"conntrackZoneLimit,omitempty"`
 }
 
 // MaxQueues is the largest Config.Queues.

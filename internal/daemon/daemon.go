@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/cniplugin"
-	"github.com/gvswitch/gvs/conntrack"
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/accept"
 	"github.com/gvswitch/gvs/internal/control"
@@ -85,7 +84,7 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: log, table: flowtable.New(flowtable.Config{Logger: log}), peers: new(vxlan.Peers)}
 	// The rule program tracks connections in every mode (services: the
 	// replies of requests the host DNATed go back through tun0).
-	ct, err := conntrack.New(conntrack.Config{Logger: log})
+	ct, err := cfg.newTracker()
 	if err != nil {
 		return nil, err
 	}
@@ -94,6 +93,7 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.loadConntrack() // conntrack.go: the connections of the last run
 	if !cfg.FromRegistry() {
 		n, err := cfg.Node()
 		if err != nil {
@@ -321,6 +321,7 @@ func (d *Daemon) closeSwitch() {
 		d.pods.Exiting()
 	}
 	d.sw.Close()
+	d.saveConntrack() // for the next daemon (conntrack.go)
 }
 
 // nodeConfig returns the node configuration, which a subnet change may

@@ -45,6 +45,12 @@ func (d *Daemon) handle(_ context.Context, req control.Request) (any, error) {
 		return d.Pods(), nil
 	case "capture":
 		return d.startCapture(req.Capture)
+	case "dump-conntrack":
+		return d.dumpConntrack(req.Args)
+	case "flush-conntrack":
+		return d.flushConntrack(req.Args)
+	case "conntrack-stats":
+		return d.conntrackStats(), nil
 	}
 	return nil, fmt.Errorf("%w %q", control.ErrUnknownCommand, req.Command)
 }
@@ -139,11 +145,14 @@ func (d *Daemon) stats() control.Stats {
 // leaves through the tunnel towards a known node, the result says how to
 // continue the trace there.
 func (d *Daemon) trace(desc string) (control.TraceResult, error) {
-	f, err := flowtable.ParseFields(desc)
+	f, opts, err := flowtable.ParseTrace(desc)
 	if err != nil {
 		return control.TraceResult{}, err
 	}
-	tr := d.table.Snapshot().Trace(f)
+	// ct actions: what the tracker holds for the packet, unless the
+	// operator gave the states (gvsctl trace --ct-next).
+	opts.Conntrack = d.sw.Conntrack()
+	tr := d.table.Snapshot().TraceWith(f, opts)
 	node := d.nodeConfig()
 	res := control.TraceResult{Node: node.NodeName, Trace: tr, Text: tr.String()}
 	for _, o := range tr.Outputs() {

@@ -149,7 +149,7 @@ func (d *Daemon) observeCNI(verb string, took time.Duration, err error) {
 // not the global one).
 func (d *Daemon) registry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(d), d.cniMetrics.histogram(), newSubnetCollector(d))
+	reg.MustRegister(newCollector(d), d.cniMetrics.histogram(), newSubnetCollector(d), newCTCollector(d))
 	return reg
 }
 

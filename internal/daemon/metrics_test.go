@@ -85,7 +85,11 @@ func TestMetricsFamilies(t *testing.T) {
 		"gvs_pods": dto.MetricType_GAUGE, "gvs_build_info": dto.MetricType_GAUGE,
 		"gvs_cni_request_duration_seconds": dto.MetricType_HISTOGRAM,
 		"gvs_capture_frames_total":         dto.MetricType_COUNTER, "gvs_capture_dropped_frames_total": dto.MetricType_COUNTER,
-		"gvs_captures_active": dto.MetricType_GAUGE,
+		"gvs_captures_active":   dto.MetricType_GAUGE,
+		"gvs_conntrack_entries": dto.MetricType_GAUGE, "gvs_conntrack_entries_limit": dto.MetricType_GAUGE,
+		"gvs_conntrack_created_total": dto.MetricType_COUNTER, "gvs_conntrack_expired_total": dto.MetricType_COUNTER,
+		"gvs_conntrack_evicted_total": dto.MetricType_COUNTER, "gvs_conntrack_flushed_total": dto.MetricType_COUNTER,
+		"gvs_conntrack_invalid_total": dto.MetricType_COUNTER,
 	} {
 		f := fams[name]
 		if f == nil {
@@ -107,6 +111,12 @@ func TestMetricsFamilies(t *testing.T) {
 	}
 	if g := fams["gvs_captures_active"].GetMetric()[0].GetGauge().GetValue(); g != 1 {
 		t.Errorf("gvs_captures_active = %v, want 1", g)
+	}
+	if g := fams["gvs_conntrack_entries_limit"].GetMetric()[0].GetGauge().GetValue(); g != float64(d.sw.Conntrack().Cap()) {
+		t.Errorf("gvs_conntrack_entries_limit = %v, want %d", g, d.sw.Conntrack().Cap())
+	}
+	if n := len(fams["gvs_conntrack_entries"].GetMetric()); n != 13 {
+		t.Errorf("gvs_conntrack_entries has %d series, want one per protocol and state (13)", n)
 	}
 	if g := fams["gvs_flow_rules"].GetMetric()[0].GetGauge().GetValue(); g != float64(d.table.Len()) {
 		t.Errorf("gvs_flow_rules = %v, want %d", g, d.table.Len())
