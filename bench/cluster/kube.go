@@ -166,4 +166,3 @@ func poll(ctx context.Context, d time.Duration, f func() error) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
-

@@ -44,7 +44,9 @@ func (r *recorder) ChangeSubnet(p netip.Prefix) error { return r.add("subnet %v"
 func (r *recorder) SetService(s sdn.Service) error {
 	return r.add("service %s/%s %v %v", s.Namespace, s.Name, s.ClusterIP, s.Ports)
 }
-func (r *recorder) DeleteService(ns, name string) error { return r.add("delete service %s/%s", ns, name) }
+func (r *recorder) DeleteService(ns, name string) error {
+	return r.add("delete service %s/%s", ns, name)
+}
 
 func (r *recorder) has(e string) bool {
 	r.mu.Lock()
