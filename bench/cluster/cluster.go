@@ -17,6 +17,7 @@ import (
 	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/bench/ovs"
 	"github.com/gvswitch/gvs/internal/daemon"
+	"github.com/gvswitch/gvs/internal/kubetest"
 	"github.com/gvswitch/gvs/sdn/pki"
 )
 
@@ -70,6 +71,12 @@ type Cluster struct {
 	masterArgs    []string
 	EtcdEndpoints []string
 	Etcd          []*EtcdMember
+	// Kube is the API server of ControlPlaneKube; KubeAdmin an
+	// administrator's kubeconfig for processes in the first node's
+	// namespace; kubeNode the daemons' (gvs-node's ServiceAccount).
+	Kube      *kubetest.Server
+	KubeAdmin string
+	kubeNode  string
 }
 
 // Node is one node of the cluster and its daemon.
@@ -242,7 +249,11 @@ func (c *Cluster) writeConfig(i int) error {
 		}
 		cfg.Pods = append(cfg.Pods, daemon.PodConfig{Name: p.Name, Project: p.Project, Netns: p.NSPath, IP: p.IP.String()})
 	}
-	if c.Spec.ControlPlane != "" {
+	if c.Spec.ControlPlane == ControlPlaneKube {
+		cfg.Subnet, cfg.Peers, cfg.Projects = "", nil, nil
+		cfg.ClusterNetworks, cfg.ServiceNetwork, cfg.Mode = nil, "", ""
+		cfg.Kubeconfig = c.kubeNode
+	} else if c.Spec.ControlPlane != "" {
 		cfg.Subnet, cfg.Peers, cfg.Projects = "", nil, nil
 		cfg.EtcdEndpoints = c.EtcdEndpoints
 		cfg.EtcdTLS = pki.Dir(c.NodeTLSDir(i)).Files("tls")
@@ -295,6 +306,9 @@ func (c *Cluster) AllPods() []Pod {
 func (c *Cluster) Down() error {
 	if c.Lab == nil {
 		return nil
+	}
+	if c.Kube != nil {
+		_ = c.Kube.Stop() // its processes are the lab's too: Destroy ends what is left
 	}
 	return c.Lab.Destroy()
 }

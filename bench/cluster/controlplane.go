@@ -66,6 +66,9 @@ func (c *Cluster) upControlPlane(ctx context.Context) error {
 			return errors.New("cluster: the control plane needs gvs on every node")
 		}
 	}
+	if c.Spec.ControlPlane == ControlPlaneKube {
+		return c.upKube(ctx)
+	}
 	n0 := c.Nodes[0]
 	dir := c.Lab.StateDir()
 	ttl := c.Spec.NodeLeaseTTL
@@ -292,7 +295,11 @@ func (m *EtcdMember) Stop() error {
 // pods (after gvsctl projects join/isolate/make-global), so Allowed and
 // Reachability expect the new isolation.
 func (c *Cluster) RefreshVNIDs(ctx context.Context) error {
-	got, err := c.ProjectVNIDs(ctx)
+	get := c.ProjectVNIDs
+	if c.Kube != nil {
+		get = c.kubeVNIDs
+	}
+	got, err := get(ctx)
 	if err != nil {
 		return err
 	}

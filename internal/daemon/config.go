@@ -98,7 +98,19 @@ type Config struct {
 	// ConntrackMax).
 	ConntrackMax       int `json:"conntrackMax,omitempty"`
 	ConntrackZoneLimit int `json:"conntrackZoneLimit,omitempty"`
+	// Kubeconfig makes the node follow a Kubernetes API server (gvs-master
+	// --kubeconfig keeps OpenShift SDN's objects there) instead of the etcd
+	// registry: a kubeconfig file, or "in-cluster" for the ServiceAccount
+	// of the pod the daemon runs in (the DaemonSet of deploy/). The node's
+	// HostSubnet gives its subnet; nodeName is required.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
 }
+
+// InCluster is the Kubeconfig value that means the pod's own ServiceAccount.
+const InCluster = "in-cluster"
+
+// FromKubernetes reports whether the node follows a Kubernetes API server.
+func (c *Config) FromKubernetes() bool { return c.Kubeconfig != "" }
 
 // MaxQueues is the largest Config.Queues.
 const MaxQueues = 16
@@ -214,6 +226,18 @@ func ParseConfig(b []byte) (*Config, error) {
 	}
 	if _, err := c.socketPolicy(); err != nil {
 		return nil, err
+	}
+	if c.FromKubernetes() {
+		if c.FromRegistry() {
+			return nil, errors.New("kubeconfig and etcdEndpoints: follow one control plane, not both")
+		}
+		if !master.ValidNodeName(c.NodeName) {
+			return nil, fmt.Errorf("nodeName %q: %w", c.NodeName, master.ErrInvalidNodeName)
+		}
+		if _, err := netip.ParseAddr(c.NodeIP); err != nil {
+			return nil, fmt.Errorf("nodeIP: %w", err)
+		}
+		return &c, nil
 	}
 	if c.FromRegistry() {
 		if err := (&registry.DialConfig{Endpoints: c.EtcdEndpoints, Insecure: c.EtcdInsecure}).CheckEndpoints(); err != nil {

@@ -108,3 +108,29 @@ func TestParseConfigFromRegistry(t *testing.T) {
 		}
 	}
 }
+
+func TestParseConfigFromKubernetes(t *testing.T) {
+	for _, good := range []string{
+		`{"nodeName":"n1","nodeIP":"192.168.0.1","kubeconfig":"/etc/gvs/kubeconfig"}`,
+		`{"nodeName":"n1","nodeIP":"192.168.0.1","kubeconfig":"in-cluster"}`,
+	} {
+		c, err := ParseConfig([]byte(good))
+		if err != nil {
+			t.Fatalf("%s: %v", good, err)
+		}
+		if !c.FromKubernetes() || c.FromRegistry() {
+			t.Errorf("%s: FromKubernetes %v, FromRegistry %v", good, c.FromKubernetes(), c.FromRegistry())
+		}
+	}
+	for _, bad := range []string{
+		// Two control planes; no node name; a bad one; no address.
+		`{"nodeName":"n1","nodeIP":"192.168.0.1","kubeconfig":"/k","etcdEndpoints":["http://x:2379"],"etcdInsecure":true}`,
+		`{"nodeIP":"192.168.0.1","kubeconfig":"/k"}`,
+		`{"nodeName":"N1_x","nodeIP":"192.168.0.1","kubeconfig":"/k"}`,
+		`{"nodeName":"n1","kubeconfig":"/k"}`,
+	} {
+		if _, err := ParseConfig([]byte(bad)); err == nil {
+			t.Errorf("accepted %s", bad)
+		}
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"github.com/gvswitch/gvs/internal/accept"
 	"github.com/gvswitch/gvs/internal/control"
 	"github.com/gvswitch/gvs/internal/daemon/etcdsource"
+	"github.com/gvswitch/gvs/internal/daemon/kubesource"
 	"github.com/gvswitch/gvs/internal/daemon/pods"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/gateway"
@@ -59,7 +60,8 @@ type Daemon struct {
 	prog  *node.Program
 	pods  *pods.Manager
 	vnids *vnidWaiter
-	src   *etcdsource.Follower // nil without a control plane
+	src   *etcdsource.Follower // nil without the etcd registry
+	kube  *kubesource.Follower // nil without a Kubernetes API server
 
 	cniMetrics cniMetrics // metrics.go
 	// regTLS is the node's etcd identity (nil without TLS).
@@ -94,7 +96,7 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 		return nil, err
 	}
 	d.loadConntrack() // conntrack.go: the connections of the last run
-	if !cfg.FromRegistry() {
+	if !cfg.FromRegistry() && !cfg.FromKubernetes() {
 		n, err := cfg.Node()
 		if err != nil {
 			return nil, err
@@ -135,6 +137,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 			return err
 		}
 		defer d.src.Close()
+	}
+	if d.cfg.FromKubernetes() {
+		if err := d.startKube(ctx); err != nil {
+			return err
+		}
+		defer d.kube.Close()
 	}
 	if err := d.setup(ctx); err != nil {
 		return err

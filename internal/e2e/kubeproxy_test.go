@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -18,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/gen"
 	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/kubetest"
 )
@@ -114,24 +112,6 @@ func TestKubeProxy(t *testing.T) {
 		out, err := c.Lab.Exec(cctx, from.NS, bench, "tcp-client", "-c", addr, "-bytes", fmt.Sprint(1<<20))
 		return err == nil && strings.Contains(string(out), "intact=true"), string(out)
 	}
-	udpOK := func(from lab.Pod, addr string) (bool, string) {
-		out, err := c.Lab.Exec(ctx(t), from.NS, bench, "udp-probe", "-c", addr, "-n", "20", "-i", "5ms")
-		var r gen.LatencyResult
-		if err != nil || json.Unmarshal(out, &r) != nil {
-			return false, string(out)
-		}
-		return r.Received >= 15, string(out)
-	}
-
-	sctpOK := func(from lab.Pod, addr string) (bool, string) {
-		out, err := c.Lab.Exec(ctx(t), from.NS, bench, "sctp-probe", "-c", addr, "-n", "5", "-timeout", "300ms")
-		var r gen.SCTPResult
-		if err != nil || json.Unmarshal(out, &r) != nil {
-			return false, string(out)
-		}
-		return r.Answered >= 4, string(out)
-	}
-
 	for _, mode := range []string{"iptables", "nftables"} {
 		t.Run(mode, func(t *testing.T) {
 			var procs []*lab.Proc
@@ -176,11 +156,11 @@ func TestKubeProxy(t *testing.T) {
 				if ok, out := tcpOK(alpha1.Pod, addr+":80"); !ok {
 					t.Errorf("TCP alpha → %s (%s): not reached\n%s", s.name, addr, out)
 				}
-				if ok, out := udpOK(alpha1.Pod, addr+":53"); !ok {
-					t.Errorf("UDP alpha → %s (%s): not reached\n%s", s.name, addr, out)
+				if got, sent, out := udpProbe(t, c.Lab, alpha1.NS, addr+":53"); !probeAsWanted(true, got, sent) {
+					t.Errorf("UDP alpha → %s (%s): %d of %d answered\n%s", s.name, addr, got, sent, out)
 				}
-				if ok, out := sctpOK(alpha1.Pod, addr+":80"); !ok {
-					t.Errorf("SCTP alpha → %s (%s): not reached\n%s", s.name, addr, out)
+				if got, sent, out := sctpProbe(t, c.Lab, alpha1.NS, addr+":80"); !probeAsWanted(true, got, sent) {
+					t.Errorf("SCTP alpha → %s (%s): %d of %d answered\n%s", s.name, addr, got, sent, out)
 				}
 				if ok, out := tcpOK(beta1.Pod, addr+":80"); ok {
 					t.Errorf("TCP beta → alpha's %s (%s): reached\n%s", s.name, addr, out)

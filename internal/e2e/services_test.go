@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/gen"
 	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/sdn"
 )
@@ -103,34 +101,18 @@ func TestServices(t *testing.T) {
 		out, err := c.Lab.Exec(cctx, from.NS, bench, "tcp-client", "-c", ip+":80", "-bytes", fmt.Sprint(1<<20))
 		return err == nil && strings.Contains(string(out), "intact=true"), string(out)
 	}
-	udpOK := func(from cluster.Pod, ip string) (bool, string) {
-		out, err := c.Lab.Exec(ctx(t), from.NS, bench, "udp-probe", "-c", ip+":53", "-n", "20", "-i", "5ms")
-		var r gen.LatencyResult
-		if err != nil || json.Unmarshal(out, &r) != nil {
-			return false, string(out)
-		}
-		return r.Received >= 15, string(out)
-	}
-	// SCTP: an INIT and its INIT ACK over raw sockets (this kernel has no
-	// SCTP sockets; its conntrack and NAT do know SCTP).
-	sctpOK := func(from cluster.Pod, ip string) (bool, string) {
-		out, err := c.Lab.Exec(ctx(t), from.NS, bench, "sctp-probe", "-c", ip+":80", "-n", "5", "-timeout", "300ms")
-		var r gen.SCTPResult
-		if err != nil || json.Unmarshal(out, &r) != nil {
-			return false, string(out)
-		}
-		return r.Answered >= 4, string(out)
-	}
 	check := func(what string, from cluster.Pod, s svc, want bool) {
 		t.Helper()
 		if ok, out := tcpOK(from, s.ip); ok != want {
 			t.Errorf("%s: TCP %s → service %s (%s): reached=%v, want %v\n%s", what, from.Name, s.name, s.ip, ok, want, out)
 		}
-		if ok, out := udpOK(from, s.ip); ok != want {
-			t.Errorf("%s: UDP %s → service %s (%s): reached=%v, want %v\n%s", what, from.Name, s.name, s.ip, ok, want, out)
+		if got, sent, out := udpProbe(t, c.Lab, from.NS, s.ip+":53"); !probeAsWanted(want, got, sent) {
+			t.Errorf("%s: UDP %s → service %s (%s): %d of %d answered, want reached=%v\n%s", what, from.Name, s.name, s.ip, got, sent, want, out)
 		}
-		if ok, out := sctpOK(from, s.ip); ok != want {
-			t.Errorf("%s: SCTP %s → service %s (%s): reached=%v, want %v\n%s", what, from.Name, s.name, s.ip, ok, want, out)
+		// SCTP: an INIT and its INIT ACK over raw sockets (this kernel has
+		// no SCTP sockets; its conntrack and NAT do know SCTP).
+		if got, sent, out := sctpProbe(t, c.Lab, from.NS, s.ip+":80"); !probeAsWanted(want, got, sent) {
+			t.Errorf("%s: SCTP %s → service %s (%s): %d of %d answered, want reached=%v\n%s", what, from.Name, s.name, s.ip, got, sent, want, out)
 		}
 	}
 

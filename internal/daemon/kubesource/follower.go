@@ -1,0 +1,389 @@
+// Package kubesource is gvs-switchd's Kubernetes source: the node follows
+// a real API server instead of gvs's etcd registry, reading OpenShift
+// SDN's objects that gvs-master keeps there (network.openshift.io/v1:
+// the ClusterNetwork "default", HostSubnets, NetNamespaces) and the
+// Services, and drives the node through the same internal/daemon/source
+// interfaces as the etcd follower does. It only reads (the gvs-node
+// ClusterRole of deploy/rbac.yaml): subnets and VNIDs are gvs-master's to
+// give. While the API server is unreachable the informers retry and the
+// node keeps forwarding on what it last saw; what changed meanwhile
+// arrives when it is back.
+package kubesource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gvswitch/gvs/internal/daemon/source"
+	"github.com/gvswitch/gvs/sdn"
+	"github.com/gvswitch/gvs/sdn/kube/networkv1"
+)
+
+// Config says how a node follows the API server.
+type Config struct {
+	// REST reaches the API server with the node's credentials.
+	REST *rest.Config
+	// Node is this node's name: its HostSubnet's.
+	Node   string
+	Logger *slog.Logger
+}
+
+// Cluster is the ClusterNetwork "default" as the node takes it.
+type Cluster struct {
+	ClusterNetworks []netip.Prefix
+	ServiceNetwork  netip.Prefix
+	Mode            sdn.Mode
+	VXLANPort       uint16
+}
+
+// Bootstrap is what the API server told the node at start.
+type Bootstrap struct {
+	Cluster Cluster
+	// Subnet and NodeIP are the node's HostSubnet's.
+	Subnet netip.Prefix
+	NodeIP netip.Addr
+	// Projects are the NetNamespaces' VNIDs.
+	Projects map[string]uint32
+}
+
+// Follower follows the API server for one node.
+type Follower struct {
+	cfg  Config
+	log  *slog.Logger
+	net  *networkv1.Client
+	kc   kubernetes.Interface
+	stop context.CancelFunc
+
+	mu      sync.Mutex // one Sink call at a time; guards the fields below
+	subnet  netip.Prefix
+	remotes map[string]netip.Addr // remote node name → underlay address
+}
+
+// ParseClusterNetwork reads a ClusterNetwork.
+func ParseClusterNetwork(cn *networkv1.ClusterNetwork) (Cluster, error) {
+	var c Cluster
+	for _, e := range cn.ClusterNetworks {
+		p, err := netip.ParsePrefix(e.CIDR)
+		if err != nil {
+			return c, fmt.Errorf("ClusterNetwork %s: cluster network %q: %w", cn.Name, e.CIDR, err)
+		}
+		c.ClusterNetworks = append(c.ClusterNetworks, p.Masked())
+	}
+	if len(c.ClusterNetworks) == 0 && cn.Network != "" {
+		p, err := netip.ParsePrefix(cn.Network)
+		if err != nil {
+			return c, fmt.Errorf("ClusterNetwork %s: network %q: %w", cn.Name, cn.Network, err)
+		}
+		c.ClusterNetworks = append(c.ClusterNetworks, p.Masked())
+	}
+	if len(c.ClusterNetworks) == 0 {
+		return c, fmt.Errorf("ClusterNetwork %s has no cluster network", cn.Name)
+	}
+	var err error
+	if c.ServiceNetwork, err = netip.ParsePrefix(cn.ServiceNetwork); err != nil {
+		return c, fmt.Errorf("ClusterNetwork %s: service network %q: %w", cn.Name, cn.ServiceNetwork, err)
+	}
+	if c.Mode, err = sdn.ParseMode(cn.PluginName); err != nil {
+		return c, fmt.Errorf("ClusterNetwork %s: %w", cn.Name, err)
+	}
+	c.VXLANPort = sdn.VXLANPort
+	if cn.VXLANPort != nil {
+		if *cn.VXLANPort == 0 || *cn.VXLANPort > 65535 {
+			return c, fmt.Errorf("ClusterNetwork %s: vxlanPort %d", cn.Name, *cn.VXLANPort)
+		}
+		c.VXLANPort = uint16(*cn.VXLANPort)
+	}
+	return c, nil
+}
+
+// parseHostSubnet reads a HostSubnet's address and subnet.
+func parseHostSubnet(hs *networkv1.HostSubnet) (netip.Addr, netip.Prefix, error) {
+	ip, err := netip.ParseAddr(hs.HostIP)
+	if err != nil || !ip.Is4() {
+		return ip, netip.Prefix{}, fmt.Errorf("HostSubnet %s: hostIP %q is not IPv4", hs.Name, hs.HostIP)
+	}
+	sub, err := netip.ParsePrefix(hs.Subnet)
+	if err != nil {
+		return ip, sub, fmt.Errorf("HostSubnet %s: subnet %q: %w", hs.Name, hs.Subnet, err)
+	}
+	return ip, sub.Masked(), nil
+}
+
+// Start connects to the API server, waits for gvs-master's ClusterNetwork
+// and this node's HostSubnet (gvs-master makes it when the Node appears),
+// and reads the NetNamespaces. The node then calls Follow.
+func Start(ctx context.Context, cfg Config) (*Follower, Bootstrap, error) {
+	var b Bootstrap
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.REST == nil || cfg.Node == "" {
+		return nil, b, errors.New("kubesource: Config.REST and Config.Node are required")
+	}
+	netc, err := networkv1.NewForConfig(cfg.REST)
+	if err != nil {
+		return nil, b, err
+	}
+	kc, err := kubernetes.NewForConfig(cfg.REST)
+	if err != nil {
+		return nil, b, err
+	}
+	f := &Follower{cfg: cfg, log: log, net: netc, kc: kc, remotes: map[string]netip.Addr{}}
+	var cn *networkv1.ClusterNetwork
+	if err := f.wait(ctx, "the ClusterNetwork "+networkv1.ClusterNetworkDefault, func(ctx context.Context) (err error) {
+		cn, err = netc.ClusterNetworks().Get(ctx, networkv1.ClusterNetworkDefault)
+		return err
+	}); err != nil {
+		return nil, b, err
+	}
+	if b.Cluster, err = ParseClusterNetwork(cn); err != nil {
+		return nil, b, err
+	}
+	var hs *networkv1.HostSubnet
+	if err := f.wait(ctx, "this node's HostSubnet "+cfg.Node, func(ctx context.Context) (err error) {
+		hs, err = netc.HostSubnets().Get(ctx, cfg.Node)
+		return err
+	}); err != nil {
+		return nil, b, err
+	}
+	if b.NodeIP, b.Subnet, err = parseHostSubnet(hs); err != nil {
+		return nil, b, err
+	}
+	f.subnet = b.Subnet
+	var nns *networkv1.NetNamespaceList
+	if err := f.wait(ctx, "the NetNamespaces", func(ctx context.Context) (err error) {
+		nns, err = netc.NetNamespaces().List(ctx, metav1.ListOptions{})
+		return err
+	}); err != nil {
+		return nil, b, err
+	}
+	b.Projects = map[string]uint32{}
+	for _, n := range nns.Items {
+		b.Projects[n.NetName] = n.NetID
+	}
+	return f, b, nil
+}
+
+// wait retries get until it succeeds or ctx ends; a missing object or an
+// unreachable API server is waited for, a refusal (403) is not.
+func (f *Follower) wait(ctx context.Context, what string, get func(context.Context) error) error {
+	logged := false
+	for {
+		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := get(gctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			return fmt.Errorf("kubesource: reading %s: %w", what, err)
+		}
+		if !logged {
+			f.log.Info("waiting for "+what, "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubesource: waiting for %s: %w", what, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// Follow mirrors HostSubnets, NetNamespaces and, if sink takes them
+// (source.ServiceSink), Services, and namespace labels if it is a
+// source.LabelSink, into sink until ctx ends or Close.
+func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
+	ctx, f.stop = context.WithCancel(ctx)
+	hsi := f.net.HostSubnets().Informer()
+	nni := f.net.NetNamespaces().Informer()
+	_, _ = hsi.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { f.hostSubnet(sink, o, false) },
+		UpdateFunc: func(_, o any) { f.hostSubnet(sink, o, false) },
+		DeleteFunc: func(o any) { f.hostSubnet(sink, o, true) },
+	})
+	_, _ = nni.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { f.netNamespace(sink, o) },
+		UpdateFunc: func(_, o any) { f.netNamespace(sink, o) },
+	})
+	go hsi.RunWithContext(ctx)
+	go nni.RunWithContext(ctx)
+	fac := informers.NewSharedInformerFactory(f.kc, 0)
+	if ss, ok := sink.(source.ServiceSink); ok {
+		si := fac.Core().V1().Services().Informer()
+		_, _ = si.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { f.service(ss, o, false) },
+			UpdateFunc: func(_, o any) { f.service(ss, o, false) },
+			DeleteFunc: func(o any) { f.service(ss, o, true) },
+		})
+	}
+	if ls, ok := sink.(source.LabelSink); ok {
+		ni := fac.Core().V1().Namespaces().Informer()
+		set := func(o any, deleted bool) {
+			ns, ok := o.(*corev1.Namespace)
+			if !ok {
+				return
+			}
+			labels := ns.Labels
+			if deleted {
+				labels = nil
+			} else if labels == nil {
+				labels = map[string]string{}
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if err := ls.SetNamespaceLabels(ns.Name, labels); err != nil {
+				f.log.Error("namespace labels", "namespace", ns.Name, "err", err)
+			}
+		}
+		_, _ = ni.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { set(o, false) },
+			UpdateFunc: func(_, o any) { set(o, false) },
+			DeleteFunc: func(o any) { set(o, true) },
+		})
+	}
+	fac.Start(ctx.Done())
+}
+
+// Close stops following.
+func (f *Follower) Close() {
+	if f.stop != nil {
+		f.stop()
+	}
+}
+
+// unwrap returns the object of an informer's delete notification.
+func unwrap(o any) any {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return o
+}
+
+// hostSubnet mirrors a HostSubnet: another node's is a remote node, this
+// node's a subnet (a new one: the node moves).
+func (f *Follower) hostSubnet(sink source.Sink, o any, deleted bool) {
+	hs, ok := unwrap(o).(*networkv1.HostSubnet)
+	if !ok {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if hs.Name == f.cfg.Node {
+		if deleted {
+			// gvs-master releases it with the Node; keep forwarding on
+			// it until a new one is given (as past an etcd lease).
+			f.log.Warn("this node's HostSubnet was deleted", "subnet", f.subnet)
+			return
+		}
+		_, sub, err := parseHostSubnet(hs)
+		if err != nil {
+			f.log.Error("this node's HostSubnet", "err", err)
+			return
+		}
+		if sub != f.subnet {
+			f.log.Info("this node's subnet changed", "from", f.subnet, "to", sub)
+			if err := sink.ChangeSubnet(sub); err != nil {
+				f.log.Error("change subnet", "err", err)
+				return
+			}
+			f.subnet = sub
+		}
+		return
+	}
+	old, had := f.remotes[hs.Name]
+	if deleted {
+		if had {
+			delete(f.remotes, hs.Name)
+			if err := sink.RemoveRemote(old); err != nil {
+				f.log.Error("remove remote node", "node", hs.Name, "err", err)
+			}
+			f.log.Info("remote node removed", "node", hs.Name, "ip", old)
+		}
+		return
+	}
+	ip, sub, err := parseHostSubnet(hs)
+	if err != nil {
+		f.log.Error("remote node", "err", err)
+		return
+	}
+	if had && old != ip {
+		_ = sink.RemoveRemote(old)
+		delete(f.remotes, hs.Name)
+	}
+	if err := sink.AddRemote(sdn.RemoteNode{Name: hs.Name, IP: ip, Subnet: sub}); err != nil {
+		f.log.Error("add remote node", "node", hs.Name, "err", err)
+		return
+	}
+	f.remotes[hs.Name] = ip
+	if !had {
+		f.log.Info("remote node added", "node", hs.Name, "ip", ip, "subnet", sub)
+	}
+}
+
+// netNamespace mirrors a NetNamespace's VNID. A deleted one changes
+// nothing: its pods go with its Namespace.
+func (f *Follower) netNamespace(sink source.Sink, o any) {
+	nn, ok := unwrap(o).(*networkv1.NetNamespace)
+	if !ok {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := sink.SetProjectVNID(nn.NetName, nn.NetID); err != nil {
+		f.log.Error("project VNID", "project", nn.NetName, "err", err)
+	}
+}
+
+// service mirrors a Service with a ClusterIP (headless and ExternalName
+// ones have none to guard). A Service the node refuses has its old rules
+// removed: in multitenant mode it is then unreachable, not open.
+func (f *Follower) service(ss source.ServiceSink, o any, deleted bool) {
+	s, ok := unwrap(o).(*corev1.Service)
+	if !ok {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ip, err := netip.ParseAddr(s.Spec.ClusterIP)
+	if deleted || err != nil || !ip.Is4() {
+		if err := ss.DeleteService(s.Namespace, s.Name); err != nil {
+			f.log.Error("remove service", "service", s.Namespace+"/"+s.Name, "err", err)
+		}
+		return
+	}
+	svc := sdn.Service{Namespace: s.Namespace, Name: s.Name, ClusterIP: ip}
+	for _, p := range s.Spec.Ports {
+		var proto uint8
+		switch strings.ToUpper(string(p.Protocol)) {
+		case "TCP", "":
+			proto = sdn.ProtoTCP
+		case "UDP":
+			proto = sdn.ProtoUDP
+		case "SCTP":
+			proto = sdn.ProtoSCTP
+		default:
+			continue
+		}
+		svc.Ports = append(svc.Ports, sdn.ServicePort{Protocol: proto, Port: uint16(p.Port)})
+	}
+	if err := ss.SetService(svc); err != nil {
+		f.log.Error("service refused", "service", s.Namespace+"/"+s.Name, "err", err)
+		_ = ss.DeleteService(s.Namespace, s.Name)
+	}
+}

@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gvswitch/gvs/bench/cluster"
+	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/internal/kubetest"
+)
+
+// TestKubeMode: gvs-master and two gvs-switchd follow a real API server
+// (cluster.ControlPlaneKube: Namespaces are projects, Nodes get
+// HostSubnets; the daemons read with gvs-node's ServiceAccount). The
+// reachability matrix follows the NetNamespaces' VNIDs on every node;
+// `gvsctl --kubeconfig projects join`, `make-global` and `isolate`, which
+// write the annotation `oc adm pod-network` writes, re-tag the running
+// pods; with the API server stopped for a minute forwarding is unchanged,
+// and a change made after it returns arrives.
+func TestKubeMode(t *testing.T) {
+	kubetest.Require(t)
+	c := up(t, "km", cluster.Spec{
+		Lab:          lab.Spec{Nodes: 2, PodsPerNode: 3, Projects: []string{"default", "alpha", "beta"}},
+		Mode:         "multitenant",
+		ControlPlane: cluster.ControlPlaneKube,
+	})
+	alpha1, beta2 := c.Nodes[0].Pods[1], c.Nodes[1].Pods[2]
+	if alpha1.VNID == 0 || beta2.VNID == 0 || alpha1.VNID == beta2.VNID {
+		t.Fatalf("VNIDs from the NetNamespaces: alpha %d, beta %d", alpha1.VNID, beta2.VNID)
+	}
+	checkReach(t, c, "initial")
+	project := func(args ...string) {
+		t.Helper()
+		if out, err := c.KubeCtl(ctx(t), append([]string{"projects"}, args...)...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	reaches := func() bool {
+		_, err := c.Lab.Exec(ctx(t), alpha1.NS, "ping", "-c", "1", "-W", "1", "-q", beta2.IP.String())
+		return err == nil
+	}
+	project("join", "alpha", "beta")
+	checkReach(t, c, "beta joined to alpha")
+	if !reaches() {
+		t.Error("alpha does not reach beta across nodes after the join")
+	}
+	project("isolate", "beta")
+	checkReach(t, c, "beta isolated")
+	project("make-global", "beta")
+	checkReach(t, c, "beta global")
+	project("isolate", "beta")
+	checkReach(t, c, "beta isolated again")
+	if reaches() {
+		t.Fatal("alpha reaches beta after isolate")
+	}
+
+	// The API server goes away for a minute: forwarding goes on.
+	if err := c.Kube.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	alpha2 := c.Nodes[1].Pods[1]
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if ok, out := ping(t, c.Lab, alpha1.NS, alpha2.IP, 56); !ok {
+			t.Fatalf("alpha → alpha across nodes failed while the API server was down:\n%s", out)
+		}
+		time.Sleep(5 * time.Second)
+	}
+	if reaches() {
+		t.Error("isolation lost while the API server was down")
+	}
+	kctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Kube.StartAPIServer(kctx); err != nil {
+		t.Fatal(err)
+	}
+	// A change made after it returns arrives on every node, once their
+	// informers are back: client-go's reflectors back off up to 30 s with
+	// as much jitter again (a minute's outage reaches that), and a
+	// restarted API server refuses watches until its RBAC caches fill.
+	project("join", "alpha", "beta")
+	start := time.Now()
+	if !eventually(100*time.Second, reaches) {
+		t.Fatal("the join made after the outage did not arrive within 100 s")
+	}
+	t.Logf("the join made after the outage arrived in %v", time.Since(start).Round(time.Second))
+	checkReach(t, c, "beta joined after the outage")
+	for i := range c.Nodes {
+		out := ctl(t, c, i, "dump-flows", "table=80")
+		if !strings.Contains(out, "reg0=") {
+			t.Errorf("node %d has no VNID rules:\n%s", i, out)
+		}
+	}
+}
