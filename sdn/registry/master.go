@@ -19,8 +19,11 @@ import (
 // default and global projects, gives every registered node a subnet
 // (AssignSubnet) and answers the nodes' project requests. Several masters
 // may run at once: every write is a compare-and-swap, so they never hand
-// out a subnet or a VNID twice. Subnet records live on the node's lease, so
-// a node gone past its lease loses its subnet with it.
+// out a subnet or a VNID twice. A node gone past its lease loses its
+// subnet: its record expires with the lease and the master, watching,
+// deletes its subnet record and claim (at start, those of nodes that went
+// while no master ran). The subnet records are not on the node's lease:
+// etcd renews a lease only for a user who may write every key on it.
 type Master struct {
 	Reg    *Registry
 	Config Config
@@ -83,12 +86,25 @@ func (m *Master) follow(ctx context.Context, log *slog.Logger) error {
 	resp, err := m.Reg.c.Txn(ctx).Then(
 		clientv3.OpGet(NodesPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(RequestsPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(SubnetsPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 	).Commit()
 	if err != nil {
 		return err
 	}
+	live := map[string]bool{}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		m.assign(ctx, log, strings.TrimPrefix(string(kv.Key), NodesPrefix))
+		name := strings.TrimPrefix(string(kv.Key), NodesPrefix)
+		live[name] = true
+		m.assign(ctx, log, name)
+	}
+	// Subnets of nodes that went while no master watched.
+	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+		if name := strings.TrimPrefix(string(kv.Key), SubnetsPrefix); !live[name] {
+			log.Info("node gone; releasing its subnet", "node", name)
+			if err := m.Reg.ReleaseSubnet(ctx, name); err != nil {
+				log.Warn("release subnet", "node", name, "err", err)
+			}
+		}
 	}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		m.answer(ctx, log, string(kv.Key))

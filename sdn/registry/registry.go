@@ -25,8 +25,8 @@ const (
 	Prefix         = "/gvs/"
 	ConfigKey      = Prefix + "config"         // Config (JSON), written by gvs-master
 	NodesPrefix    = Prefix + "nodes/"         // NodesPrefix+name → Node, on the node's lease
-	SubnetsPrefix  = Prefix + "subnets/"       // SubnetsPrefix+name → Subnet, on the node's lease
-	ClaimsPrefix   = Prefix + "subnet-claims/" // ClaimsPrefix+a.b.c.d_len → node name, on the node's lease
+	SubnetsPrefix  = Prefix + "subnets/"       // SubnetsPrefix+name → Subnet (deleted by gvs-master with the node record)
+	ClaimsPrefix   = Prefix + "subnet-claims/" // ClaimsPrefix+a.b.c.d_len → node name (likewise)
 	SubnetCursor   = Prefix + "subnet-cursor"  // JSON []uint32: scan cursor per cluster network
 	ProjectsPrefix = Prefix + "projects/"      // ProjectsPrefix+name → Project
 	VNIDsPrefix    = Prefix + "vnids/"         // VNIDsPrefix+decimal → VNIDUse (VNIDs other than 0)
@@ -72,6 +72,12 @@ type Subnet struct {
 	Node   string       `json:"node"`
 	IP     netip.Addr   `json:"ip"`
 	Subnet netip.Prefix `json:"subnet"`
+	// Lease is the lease of the node registration the record answers
+	// (the node waits for an answer to its own). The record is not on
+	// that lease: etcd renews a lease only for a user who may write every
+	// key attached to it, and only gvs-master writes subnets; gvs-master
+	// deletes the record and its claim when the node record expires.
+	Lease int64 `json:"lease,omitempty"`
 }
 
 // Project is a project's VNID record.

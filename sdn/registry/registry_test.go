@@ -305,8 +305,78 @@ func TestSubnetClaimsAreTheMastersWord(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	r, err := reg.Client().Get(ctx, registry.ClaimKey(x))
-	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "b" || clientv3.LeaseID(r.Kvs[0].Lease) != lb {
-		t.Errorf("claim of %v: %v %v, want b's on b's lease", x, r, err)
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "b" {
+		t.Errorf("claim of %v: %v %v, want b's", x, r, err)
+	}
+	subs, _, err := reg.Subnets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range subs {
+		if s.Node == "b" && (s.Subnet != x || clientv3.LeaseID(s.Lease) != lb) {
+			t.Errorf("b's subnet record %+v, want %v answering lease %x", s, x, lb)
+		}
+	}
+}
+
+// TestNodeKeepsItsLease: a node renews its lease, with its own (least
+// privilege) identity, after gvs-master has given it a subnet. etcd renews
+// a lease only for a user who may write every key attached to it, so the
+// master's records must not be on the node's lease: when they were, every
+// node lost its lease each TTL and re-registered, and every other node saw
+// it leave and come back. When the node stops renewing, its lease expires
+// and the master releases the subnet.
+func TestNodeKeepsItsLease(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, reg := startEtcd(t)
+	runMaster(t, ctx, reg, false)
+	na := node(t, e, "a")
+	lease, s := register(t, ctx, na, "a", netip.MustParseAddr("192.168.0.1"), 2, netip.Prefix{})
+	if !s.Subnet.IsValid() {
+		t.Fatal("no subnet")
+	}
+	kctx, stop := context.WithCancel(ctx)
+	ch, err := na.Client().KeepAlive(kctx, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewals := 0
+	timeout := time.After(5 * time.Second)
+renew:
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				t.Fatalf("the node's lease renewal ended after %d renewals (refused?)", renewals)
+			}
+			renewals++
+		case <-timeout:
+			break renew
+		}
+	}
+	r, err := reg.Client().Get(ctx, registry.NodeKey("a"))
+	if err != nil || len(r.Kvs) != 1 || clientv3.LeaseID(r.Kvs[0].Lease) != lease {
+		t.Fatalf("node record after 5 s of a 2 s lease: %v %v", r, err)
+	}
+	subs, _, err := reg.Subnets(ctx)
+	if err != nil || len(subs) != 1 || subs[0] != s {
+		t.Fatalf("subnets after 5 s: %v %v, want %v", subs, err, s)
+	}
+	stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		subs, _, err := reg.Subnets(ctx)
+		if err == nil && len(subs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("subnet not released after the node's lease expired: %v %v", subs, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r, err := reg.Client().Get(ctx, registry.ClaimKey(s.Subnet)); err != nil || len(r.Kvs) != 0 {
+		t.Errorf("claim left after the release: %v %v", r, err)
 	}
 }
 

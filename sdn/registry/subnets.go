@@ -19,9 +19,8 @@ import (
 var ErrBadNodeRecord = errors.New("node record refused")
 
 // AssignSubnet is gvs-master's answer to a node record (Register): it gives
-// the node a subnet of the cluster networks on the node's lease, or keeps
-// the one it has, moving it (record and claim) onto the node's current
-// lease and address. A node without a subnet gets the one it asks for
+// the node a subnet of the cluster networks, or keeps the one it has,
+// answering the node's current registration (Subnet.Lease) and address. A node without a subnet gets the one it asks for
 // (Node.Want) when that is a host subnet of the cluster networks nobody
 // claims, else a fresh one. Every write is one transaction that succeeds
 // only if the node record is unchanged, the node's subnet record is as read
@@ -53,7 +52,6 @@ func (r *Registry) AssignSubnet(ctx context.Context, nets []master.ClusterNetwor
 		if err := checkNodeIP(node, n.IP, resp.Responses[4].GetResponseRange().Kvs); err != nil {
 			return Subnet{}, err
 		}
-		lease := clientv3.LeaseID(nkv.Lease)
 		claims := map[netip.Prefix]string{}
 		for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
 			if p, err := ParseClaimKey(string(kv.Key)); err == nil {
@@ -71,17 +69,17 @@ func (r *Registry) AssignSubnet(ctx context.Context, nets []master.ClusterNetwor
 				}
 				continue
 			}
-			if s.IP == n.IP && s.Node == node && skv.Lease == nkv.Lease {
+			if s.IP == n.IP && s.Node == node && s.Lease == nkv.Lease {
 				return s, nil
 			}
-			s.Node, s.IP = node, n.IP
+			s.Node, s.IP, s.Lease = node, n.IP, nkv.Lease
 			tr, err := r.c.Txn(ctx).If(
 				clientv3.Compare(clientv3.ModRevision(NodeKey(node)), "=", nkv.ModRevision),
 				clientv3.Compare(clientv3.ModRevision(SubnetKey(node)), "=", skv.ModRevision),
 				clientv3.Compare(clientv3.Value(ClaimKey(s.Subnet)), "=", node),
 			).Then(
-				clientv3.OpPut(SubnetKey(node), jsonOf(s), clientv3.WithLease(lease)),
-				clientv3.OpPut(ClaimKey(s.Subnet), node, clientv3.WithLease(lease)),
+				clientv3.OpPut(SubnetKey(node), jsonOf(s)),
+				clientv3.OpPut(ClaimKey(s.Subnet), node),
 			).Commit()
 			if err != nil {
 				return Subnet{}, fmt.Errorf("assign subnet to %s: %w", node, err)
@@ -110,14 +108,14 @@ func (r *Registry) AssignSubnet(ctx context.Context, nets []master.ClusterNetwor
 				return Subnet{}, fmt.Errorf("node %s: %w", node, err)
 			}
 		}
-		s := Subnet{Node: node, IP: n.IP, Subnet: p}
+		s := Subnet{Node: node, IP: n.IP, Subnet: p, Lease: nkv.Lease}
 		tr, err := r.c.Txn(ctx).If(
 			clientv3.Compare(clientv3.ModRevision(NodeKey(node)), "=", nkv.ModRevision),
 			clientv3.Compare(clientv3.ModRevision(SubnetKey(node)), "=", 0),
 			clientv3.Compare(clientv3.ModRevision(ClaimKey(p)), "=", 0),
 		).Then(
-			clientv3.OpPut(SubnetKey(node), jsonOf(s), clientv3.WithLease(lease)),
-			clientv3.OpPut(ClaimKey(p), node, clientv3.WithLease(lease)),
+			clientv3.OpPut(SubnetKey(node), jsonOf(s)),
+			clientv3.OpPut(ClaimKey(p), node),
 			clientv3.OpPut(SubnetCursor, jsonOf(sa.Cursors())),
 		).Commit()
 		if err != nil {
@@ -150,8 +148,9 @@ func checkNodeIP(node string, ip netip.Addr, nodes []*mvccpb.KeyValue) error {
 	return nil
 }
 
-// ReleaseSubnet deletes a node's subnet record and its claim (used when a
-// node record is deleted without its lease expiring).
+// ReleaseSubnet deletes a node's subnet record and its claim: gvs-master
+// does it when the node record goes (its lease expired, or it was deleted)
+// and, at start, for records whose node is gone.
 func (r *Registry) ReleaseSubnet(ctx context.Context, node string) error {
 	resp, err := r.c.Get(ctx, SubnetKey(node))
 	if err != nil {
@@ -199,8 +198,8 @@ func (r *Registry) ClaimHolder(ctx context.Context, p netip.Prefix) (string, err
 	return string(resp.Kvs[0].Value), nil
 }
 
-// WaitSubnet blocks until the node has a subnet record on lease (any lease
-// when lease is 0) and returns it.
+// WaitSubnet blocks until the node has a subnet record answering its
+// registration on lease (any when lease is 0) and returns it.
 func (r *Registry) WaitSubnet(ctx context.Context, node string, lease clientv3.LeaseID) (Subnet, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -209,22 +208,26 @@ func (r *Registry) WaitSubnet(ctx context.Context, node string, lease clientv3.L
 		return Subnet{}, fmt.Errorf("wait for subnet of %s: %w", node, err)
 	}
 	for {
-		if len(resp.Kvs) > 0 && (lease == 0 || resp.Kvs[0].Lease == int64(lease)) {
+		if len(resp.Kvs) > 0 {
 			var s Subnet
 			if err := json.Unmarshal(resp.Kvs[0].Value, &s); err != nil {
 				return Subnet{}, fmt.Errorf("subnet of %s: %w", node, err)
 			}
-			return s, nil
+			if lease == 0 || s.Lease == int64(lease) {
+				return s, nil
+			}
 		}
 		wc := r.c.Watch(ctx, SubnetKey(node), clientv3.WithRev(resp.Header.Revision+1))
 		for wr := range wc {
 			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypePut && (lease == 0 || ev.Kv.Lease == int64(lease)) {
+				if ev.Type == clientv3.EventTypePut {
 					var s Subnet
 					if err := json.Unmarshal(ev.Kv.Value, &s); err != nil {
 						return Subnet{}, fmt.Errorf("subnet of %s: %w", node, err)
 					}
-					return s, nil
+					if lease == 0 || s.Lease == int64(lease) {
+						return s, nil
+					}
 				}
 			}
 			if wr.Err() != nil {
