@@ -253,6 +253,10 @@ func (c *Cluster) writeConfig(i int) error {
 		cfg.Subnet, cfg.Peers, cfg.Projects = "", nil, nil
 		cfg.ClusterNetworks, cfg.ServiceNetwork, cfg.Mode = nil, "", ""
 		cfg.Kubeconfig = c.kubeNode
+		if c.Spec.CNI { // the daemon installs the plugin, as deploy/gvs-node.yaml's does
+			cfg.CNIBinDir, cfg.CNIConfDir = filepath.Join(c.NodeCNIDir(i), "bin"), filepath.Join(c.NodeCNIDir(i), "net.d")
+			cfg.CNIPlugin, _ = filepath.Abs(filepath.Join(c.Spec.BinDir, "gvs-cni"))
+		}
 	} else if c.Spec.ControlPlane != "" {
 		cfg.Subnet, cfg.Peers, cfg.Projects = "", nil, nil
 		cfg.EtcdEndpoints = c.EtcdEndpoints
