@@ -106,8 +106,8 @@ bench: ## Go benchmarks of the data path (allocs included)
 bench-compare: deps build ## gvs vs kernel vs Open vSwitch on the same lab topology (as root; writes bench-compare.json/.svg)
 	$(BIN)/gvs-bench compare -runs 3 -o bench-compare.json -plot bench-compare.svg
 
-demo: deps build ## bring up a 2-node demo cluster in network namespaces (as root)
-	$(BIN)/gvs-bench demo up
+demo: deps build $(if $(filter kube,$(MODE)),kube-tools) ## bring up a 2-node demo cluster in network namespaces (as root); MODE=kube: with a Kubernetes API server
+	$(BIN)/gvs-bench demo up -mode $(or $(MODE),etcd)
 
 demo-down: ## remove everything the demo created
 	@if [ -x $(BIN)/gvs-bench ]; then $(BIN)/gvs-bench demo down; else $(GO) run ./cmd/gvs-bench demo down; fi

@@ -205,6 +205,11 @@ func Up(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
+	if c.Kube != nil {
+		if err := c.createKubePods(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
