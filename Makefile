@@ -6,7 +6,7 @@ BIN     := bin
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 PKGS    := ./...
 # Debian packages the tests and the demo use (installed by `make deps` when root).
-DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump tshark ethtool openvswitch-switch etcd-server etcd-client containernetworking-plugins iptables nftables
+DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump tshark ethtool openvswitch-switch etcd-server etcd-client containernetworking-plugins iptables nftables skopeo
 # Fuzzing budgets are counts of executions, not durations: with a duration, Go
 # before 1.27 can fail a target with a bare "context deadline exceeded" when
 # the deadline races a busy worker (golang/go#75804). A count also bounds the
@@ -14,10 +14,12 @@ DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump tshark ethtool openvswit
 FUZZTIME ?= 50000x
 STATICCHECK_VERSION ?= latest
 CNITOOL_VERSION ?= v1.3.1
+# The image make image names (deploy/kustomization.yaml sets the same).
+IMAGE ?= gvs:devel
 
 export PATH := $(PATH):$(GOBIN):/usr/local/go/bin
 
-.PHONY: help build deps tools kube-tools test test-unit test-root test-race test-scale fuzz fuzz-long bench bench-compare lint demo demo-down clean
+.PHONY: help build image deps tools kube-tools test test-unit test-root test-race test-scale fuzz fuzz-long bench bench-compare lint demo demo-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -26,6 +28,9 @@ build: ## build every binary into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 	@mkdir -p $(BIN)/cni && ln -sf ../gvs-cni $(BIN)/cni/gvs # a CNI_PATH dir: the plugin's file name is its type
+
+image: ## build the container image deploy/ runs (static binaries, one layer) as an OCI archive: bin/gvs-image.tar
+	$(GO) run ./deploy/image -o $(BIN)/gvs-image.tar -tag $(IMAGE)
 
 deps: ## install the Debian packages the tests and the demo need (as root)
 	@if [ "$$(id -u)" = 0 ]; then \
@@ -101,8 +106,8 @@ bench: ## Go benchmarks of the data path (allocs included)
 bench-compare: deps build ## gvs vs kernel vs Open vSwitch on the same lab topology (as root; writes bench-compare.json/.svg)
 	$(BIN)/gvs-bench compare -runs 3 -o bench-compare.json -plot bench-compare.svg
 
-demo: deps build ## bring up a 2-node demo cluster in network namespaces (as root)
-	$(BIN)/gvs-bench demo up
+demo: deps build $(if $(filter kube,$(MODE)),kube-tools) ## bring up a 2-node demo cluster in network namespaces (as root); MODE=kube: with a Kubernetes API server
+	$(BIN)/gvs-bench demo up -mode $(or $(MODE),etcd)
 
 demo-down: ## remove everything the demo created
 	@if [ -x $(BIN)/gvs-bench ]; then $(BIN)/gvs-bench demo down; else $(GO) run ./cmd/gvs-bench demo down; fi

@@ -205,6 +205,11 @@ func Up(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
+	if c.Kube != nil {
+		if err := c.createKubePods(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -253,6 +258,10 @@ func (c *Cluster) writeConfig(i int) error {
 		cfg.Subnet, cfg.Peers, cfg.Projects = "", nil, nil
 		cfg.ClusterNetworks, cfg.ServiceNetwork, cfg.Mode = nil, "", ""
 		cfg.Kubeconfig = c.kubeNode
+		if c.Spec.CNI { // the daemon installs the plugin, as deploy/gvs-node.yaml's does
+			cfg.CNIBinDir, cfg.CNIConfDir = filepath.Join(c.NodeCNIDir(i), "bin"), filepath.Join(c.NodeCNIDir(i), "net.d")
+			cfg.CNIPlugin, _ = filepath.Abs(filepath.Join(c.Spec.BinDir, "gvs-cni"))
+		}
 	} else if c.Spec.ControlPlane != "" {
 		cfg.Subnet, cfg.Peers, cfg.Projects = "", nil, nil
 		cfg.EtcdEndpoints = c.EtcdEndpoints

@@ -87,19 +87,43 @@ func RuntimeConf(containerID, nsPath, ifName, project, pod string) *libcni.Runti
 // ContainerID is the container ID the cluster gives a pod.
 func ContainerID(p Pod) string { return "ctr-" + p.Name }
 
-// attachPodsCNI attaches every pod with a CNI ADD of a plain "gvs" list
-// on its node, and records the address the daemon leased.
+// NodeCNIDir is where node i's daemon installs the CNI plugin (bin/) and
+// its network configuration (net.d/) in Kubernetes mode, as the DaemonSet
+// does on a host's /opt/cni/bin and /etc/cni/net.d.
+func (c *Cluster) NodeCNIDir(i int) string {
+	return filepath.Join(c.Lab.StateDir(), c.Nodes[i].Name+"-cni")
+}
+
+// nodeCNI is what a container runtime on node i uses: in Kubernetes mode
+// the plugin and configuration the daemon installed (deploy/gvs-node.yaml's
+// cniBinDir and cniConfDir); otherwise the cluster's plugin directory and a
+// plain "gvs" list.
+func (c *Cluster) nodeCNI(i int) (*libcni.NetworkConfigList, *libcni.CNIConfig, error) {
+	if c.Spec.ControlPlane != ControlPlaneKube {
+		list, err := c.CNIConfList(i, "1.1.0")
+		return list, c.CNI(), err
+	}
+	dir := c.NodeCNIDir(i)
+	list, err := libcni.LoadConfList(filepath.Join(dir, "net.d"), "gvs")
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster: the configuration %s installed: %w", c.Nodes[i].Name, err)
+	}
+	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
+	return list, libcni.NewCNIConfigWithCacheDir([]string{filepath.Join(dir, "bin"), DebianCNIDir}, filepath.Join(c.Lab.StateDir(), "cni-cache"), exec), nil
+}
+
+// attachPodsCNI attaches every pod with a CNI ADD on its node (nodeCNI),
+// and records the address the daemon leased.
 func (c *Cluster) attachPodsCNI(ctx context.Context) error {
 	if err := c.prepareCNI(); err != nil {
 		return err
 	}
-	cni := c.CNI()
 	for i := range c.Nodes {
 		if c.Spec.dataplane(i) != DataplaneGVS {
 			continue
 		}
 		n := &c.Nodes[i]
-		list, err := c.CNIConfList(i, "1.1.0")
+		list, cni, err := c.nodeCNI(i)
 		if err != nil {
 			return err
 		}

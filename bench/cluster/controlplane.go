@@ -205,13 +205,21 @@ func (c *Cluster) RegistryCtl(ctx context.Context, args ...string) ([]byte, erro
 	return out, nil
 }
 
-// Projects runs `gvsctl projects ARGS...` against the registry (RegistryCtl).
+// Projects runs `gvsctl projects ARGS...` against the control plane: the
+// API server in Kubernetes mode (KubeCtl), else the registry (RegistryCtl).
 func (c *Cluster) Projects(ctx context.Context, args ...string) ([]byte, error) {
+	if c.Kube != nil {
+		return c.KubeCtl(ctx, append([]string{"projects"}, args...)...)
+	}
 	return c.RegistryCtl(ctx, append([]string{"projects"}, args...)...)
 }
 
-// ProjectVNIDs reads the projects' VNIDs from the registry.
+// ProjectVNIDs reads the projects' VNIDs from the control plane (the
+// registry, or the NetNamespaces in Kubernetes mode).
 func (c *Cluster) ProjectVNIDs(ctx context.Context) (map[string]uint32, error) {
+	if c.Kube != nil {
+		return c.kubeVNIDs(ctx)
+	}
 	out, err := c.Projects(ctx, "list")
 	if err != nil {
 		return nil, err
@@ -295,11 +303,7 @@ func (m *EtcdMember) Stop() error {
 // pods (after gvsctl projects join/isolate/make-global), so Allowed and
 // Reachability expect the new isolation.
 func (c *Cluster) RefreshVNIDs(ctx context.Context) error {
-	get := c.ProjectVNIDs
-	if c.Kube != nil {
-		get = c.kubeVNIDs
-	}
-	got, err := get(ctx)
+	got, err := c.ProjectVNIDs(ctx)
 	if err != nil {
 		return err
 	}

@@ -121,6 +121,43 @@ func (c *Cluster) upKube(ctx context.Context) error {
 	return c.RefreshVNIDs(ctx)
 }
 
+// PodLabels are the labels the cluster gives each pod's Pod object in
+// Kubernetes mode: app is the pod's name, gvs.io/node its node's.
+func PodLabels(p Pod, node string) map[string]string {
+	return map[string]string{"app": p.Name, "gvs.io/node": node}
+}
+
+// createKubePods creates a Pod object for every lab pod, as the scheduler
+// and the kubelet would: bound to its node, with PodLabels and its address
+// in its status (the containers are never run: there is no kubelet).
+func (c *Cluster) createKubePods(ctx context.Context) error {
+	kc, err := kubernetes.NewForConfig(c.Kube.Admin())
+	if err != nil {
+		return err
+	}
+	for _, n := range c.Nodes {
+		for _, p := range n.Pods {
+			// The ServiceAccount admission wants the pod's account; no
+			// controller manager makes it here.
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: p.Project}}
+			if _, err := kc.CoreV1().ServiceAccounts(p.Project).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Project, Labels: PodLabels(p, n.Name)},
+				Spec: corev1.PodSpec{NodeName: n.Name, Containers: []corev1.Container{{Name: "main", Image: "none"}}}}
+			created, err := kc.CoreV1().Pods(p.Project).Create(ctx, pod, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("cluster: pod %s: %w", p.Name, err)
+			}
+			created.Status.PodIP, created.Status.PodIPs = p.IP.String(), []corev1.PodIP{{IP: p.IP.String()}}
+			if _, err := kc.CoreV1().Pods(p.Project).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("cluster: pod %s status: %w", p.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
 // kubeVNIDs reads the NetNamespaces' VNIDs.
 func (c *Cluster) kubeVNIDs(ctx context.Context) (map[string]uint32, error) {
 	net, err := networkv1.NewForConfig(c.Kube.Admin())

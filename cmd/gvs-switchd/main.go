@@ -27,6 +27,8 @@ func run() error {
 	debug := flag.Bool("debug", false, "log at debug level")
 	cpuProfile := flag.String("cpuprofile", os.Getenv("GVS_CPUPROFILE"),
 		"write a CPU profile to `FILE`.PID from start until exit (default $GVS_CPUPROFILE)")
+	nodeName := flag.String("node-name", "", "the node's name, replacing the configuration's nodeName (a DaemonSet passes its Node's)")
+	nodeIP := flag.String("node-ip", "", "the node's underlay address, replacing the configuration's nodeIP")
 	flag.Parse()
 	level := slog.LevelInfo
 	if *debug {
@@ -36,9 +38,22 @@ func run() error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("must run as root (it creates TAP devices and moves them into pod namespaces)")
 	}
-	cfg, err := daemon.LoadConfig(*cfgPath)
+	b, err := os.ReadFile(*cfgPath)
 	if err != nil {
-		return err
+		return fmt.Errorf("config: %w", err)
+	}
+	cfg, err := daemon.DecodeConfig(b)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", *cfgPath, err)
+	}
+	if *nodeName != "" {
+		cfg.NodeName = *nodeName
+	}
+	if *nodeIP != "" {
+		cfg.NodeIP = *nodeIP
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("config %s: %w", *cfgPath, err)
 	}
 	d, err := daemon.New(cfg, log)
 	if err != nil {

@@ -54,6 +54,10 @@ func (d *Daemon) startCNI(ctx context.Context, errc chan<- error) error {
 		errc <- srv.Serve(ctx, l)
 		pool.Close()
 	}()
+	if err := d.installCNI(sock); err != nil {
+		l.Close() // ends Serve
+		return err
+	}
 	d.log.Info("cni: serving", "socket", sock, "leases", len(ipam.Leases()), "state", dir, "tapPool", d.cfg.TapPool)
 	return nil
 }

@@ -72,8 +72,9 @@ type Config struct {
 	// SocketGroup is a group (name or number) whose members may use the
 	// CNI and control sockets besides root; "" means root only.
 	SocketGroup string `json:"socketGroup,omitempty"`
-	// CNISocket is where gvs-switchd answers gvs-cni (docs/cni.md);
-	// "" means /run/gvs/cni.sock, "off" disables CNI.
+	// CNISocket is where gvs-switchd answers gvs-cni (docs/cni.md), such
+	// as /run/gvs/cni.sock (the plugin's default); "" or "off" disables
+	// CNI.
 	CNISocket string `json:"cniSocket,omitempty"`
 	// StateDir keeps the CNI address leases (StateDir/ipam) and, with the
 	// control plane, the node's last subnet (StateDir/node-subnet); ""
@@ -104,6 +105,20 @@ type Config struct {
 	// of the pod the daemon runs in (the DaemonSet of deploy/). The node's
 	// HostSubnet gives its subnet; nodeName is required.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// CNIBinDir and CNIConfDir install the CNI plugin on the host, as
+	// gvs-switchd's DaemonSet does (deploy/gvs-node.yaml): once the CNI
+	// socket listens, the plugin is copied into CNIBinDir as "gvs" (its
+	// network type) and a network configuration list written into
+	// CNIConfDir, both atomically, so the runtime starts pods only when
+	// the daemon can attach them. Absolute paths; "" installs nothing.
+	CNIBinDir  string `json:"cniBinDir,omitempty"`
+	CNIConfDir string `json:"cniConfDir,omitempty"`
+	// CNIPlugin is the plugin binary CNIBinDir receives; "" means gvs-cni
+	// beside gvs-switchd's own executable.
+	CNIPlugin string `json:"cniPlugin,omitempty"`
+	// CNINetwork names the installed network configuration ("" means
+	// DefaultCNINetwork); its file is CNIConfDir/80-NAME.conflist.
+	CNINetwork string `json:"cniNetwork,omitempty"`
 }
 
 // InCluster is the Kubeconfig value that means the pod's own ServiceAccount.
@@ -209,59 +224,82 @@ func LoadConfig(path string) (*Config, error) {
 // ParseConfig decodes and validates a configuration. Unknown keys are
 // errors, so that a misspelt key is not silently ignored.
 func ParseConfig(b []byte) (*Config, error) {
+	c, err := DecodeConfig(b)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// DecodeConfig decodes a configuration (unknown keys are errors) without
+// validating it: for a caller that completes it first, then calls
+// Validate.
+func DecodeConfig(b []byte) (*Config, error) {
 	var c Config
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
 		return nil, err
 	}
+	return &c, nil
+}
+
+// Validate checks a configuration as ParseConfig does; call it again after
+// changing one (gvs-switchd's -node-name and -node-ip flags).
+func (c *Config) Validate() error {
 	if c.Queues < 0 || c.Queues > MaxQueues {
-		return nil, fmt.Errorf("queues: %d out of range 0..%d", c.Queues, MaxQueues)
+		return fmt.Errorf("queues: %d out of range 0..%d", c.Queues, MaxQueues)
 	}
 	if c.VXLANReaders < 0 || c.VXLANReaders > MaxQueues {
-		return nil, fmt.Errorf("vxlanReaders: %d out of range 0..%d", c.VXLANReaders, MaxQueues)
+		return fmt.Errorf("vxlanReaders: %d out of range 0..%d", c.VXLANReaders, MaxQueues)
 	}
 	if _, err := c.vnidWait(); err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := c.socketPolicy(); err != nil {
-		return nil, err
+		return err
+	}
+	if err := c.validateCNIInstall(); err != nil {
+		return err
 	}
 	if c.FromKubernetes() {
 		if c.FromRegistry() {
-			return nil, errors.New("kubeconfig and etcdEndpoints: follow one control plane, not both")
+			return errors.New("kubeconfig and etcdEndpoints: follow one control plane, not both")
 		}
 		if !master.ValidNodeName(c.NodeName) {
-			return nil, fmt.Errorf("nodeName %q: %w", c.NodeName, master.ErrInvalidNodeName)
+			return fmt.Errorf("nodeName %q: %w", c.NodeName, master.ErrInvalidNodeName)
 		}
 		if _, err := netip.ParseAddr(c.NodeIP); err != nil {
-			return nil, fmt.Errorf("nodeIP: %w", err)
+			return fmt.Errorf("nodeIP: %w", err)
 		}
-		return &c, nil
+		return nil
 	}
 	if c.FromRegistry() {
 		if err := (&registry.DialConfig{Endpoints: c.EtcdEndpoints, Insecure: c.EtcdInsecure}).CheckEndpoints(); err != nil {
-			return nil, err
+			return err
 		}
 		if !c.EtcdInsecure && c.EtcdTLS.IsZero() {
-			return nil, errors.New("etcdTLS (caFile, certFile, keyFile) is required with etcdEndpoints; etcdInsecure allows plain text (lab use only)")
+			return errors.New("etcdTLS (caFile, certFile, keyFile) is required with etcdEndpoints; etcdInsecure allows plain text (lab use only)")
 		}
 		if !master.ValidNodeName(c.NodeName) {
-			return nil, fmt.Errorf("nodeName %q: %w", c.NodeName, master.ErrInvalidNodeName)
+			return fmt.Errorf("nodeName %q: %w", c.NodeName, master.ErrInvalidNodeName)
 		}
 		// The rest comes from the registry; check what must be here.
 		if _, err := netip.ParseAddr(c.NodeIP); err != nil {
-			return nil, fmt.Errorf("nodeIP: %w", err)
+			return fmt.Errorf("nodeIP: %w", err)
 		}
 		if c.NodeName == "" {
-			return nil, errors.New("nodeName is required with etcdEndpoints")
+			return errors.New("nodeName is required with etcdEndpoints")
 		}
-		return &c, nil
+		return nil
 	}
 	if _, err := c.Node(); err != nil {
-		return nil, err
+		return err
 	}
-	return &c, nil
+	return nil
 }
 
 // Node converts the node part of the configuration to the rule program's

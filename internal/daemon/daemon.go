@@ -63,6 +63,8 @@ type Daemon struct {
 	src   *etcdsource.Follower // nil without the etcd registry
 	kube  *kubesource.Follower // nil without a Kubernetes API server
 
+	labels labels // namespace and pod labels (labels.go)
+
 	cniMetrics cniMetrics // metrics.go
 	// regTLS is the node's etcd identity (nil without TLS).
 	regTLS atomic.Pointer[pki.Client]

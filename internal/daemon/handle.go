@@ -42,7 +42,7 @@ func (d *Daemon) handle(_ context.Context, req control.Request) (any, error) {
 	case "stats":
 		return d.stats(), nil
 	case "pods":
-		return d.Pods(), nil
+		return d.podViews(), nil
 	case "capture":
 		return d.startCapture(req.Capture)
 	case "dump-conntrack":

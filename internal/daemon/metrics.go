@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"runtime"
@@ -161,11 +162,13 @@ func Version() string {
 	return "devel"
 }
 
-// serveMetrics serves /metrics on addr.
+// serveMetrics serves /metrics, and /healthz for a liveness probe (the
+// DaemonSet's), on addr.
 func (d *Daemon) serveMetrics(ctx context.Context, addr string) error {
 	reg := d.registry()
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -25,12 +27,31 @@ func TestKubeMode(t *testing.T) {
 		Lab:          lab.Spec{Nodes: 2, PodsPerNode: 3, Projects: []string{"default", "alpha", "beta"}},
 		Mode:         "multitenant",
 		ControlPlane: cluster.ControlPlaneKube,
+		// Pods attached by CNI with the plugin and configuration each
+		// daemon installed (cniBinDir, cniConfDir: the DaemonSet's way).
+		CNI: true,
 	})
 	alpha1, beta2 := c.Nodes[0].Pods[1], c.Nodes[1].Pods[2]
 	if alpha1.VNID == 0 || beta2.VNID == 0 || alpha1.VNID == beta2.VNID {
 		t.Fatalf("VNIDs from the NetNamespaces: alpha %d, beta %d", alpha1.VNID, beta2.VNID)
 	}
 	checkReach(t, c, "initial")
+	// Each daemon follows its own node's Pods: gvsctl pods shows their
+	// labels (the cluster made the Pod objects, cluster.PodLabels).
+	want, err := json.Marshal(cluster.PodLabels(alpha1, c.Nodes[0].Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []byte
+	if !eventually(20*time.Second, func() bool {
+		pods, _ = c.Ctl(ctx(t), 0, "pods")
+		return bytes.Contains(pods, []byte(`"labels":`+string(want)))
+	}) {
+		t.Errorf("gvsctl pods on n1 never showed %s's labels %s:\n%s", alpha1.Name, want, pods)
+	}
+	if other := cluster.PodLabels(beta2, c.Nodes[1].Name)["app"]; bytes.Contains(pods, []byte(`"app":"`+other+`"`)) {
+		t.Errorf("n1 shows the labels of n2's pod %s:\n%s", other, pods)
+	}
 	project := func(args ...string) {
 		t.Helper()
 		if out, err := c.KubeCtl(ctx(t), append([]string{"projects"}, args...)...); err != nil {

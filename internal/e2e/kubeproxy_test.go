@@ -11,9 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gvswitch/gvs/bench/cluster"
@@ -94,7 +92,7 @@ func TestKubeProxy(t *testing.T) {
 		}
 	}
 	for _, s := range svcs {
-		if err := createService(kctx, kc, "alpha", s.name, s.ip, s.backend, s.nodePort); err != nil {
+		if err := cluster.CreateKubeService(kctx, kc, "alpha", s.name, s.ip, s.backend, s.nodePort); err != nil {
 			t.Fatal(err)
 		}
 		if out, err := c.RegistryCtl(ctx(t), "services", "set", "alpha/"+s.name, s.ip.String(), "tcp/80", "udp/53", "sctp/80"); err != nil {
@@ -114,31 +112,17 @@ func TestKubeProxy(t *testing.T) {
 	}
 	for _, mode := range []string{"iptables", "nftables"} {
 		t.Run(mode, func(t *testing.T) {
-			var procs []*lab.Proc
-			for _, n := range c.Nodes {
-				p, err := c.Lab.Start(kctx, n.NS, filepath.Join(c.Lab.StateDir(), n.Name+"-kube-proxy-"+mode+".log"),
-					filepath.Join(kubetest.BinDir(), kubetest.KubeProxyBinary),
-					"--kubeconfig="+kubeconfig, "--proxy-mode="+mode, "--hostname-override="+n.Name,
-					"--bind-address="+n.IP.String(), "--cluster-cidr=10.128.0.0/14",
-					"--nodeport-addresses="+netip.PrefixFrom(n.IP, 32).String(),
-					"--metrics-bind-address=127.0.0.1:10249", "--healthz-bind-address=127.0.0.1:10256",
-					"--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				procs = append(procs, p)
+			stop, err := c.StartKubeProxy(kctx, kubeconfig, mode)
+			if err != nil {
+				t.Fatal(err)
 			}
 			t.Cleanup(func() {
-				for i, p := range procs {
-					p.Stop()
-					if t.Failed() {
-						b, _ := os.ReadFile(filepath.Join(c.Lab.StateDir(), c.Nodes[i].Name+"-kube-proxy-"+mode+".log"))
-						t.Logf("--- %s kube-proxy ---\n%s", c.Nodes[i].Name, tail(string(b), 40))
+				stop()
+				if t.Failed() {
+					for _, n := range c.Nodes {
+						b, _ := os.ReadFile(c.KubeProxyLog(n.Name, mode))
+						t.Logf("--- %s kube-proxy ---\n%s", n.Name, tail(string(b), 40))
 					}
-				}
-				// The next mode starts from clean tables.
-				for _, n := range c.Nodes {
-					_, _ = c.Lab.Exec(context.Background(), n.NS, filepath.Join(kubetest.BinDir(), kubetest.KubeProxyBinary), "--cleanup", "--proxy-mode="+mode)
 				}
 			})
 			// kube-proxy has programmed the ClusterIPs when the pod reaches
@@ -173,50 +157,6 @@ func TestKubeProxy(t *testing.T) {
 			}
 		})
 	}
-}
-
-// createService makes a selector-less Service with ports TCP 80 → 5201,
-// UDP 53 → 9000 and SCTP 80 → 7777 (and a NodePort for TCP if nodePort is set), and its
-// EndpointSlice with one ready endpoint at backend.
-func createService(ctx context.Context, kc kubernetes.Interface, ns, name string, ip, backend netip.Addr, nodePort int32) error {
-	s := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.ServiceSpec{
-			Type:      corev1.ServiceTypeClusterIP,
-			ClusterIP: ip.String(),
-			Ports: []corev1.ServicePort{
-				{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(5201)},
-				{Name: "udp", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(9000)},
-				{Name: "sctp", Protocol: corev1.ProtocolSCTP, Port: 80, TargetPort: intstr.FromInt32(7777)},
-			},
-		},
-	}
-	if nodePort != 0 {
-		s.Spec.Type = corev1.ServiceTypeNodePort
-		s.Spec.Ports[0].NodePort = nodePort
-	}
-	if _, err := kc.CoreV1().Services(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("service %s/%s: %w", ns, name, err)
-	}
-	ready := true
-	tcp, udp, sctp := corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP
-	tcpName, udpName, sctpName := "tcp", "udp", "sctp"
-	tcpPort, udpPort, sctpPort := int32(5201), int32(9000), int32(7777)
-	es := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-1", Namespace: ns,
-			Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "gvs-e2e"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{backend.String()}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
-		Ports: []discoveryv1.EndpointPort{
-			{Name: &tcpName, Protocol: &tcp, Port: &tcpPort},
-			{Name: &udpName, Protocol: &udp, Port: &udpPort},
-			{Name: &sctpName, Protocol: &sctp, Port: &sctpPort},
-		},
-	}
-	if _, err := kc.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("endpoint slice of %s/%s: %w", ns, name, err)
-	}
-	return nil
 }
 
 // tail returns the last n lines of s.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -24,7 +25,8 @@ import (
 )
 
 // Apply applies the YAML manifests in files (several documents each) with
-// server-side apply as the admin, in order. An object whose kind is not
+// server-side apply as the admin, in order, with strict field validation
+// (an unknown field is refused). An object whose kind is not
 // served yet (a custom resource right after its CRD) is retried until ctx
 // is done.
 func (s *Server) Apply(ctx context.Context, files ...string) error {
@@ -74,7 +76,15 @@ func applyOne(ctx context.Context, mapper *restmapper.DeferredDiscoveryRESTMappe
 			if m.Scope.Name() == meta.RESTScopeNameNamespace {
 				r = dyn.Resource(m.Resource).Namespace(u.GetNamespace())
 			}
-			_, err = r.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "kubetest", Force: true})
+			// Strict: an unknown or duplicate field is an error, as
+			// kubectl apply makes it, not a warning.
+			var data []byte
+			if data, err = u.MarshalJSON(); err != nil {
+				return err
+			}
+			force := true
+			_, err = r.Patch(ctx, u.GetName(), types.ApplyPatchType, data,
+				metav1.PatchOptions{FieldManager: "kubetest", Force: &force, FieldValidation: "Strict"})
 			if err == nil || !apierrors.IsNotFound(err) {
 				return err
 			}

@@ -257,6 +257,9 @@ func (s *Server) apiServerArgs() []string {
 		"--service-account-signing-key-file", filepath.Join(d, "sa.key"),
 		"--authorization-mode", "Node,RBAC",
 		"--anonymous-auth=false",
+		// As in clusters that run a network plug-in: its DaemonSet
+		// (deploy/gvs-node.yaml) is privileged.
+		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
 		"--cert-dir", filepath.Join(d, "generated"),

@@ -31,12 +31,14 @@ func Require(t testing.TB) {
 	}
 }
 
-// Manifests returns the paths of deploy/'s CRDs and RBAC, in the order to
-// apply them.
+// Manifests returns the paths of deploy/'s manifests (CRDs, RBAC,
+// gvs-master's Deployment, gvs-node's DaemonSet), in the order to apply
+// them. Without controllers, the Deployment and DaemonSet start nothing:
+// the API server validates and stores them.
 func Manifests() []string {
 	root := RepoRoot()
 	var out []string
-	for _, f := range []string{"crds/clusternetworks.yaml", "crds/hostsubnets.yaml", "crds/netnamespaces.yaml", "crds/egressnetworkpolicies.yaml", "rbac.yaml"} {
+	for _, f := range []string{"crds/clusternetworks.yaml", "crds/hostsubnets.yaml", "crds/netnamespaces.yaml", "crds/egressnetworkpolicies.yaml", "rbac.yaml", "gvs-master.yaml", "gvs-node.yaml"} {
 		out = append(out, filepath.Join(root, "deploy", f))
 	}
 	return out

@@ -206,8 +206,9 @@ func (f *Follower) wait(ctx context.Context, what string, get func(context.Conte
 }
 
 // Follow mirrors HostSubnets, NetNamespaces and, if sink takes them
-// (source.ServiceSink), Services, and namespace labels if it is a
-// source.LabelSink, into sink until ctx ends or Close.
+// (source.ServiceSink), Services, and, if it is a source.LabelSink,
+// Namespaces' labels and the labels and addresses of this node's Pods, into
+// sink until ctx ends or Close.
 func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 	ctx, f.stop = context.WithCancel(ctx)
 	hsi := f.net.HostSubnets().Informer()
@@ -235,7 +236,7 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 	if ls, ok := sink.(source.LabelSink); ok {
 		ni := fac.Core().V1().Namespaces().Informer()
 		set := func(o any, deleted bool) {
-			ns, ok := o.(*corev1.Namespace)
+			ns, ok := unwrap(o).(*corev1.Namespace)
 			if !ok {
 				return
 			}
@@ -256,8 +257,46 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 			UpdateFunc: func(_, o any) { set(o, false) },
 			DeleteFunc: func(o any) { set(o, true) },
 		})
+		// The node's own pods only (RBAC cannot narrow the node's
+		// account to them; the field selector narrows what it asks).
+		pods := informers.NewSharedInformerFactoryWithOptions(f.kc, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = "spec.nodeName=" + f.cfg.Node
+		}))
+		pi := pods.Core().V1().Pods().Informer()
+		_, _ = pi.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { f.pod(ls, o, false) },
+			UpdateFunc: func(_, o any) { f.pod(ls, o, false) },
+			DeleteFunc: func(o any) { f.pod(ls, o, true) },
+		})
+		pods.Start(ctx.Done())
 	}
 	fac.Start(ctx.Done())
+}
+
+// pod mirrors a pod's labels and address (invalid for a pod on the host
+// network or without one yet: it is no pod-network endpoint).
+func (f *Follower) pod(ls source.LabelSink, o any, deleted bool) {
+	p, ok := unwrap(o).(*corev1.Pod)
+	if !ok {
+		return
+	}
+	labels := p.Labels
+	var ip netip.Addr
+	if deleted {
+		labels = nil
+	} else {
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		if a, err := netip.ParseAddr(p.Status.PodIP); err == nil && !p.Spec.HostNetwork {
+			ip = a
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := ls.SetPodLabels(p.Namespace, p.Name, ip, labels); err != nil {
+		f.log.Error("pod labels", "pod", p.Namespace+"/"+p.Name, "err", err)
+	}
 }
 
 // Close stops following.

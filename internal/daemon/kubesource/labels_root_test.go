@@ -1,0 +1,141 @@
+package kubesource_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gvswitch/gvs/internal/daemon/kubesource"
+	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/sdn/kube/networkv1"
+)
+
+// labelRecorder is a node that also takes labels (source.LabelSink).
+type labelRecorder struct{ recorder }
+
+func (r *labelRecorder) SetNamespaceLabels(ns string, l map[string]string) error {
+	if l == nil {
+		return r.add("namespace %s gone", ns)
+	}
+	return r.add("namespace %s %v", ns, l)
+}
+
+func (r *labelRecorder) SetPodLabels(ns, name string, ip netip.Addr, l map[string]string) error {
+	if l == nil {
+		return r.add("pod %s/%s gone", ns, name)
+	}
+	return r.add("pod %s/%s %v %v", ns, name, ip, l)
+}
+
+// TestFollowerLabels: with gvs-node's token the follower reports Namespace
+// labels and the labels and addresses of its own node's Pods (not another
+// node's; a host-network pod without a pod address), as they change and
+// when they go.
+func TestFollowerLabels(t *testing.T) {
+	srv := kubetest.New(t, "kl")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nc, err := networkv1.NewForConfig(srv.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kubernetes.NewForConfig(srv.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.ClusterNetworks().Create(ctx, &networkv1.ClusterNetwork{
+		ObjectMeta:     metav1.ObjectMeta{Name: networkv1.ClusterNetworkDefault},
+		ServiceNetwork: "172.30.0.0/16", PluginName: "redhat/openshift-ovs-networkpolicy",
+		ClusterNetworks: []networkv1.ClusterNetworkEntry{{CIDR: "10.128.0.0/14", HostSubnetLength: 9}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.HostSubnets().Create(ctx, &networkv1.HostSubnet{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Host: "n1", HostIP: "192.168.61.1", Subnet: "10.128.0.0/23"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "alpha",
+		Labels: map[string]string{"team": "a"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The ServiceAccount admission wants the pods' account (no
+	// controller manager makes it here).
+	if _, err := kc.CoreV1().ServiceAccounts("alpha").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := srv.ServiceAccountConfig(ctx, "gvs", "gvs-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := kubesource.Start(ctx, kubesource.Config{REST: cfg, Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := &labelRecorder{}
+	f.Follow(ctx, r)
+	waitFor(t, &r.recorder, "namespace alpha map[kubernetes.io/metadata.name:alpha team:a]")
+
+	pod := func(name, node string, hostNet bool, labels map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "alpha", Labels: labels},
+			Spec: corev1.PodSpec{NodeName: node, HostNetwork: hostNet, Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
+	}
+	setIP := func(p *corev1.Pod, ip string) *corev1.Pod {
+		t.Helper()
+		p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+		got, err := kc.CoreV1().Pods("alpha").UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	// Not this node's: never reported (checked at the end).
+	other, err := kc.CoreV1().Pods("alpha").Create(ctx, pod("elsewhere", "n2", false, map[string]string{"app": "db"}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setIP(other, "10.128.2.5")
+	web, err := kc.CoreV1().Pods("alpha").Create(ctx, pod("web", "n1", false, map[string]string{"app": "web"}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, &r.recorder, "pod alpha/web invalid IP map[app:web]") // scheduled, no address yet
+	web = setIP(web, "10.128.0.5")
+	waitFor(t, &r.recorder, "pod alpha/web 10.128.0.5 map[app:web]")
+	host, err := kc.CoreV1().Pods("alpha").Create(ctx, pod("agent", "n1", true, nil), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setIP(host, "192.168.61.1")
+	waitFor(t, &r.recorder, "pod alpha/agent invalid IP map[]")
+
+	web.Labels = map[string]string{"app": "web", "tier": "front"}
+	if _, err := kc.CoreV1().Pods("alpha").Update(ctx, web, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, &r.recorder, "pod alpha/web 10.128.0.5 map[app:web tier:front]")
+	ns, err := kc.CoreV1().Namespaces().Get(ctx, "alpha", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels["team"] = "b"
+	if _, err := kc.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, &r.recorder, "namespace alpha map[kubernetes.io/metadata.name:alpha team:b]")
+	zero := int64(0)
+	if err := kc.CoreV1().Pods("alpha").Delete(ctx, "web", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, &r.recorder, "pod alpha/web gone")
+	for _, e := range r.snapshot() {
+		if e == "pod alpha/elsewhere gone" || len(e) > 19 && e[:19] == "pod alpha/elsewhere" {
+			t.Errorf("another node's pod reported: %q", e)
+		}
+	}
+}
