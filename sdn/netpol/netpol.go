@@ -339,8 +339,8 @@ func (c *Cluster) peerPods(ns string, q peer) []Pod {
 				continue
 			}
 		} else {
-			n, ok := c.namespaces[p.Namespace]
-			if !ok || !q.namespaces.Matches(labels.Set(n.Labels)) {
+			// A namespace not known yet has no labels.
+			if !q.namespaces.Matches(labels.Set(c.namespaces[p.Namespace].Labels)) {
 				continue
 			}
 		}
@@ -561,4 +561,83 @@ func finish(rs []*flowtable.Rule, err error) ([]*flowtable.Rule, error) {
 		return strings.Compare(a.String(), b.String())
 	})
 	return slices.CompactFunc(rs, func(a, b *flowtable.Rule) bool { return a.Equal(b) }), nil
+}
+
+// Pod returns a known pod.
+func (c *Cluster) Pod(namespace, name string) (Pod, bool) {
+	p, ok := c.pods[key{namespace, name}]
+	return p, ok
+}
+
+// Namespace returns a known namespace.
+func (c *Cluster) Namespace(name string) (Namespace, bool) {
+	n, ok := c.namespaces[name]
+	return n, ok
+}
+
+// PeerNamespaces returns the namespaces whose policies have a peer that
+// pod p matches, or whose rules depend on every pod (egress to any
+// destination by a named port): the namespaces whose selected pods' rules
+// a change of p (before or after it) can change.
+func (c *Cluster) PeerNamespaces(p Pod) []string {
+	ns := c.namespaces[p.Namespace] // unknown: no labels
+	var out []string
+	for _, pol := range c.policies {
+		if slices.Contains(out, pol.namespace) {
+			continue
+		}
+		if pol.dependsOn(p, ns) {
+			out = append(out, pol.namespace)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (pol *policy) dependsOn(p Pod, ns Namespace) bool {
+	rules := func(rs []policyRule, egress bool) bool {
+		for _, r := range rs {
+			if len(r.peers) == 0 && egress && slices.ContainsFunc(r.ports, func(q port) bool { return q.name != "" }) {
+				return true
+			}
+			for _, q := range r.peers {
+				if q.isBlock {
+					continue
+				}
+				if q.namespaces == nil {
+					if p.Namespace != pol.namespace {
+						continue
+					}
+				} else if !q.namespaces.Matches(labels.Set(ns.Labels)) {
+					continue
+				}
+				if q.pods == nil || q.pods.Matches(labels.Set(p.Labels)) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return (pol.ingress && rules(pol.in, false)) || (pol.egress && rules(pol.out, true))
+}
+
+// NamespaceSelectorNamespaces returns the namespaces whose policies have
+// a namespace selector that namespace labels l match: the namespaces whose
+// selected pods' rules a namespace's label change (before or after) can
+// change.
+func (c *Cluster) NamespaceSelectorNamespaces(l map[string]string) []string {
+	var out []string
+	for _, pol := range c.policies {
+		if slices.Contains(out, pol.namespace) {
+			continue
+		}
+		for _, r := range slices.Concat(pol.in, pol.out) {
+			if slices.ContainsFunc(r.peers, func(q peer) bool { return q.namespaces != nil && q.namespaces.Matches(labels.Set(l)) }) {
+				out = append(out, pol.namespace)
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
