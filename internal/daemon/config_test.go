@@ -137,9 +137,9 @@ func TestParseConfigFromKubernetes(t *testing.T) {
 	}
 }
 
-// TestNetworkPolicyModeRefused: until gvs-switchd feeds NetworkPolicies to
-// the compiler (sdn/netpol), a node in networkpolicy mode refuses to start
-// rather than ignore every policy.
+// TestNetworkPolicyModeRefused: policies come only from the API server, so
+// a node in networkpolicy mode without the Kubernetes source refuses to
+// start rather than ignore every policy.
 func TestNetworkPolicyModeRefused(t *testing.T) {
 	d := &Daemon{cfg: &Config{}}
 	n := sdn.NodeConfig{NodeName: "n1", NodeIP: netip.MustParseAddr("192.168.1.1"), Subnet: netip.MustParsePrefix("10.128.0.0/23"),
