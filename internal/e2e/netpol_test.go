@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -130,6 +131,36 @@ func TestNetworkPolicy(t *testing.T) {
 		{"beta n1 → beta n2", func() bool { return ping(beta1.Pod, ip(beta2)) }, false},
 		{"default n2 → beta n1 (its reply passes egress)", func() bool { return ping(def2.Pod, ip(beta1)) }, true},
 		{"beta n2 → default n1", func() bool { return ping(beta2.Pod, ip(def1)) }, true},
+	})
+
+	// A Service in front of alpha's pod on n2, DNATed by the real
+	// kube-proxy: ingress is judged with the client's address after the
+	// DNAT, egress with the backend's (the host sends the request back
+	// through tun0, table 25 re-tags it, table 27 sees the real
+	// destination).
+	clusterIP := netip.MustParseAddr("172.30.0.20")
+	if err := cluster.CreateKubeService(ctx(t), kc, "alpha", "web", clusterIP, alpha2.IP, 0); err != nil {
+		t.Fatal(err)
+	}
+	stop, err := c.StartKubeProxy(ctx(t), c.KubeAdmin, "iptables")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	svc := clusterIP.String() + ":80"
+	tcpTo := func(from lab.Pod, addr string) bool {
+		cctx, cancel := context.WithTimeout(ctx(t), 4*time.Second)
+		defer cancel()
+		out, err := c.Lab.Exec(cctx, from.NS, bench, "tcp-client", "-c", addr, "-bytes", "100000")
+		return err == nil && strings.Contains(string(out), "intact=true")
+	}
+	if !eventually(45*time.Second, func() bool { return tcpTo(alpha1.Pod, svc) }) { // kube-proxy's first sync
+		t.Errorf("alpha n1 → alpha/web %s (allowed by tcp-5201): not reached", svc)
+	}
+	expect("a service", []probe{
+		{"beta n2 → alpha/web (from-beta)", func() bool { return tcpTo(beta2.Pod, svc) }, true},
+		{"default n1 → alpha/web (no policy admits it)", func() bool { return tcpTo(def1.Pod, svc) }, false},
+		{"beta n1 → alpha/web (its egress is denied after the DNAT)", func() bool { return tcpTo(beta1.Pod, svc) }, false},
 	})
 
 	for _, p := range []struct{ ns, name string }{{"alpha", "deny-all"}, {"alpha", "from-beta"}, {"alpha", "tcp-5201"}, {"beta", "no-egress"}} {

@@ -26,6 +26,23 @@ import (
 // policyMode reports whether the Program runs the policy engine.
 func (p *Program) policyMode() bool { return p.pol != nil }
 
+// PolicyMode reports whether the Program runs the policy engine
+// (networkpolicy mode).
+func (p *Program) PolicyMode() bool { return p.pol != nil }
+
+// PolicyPodKnown reports whether the policy engine knows pod
+// namespace/name (SetPolicyPod). ProjectsChanged's channel is also closed
+// when a pod becomes known.
+func (p *Program) PolicyPodKnown(namespace, name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pol == nil {
+		return false
+	}
+	_, ok := p.pol.Pod(namespace, name)
+	return ok
+}
+
 // SetPolicy records or replaces a NetworkPolicy and updates the rules of
 // the local pods of its namespace. A policy the compiler refuses is an
 // error and changes nothing.
@@ -86,6 +103,8 @@ func (p *Program) SetPolicyPod(pod netpol.Pod) error {
 		touched = p.pol.PeerNamespaces(old)
 	}
 	p.pol.SetPod(pod)
+	close(p.changed) // wakes an attachment waiting for this pod (PolicyPodKnown)
+	p.changed = make(chan struct{})
 	touched = append(touched, p.pol.PeerNamespaces(pod)...)
 	return p.syncPolicy(append(p.localIn(touched), p.localNamed(pod.Namespace, pod.Name)...))
 }

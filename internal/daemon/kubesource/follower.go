@@ -70,7 +70,8 @@ type Follower struct {
 	kc   kubernetes.Interface
 	stop context.CancelFunc
 
-	mode sdn.Mode // the ClusterNetwork's at start
+	mode   sdn.Mode               // the ClusterNetwork's at start
+	synced []cache.InformerSynced // the informers Follow started
 
 	mu      sync.Mutex // one Sink call at a time; guards the fields below
 	subnet  netip.Prefix
@@ -272,6 +273,7 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 			}
 		}))
 		pi := pods.Core().V1().Pods().Informer()
+		f.synced = append(f.synced, ni.HasSynced, pi.HasSynced)
 		_, _ = pi.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { f.pod(ls, o, false) },
 			UpdateFunc: func(_, o any) { f.pod(ls, o, false) },
@@ -281,6 +283,7 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 	}
 	if ps, ok := sink.(source.PolicySink); ok && f.mode == sdn.ModeNetworkPolicy {
 		pi := fac.Networking().V1().NetworkPolicies().Informer()
+		f.synced = append(f.synced, pi.HasSynced)
 		_, _ = pi.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { f.policy(ps, o, false) },
 			UpdateFunc: func(_, o any) { f.policy(ps, o, false) },
@@ -343,6 +346,15 @@ func (f *Follower) pod(ls source.LabelSink, o any, deleted bool) {
 	if err != nil {
 		f.log.Error("pod", "pod", p.Namespace+"/"+p.Name, "err", err)
 	}
+}
+
+// WaitForSync waits until the informers Follow started have delivered
+// their first full list (every pod, namespace and policy there was), or
+// ctx ends; it reports which. In networkpolicy mode a node waits for it
+// before it adopts or attaches pods, so that no pod runs without the
+// policies that select it.
+func (f *Follower) WaitForSync(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), f.synced...)
 }
 
 // Close stops following.
