@@ -28,7 +28,8 @@ const VXLANPort = 4789
 var (
 	// ErrInvalidConfig means a NodeConfig, Pod or RemoteNode is unusable.
 	ErrInvalidConfig = errors.New("sdn: invalid configuration")
-	// ErrUnsupportedMode means the mode is known but has no rule program yet.
+	// ErrUnsupportedMode means the mode is known but what was asked of it
+	// is not implemented (gvs-switchd's networkpolicy mode, for now).
 	ErrUnsupportedMode = errors.New("sdn: unsupported network plugin mode")
 )
 
@@ -42,7 +43,7 @@ type Mode string
 const (
 	ModeSubnet        Mode = "redhat/openshift-ovs-subnet"        // flat: every pod has VNID 0
 	ModeMultitenant   Mode = "redhat/openshift-ovs-multitenant"   // per-project VNIDs, VNID 0 global
-	ModeNetworkPolicy Mode = "redhat/openshift-ovs-networkpolicy" // NetworkPolicy; not implemented yet
+	ModeNetworkPolicy Mode = "redhat/openshift-ovs-networkpolicy" // per-namespace VNIDs, Kubernetes NetworkPolicy (sdn/netpol)
 )
 
 // ParseMode returns the canonical Mode for a long or short mode name ("" is
@@ -98,17 +99,14 @@ type NodeConfig struct {
 }
 
 // Validate reports whether the configuration can produce a rule program.
-// Errors wrap ErrInvalidConfig, or ErrUnsupportedMode for networkpolicy.
+// Errors wrap ErrInvalidConfig.
 func (c NodeConfig) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
 	}
-	mode, err := ParseMode(string(c.Mode))
-	if err != nil {
+	if _, err := ParseMode(string(c.Mode)); err != nil {
 		errs = append(errs, err)
-	} else if mode == ModeNetworkPolicy {
-		errs = append(errs, fmt.Errorf("%w: %s (use subnet or multitenant)", ErrUnsupportedMode, mode))
 	}
 	if !c.NodeIP.Is4() || c.NodeIP.IsUnspecified() {
 		bad("node IP %v is not a usable IPv4 address", c.NodeIP)

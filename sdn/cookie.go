@@ -13,21 +13,32 @@ import (
 //	0x2_AABBCCDD  a remote node, keyed by its underlay IPv4 address
 //	0x3_00VVVVVV  a VNID's isolation rules (multitenant table 80)
 //	0x4_00VVVVVV  a VNID's multicast rules (tables 110 and 120)
+//	0x5_AABBCCDD  a local pod's NetworkPolicy ingress rules (table 80), by its IPv4
+//	0x6_AABBCCDD  a local pod's NetworkPolicy egress rules (table 27), by its IPv4
 //	0x7_AABBCCDD  a service, keyed by its ClusterIP (multitenant table 60)
 //
 // The rules of SetupRules carry cookie 0. Cookies never collide across
 // classes, and within a class they are unique because the keys are.
 const (
-	cookieClassPod   uint64 = 1 << 32
-	cookieClassNode  uint64 = 2 << 32
-	cookieClassVNID  uint64 = 3 << 32
-	cookieClassMcast uint64 = 4 << 32
-	// Classes 5 and 6 are kept for NetworkPolicy (ingress and egress).
+	cookieClassPod     uint64 = 1 << 32
+	cookieClassNode    uint64 = 2 << 32
+	cookieClassVNID    uint64 = 3 << 32
+	cookieClassMcast   uint64 = 4 << 32
+	cookieClassIngress uint64 = 5 << 32
+	cookieClassEgress  uint64 = 6 << 32
 	cookieClassService uint64 = 7 << 32
 )
 
 // PodCookie returns the cookie of the rules of the pod with address ip.
 func PodCookie(ip netip.Addr) uint64 { return cookieClassPod | uint64(ipUint(ip)) }
+
+// IngressCookie returns the cookie of the NetworkPolicy ingress rules of
+// the local pod with address ip (table 80).
+func IngressCookie(ip netip.Addr) uint64 { return cookieClassIngress | uint64(ipUint(ip)) }
+
+// EgressCookie returns the cookie of the NetworkPolicy egress rules of the
+// local pod with address ip (table 27).
+func EgressCookie(ip netip.Addr) uint64 { return cookieClassEgress | uint64(ipUint(ip)) }
 
 // NodeCookie returns the cookie of the rules of the remote node with
 // underlay address ip.

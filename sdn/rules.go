@@ -13,7 +13,7 @@ import (
 // version note in table 253. It must change whenever the rules produced by
 // the generators change: the golden test pins the hash of the program's
 // text (Text) to it.
-const RuleVersion = 2
+const RuleVersion = 3
 
 // The tables of the rule program (docs/openshift-rules.md).
 const (
@@ -105,6 +105,12 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 	// (zone 0), whichever port it comes from: a reply is then known as one.
 	b.Add(TableClassify, 1000, 0, match{ip, nwDst(sub), flowtable.CtState(0, conntrack.StateTrk)},
 		flowtable.Ct(flowtable.CT{Recirc: true, Table: TableClassify}))
+	if mode == ModeNetworkPolicy {
+		// NetworkPolicy passes the replies of allowed connections, in
+		// both directions and to any destination: track all IP.
+		b.Add(TableClassify, 999, 0, match{ip, flowtable.CtState(0, conntrack.StateTrk)},
+			flowtable.Ct(flowtable.CT{Recirc: true, Table: TableClassify}))
+	}
 	// tun0: the host is VNID 0 (explicitly), except pod-sourced traffic the
 	// host sends back after service DNAT, which table 25 re-tags after
 	// committing it (above).
@@ -135,8 +141,21 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 	// Table 25: pod traffic back from the host (PodRules).
 	b.Add(TableFromHost, 0, 0, nil, drop...)
 
-	// Tables 27 and 30: NetworkPolicy hooks, pass-through here.
+	// Tables 27 and 30: NetworkPolicy egress and connection state. In
+	// networkpolicy mode replies (and ICMP errors) of tracked connections
+	// pass egress; so does the first pass of a request to a service, which
+	// the host DNATs and sends back through tun0 and table 25, where the
+	// real destination meets the egress rules (PolicyRules). Every allowed
+	// IP packet is committed, so that its replies pass. Other modes pass.
+	if mode == ModeNetworkPolicy {
+		b.Add(TablePolicyEgress, 300, 0, match{ip, flowtable.CtState(conntrack.StateTrk|conntrack.StateRpl, 0)}, gotoTable(TableConntrack))
+		b.Add(TablePolicyEgress, 300, 0, match{ip, flowtable.CtState(conntrack.StateTrk|conntrack.StateRel, 0)}, gotoTable(TableConntrack))
+		b.Add(TablePolicyEgress, 250, 0, match{ip, nwDst(cfg.ServiceNetwork.Masked())}, gotoTable(TableConntrack))
+	}
 	b.Add(TablePolicyEgress, 0, 0, nil, gotoTable(TableConntrack))
+	if mode == ModeNetworkPolicy {
+		b.Add(TableConntrack, 100, 0, match{ip}, flowtable.Ct(flowtable.CT{Commit: true, Recirc: true, Table: TableRoute}))
+	}
 	b.Add(TableConntrack, 0, 0, nil, gotoTable(TableRoute))
 
 	// Table 31: route by destination. Replies (and ICMP errors) of
@@ -183,12 +202,20 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 
 	// Table 80: isolation. The host (gateway) reaches every pod.
 	b.Add(TableIsolation, 300, 0, match{ip, flowtable.NwSrc(gw)}, outputReg2())
-	if mode == ModeMultitenant {
+	switch mode {
+	case ModeMultitenant:
 		// VNID 0 is global both ways; reg0 = reg1 = V rules come from VNIDRules.
 		b.Add(TableIsolation, 200, 0, match{flowtable.Reg(0, 0)}, outputReg2())
 		b.Add(TableIsolation, 150, 0, match{flowtable.Reg(1, 0)}, outputReg2())
 		b.Add(TableIsolation, 0, 0, nil, drop...)
-	} else {
+	case ModeNetworkPolicy:
+		// Replies of allowed connections always pass; a pod no ingress
+		// policy selects accepts everything (priority 0); the rules of
+		// selected pods (PolicyRules, 100 and 150) sit between.
+		b.Add(TableIsolation, 200, 0, match{ip, flowtable.CtState(conntrack.StateTrk|conntrack.StateRpl, 0)}, outputReg2())
+		b.Add(TableIsolation, 200, 0, match{ip, flowtable.CtState(conntrack.StateTrk|conntrack.StateRel, 0)}, outputReg2())
+		b.Add(TableIsolation, 0, 0, nil, outputReg2())
+	default:
 		b.Add(TableIsolation, 100, 0, nil, outputReg2())
 	}
 
@@ -219,7 +246,8 @@ const PodRuleCount = 5
 // all tagged with PodCookie(pod.IP): table 20 ARP and IP anti-spoofing
 // (reg0 = VNID), table 25 (reg0 reloaded for traffic back from the host),
 // table 40 (ARP to the pod) and table 70 (reg1 = VNID, reg2 = port). In
-// subnet mode the VNID is always 0. The pod should pass cfg.CheckPod; an
+// subnet mode the VNID is always 0; in networkpolicy mode it names the
+// pod's namespace for NetworkPolicy's namespace selectors. The pod should pass cfg.CheckPod; an
 // error (wrapping flowtable.ErrInvalidRule) means it does not.
 func PodRules(cfg NodeConfig, pod Pod) ([]*flowtable.Rule, error) {
 	vnid := pod.VNID & MaxVNID

@@ -103,7 +103,7 @@ func checkRoundTrip(t *testing.T, rs []*flowtable.Rule) {
 var goldenModes = []struct {
 	name string
 	mode Mode
-}{{"subnet", ModeSubnet}, {"multitenant", ModeMultitenant}}
+}{{"subnet", ModeSubnet}, {"multitenant", ModeMultitenant}, {"networkpolicy", ModeNetworkPolicy}}
 
 // TestGolden checks the program against testdata/*.golden, rule by rule:
 // each line of the golden file, parsed, must be Equal to the rule the
@@ -534,7 +534,6 @@ func TestValidate(t *testing.T) {
 		want error
 	}{
 		{"bad mode", func(c *NodeConfig) { c.Mode = "flat" }, ErrInvalidConfig},
-		{"networkpolicy", func(c *NodeConfig) { c.Mode = "networkpolicy" }, ErrUnsupportedMode},
 		{"no node IP", func(c *NodeConfig) { c.NodeIP = netip.Addr{} }, ErrInvalidConfig},
 		{"host bits", func(c *NodeConfig) { c.Subnet = netip.MustParsePrefix("10.128.0.1/23") }, ErrInvalidConfig},
 		{"subnet outside", func(c *NodeConfig) { c.Subnet = netip.MustParsePrefix("10.200.0.0/23") }, ErrInvalidConfig},

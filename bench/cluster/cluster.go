@@ -200,13 +200,18 @@ func Up(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
+	if c.Kube != nil { // as the scheduler would, before the kubelet runs CNI
+		if err := c.createKubePods(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if spec.CNI {
 		if err := c.attachPodsCNI(ctx); err != nil {
 			return nil, err
 		}
 	}
-	if c.Kube != nil {
-		if err := c.createKubePods(ctx); err != nil {
+	if c.Kube != nil { // as the kubelet would, after CNI
+		if err := c.setKubePodIPs(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -128,8 +128,8 @@ func PodLabels(p Pod, node string) map[string]string {
 }
 
 // createKubePods creates a Pod object for every lab pod, as the scheduler
-// and the kubelet would: bound to its node, with PodLabels and its address
-// in its status (the containers are never run: there is no kubelet).
+// would: bound to its node, with PodLabels (the containers are never run:
+// there is no kubelet). setKubePodIPs adds the addresses.
 func (c *Cluster) createKubePods(ctx context.Context) error {
 	kc, err := kubernetes.NewForConfig(c.Kube.Admin())
 	if err != nil {
@@ -145,12 +145,29 @@ func (c *Cluster) createKubePods(ctx context.Context) error {
 			}
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Project, Labels: PodLabels(p, n.Name)},
 				Spec: corev1.PodSpec{NodeName: n.Name, Containers: []corev1.Container{{Name: "main", Image: "none"}}}}
-			created, err := kc.CoreV1().Pods(p.Project).Create(ctx, pod, metav1.CreateOptions{})
+			if _, err := kc.CoreV1().Pods(p.Project).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("cluster: pod %s: %w", p.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// setKubePodIPs records every lab pod's address in its Pod's status, as
+// the kubelet does once CNI ADD has answered.
+func (c *Cluster) setKubePodIPs(ctx context.Context) error {
+	kc, err := kubernetes.NewForConfig(c.Kube.Admin())
+	if err != nil {
+		return err
+	}
+	for _, n := range c.Nodes {
+		for _, p := range n.Pods {
+			pod, err := kc.CoreV1().Pods(p.Project).Get(ctx, p.Name, metav1.GetOptions{})
 			if err != nil {
 				return fmt.Errorf("cluster: pod %s: %w", p.Name, err)
 			}
-			created.Status.PodIP, created.Status.PodIPs = p.IP.String(), []corev1.PodIP{{IP: p.IP.String()}}
-			if _, err := kc.CoreV1().Pods(p.Project).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			pod.Status.PodIP, pod.Status.PodIPs = p.IP.String(), []corev1.PodIP{{IP: p.IP.String()}}
+			if _, err := kc.CoreV1().Pods(p.Project).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
 				return fmt.Errorf("cluster: pod %s status: %w", p.Name, err)
 			}
 		}

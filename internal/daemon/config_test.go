@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -132,5 +134,21 @@ func TestParseConfigFromKubernetes(t *testing.T) {
 		if _, err := ParseConfig([]byte(bad)); err == nil {
 			t.Errorf("accepted %s", bad)
 		}
+	}
+}
+
+// TestNetworkPolicyModeRefused: policies come only from the API server, so
+// a node in networkpolicy mode without the Kubernetes source refuses to
+// start rather than ignore every policy.
+func TestNetworkPolicyModeRefused(t *testing.T) {
+	d := &Daemon{cfg: &Config{}}
+	n := sdn.NodeConfig{NodeName: "n1", NodeIP: netip.MustParseAddr("192.168.1.1"), Subnet: netip.MustParsePrefix("10.128.0.0/23"),
+		ClusterNetworks: []netip.Prefix{netip.MustParsePrefix("10.128.0.0/14")}, ServiceNetwork: netip.MustParsePrefix("172.30.0.0/16"),
+		Mode: sdn.ModeNetworkPolicy}
+	if err := d.init(n, nil, false); !errors.Is(err, sdn.ErrUnsupportedMode) {
+		t.Fatalf("init in networkpolicy mode: %v, want ErrUnsupportedMode", err)
+	}
+	if d.prog != nil || d.pods != nil {
+		t.Error("a refused mode left a rule program behind")
 	}
 }

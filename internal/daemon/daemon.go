@@ -113,6 +113,12 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 // init makes the rule program, the VNID waiter and the pod manager for the
 // node's configuration.
 func (d *Daemon) init(n sdn.NodeConfig, projects map[string]uint32, implicitDefault bool) error {
+	if n.Mode.Canonical() == sdn.ModeNetworkPolicy && !d.cfg.FromKubernetes() {
+		// Policies come from the API server; the etcd registry has none
+		// yet. Running without them would ignore every NetworkPolicy:
+		// fail closed.
+		return fmt.Errorf("%w: networkpolicy mode needs the Kubernetes source (kubeconfig); NetworkPolicies in the etcd registry are not implemented yet", sdn.ErrUnsupportedMode)
+	}
 	prog, err := node.New(node.Config{Table: d.table, Node: n, Peers: d.peers, Projects: projects,
 		ImplicitDefault: implicitDefault})
 	if err != nil {

@@ -3,8 +3,10 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/gvswitch/gvs/internal/daemon/kubesource"
+	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/kube"
 )
 
@@ -51,5 +53,15 @@ func (d *Daemon) startKube(ctx context.Context) error {
 	}
 	d.kube = src
 	src.Follow(ctx, d)
+	if n.Mode.Canonical() == sdn.ModeNetworkPolicy {
+		// Every policy, pod and namespace label before any pod is adopted
+		// or attached (fail closed: a pod must not run outside the
+		// policies that select it).
+		start := time.Now()
+		if !src.WaitForSync(ctx) {
+			return fmt.Errorf("kubernetes: policies, pods and namespaces not listed: %w", ctx.Err())
+		}
+		d.log.Info("kubernetes: policies, pods and namespaces listed", "took", time.Since(start).Round(time.Millisecond))
+	}
 	return nil
 }

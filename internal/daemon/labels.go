@@ -5,13 +5,18 @@ import (
 	"net/netip"
 	"sync"
 
+	networkingv1 "k8s.io/api/networking/v1"
+
 	"github.com/gvswitch/gvs/internal/daemon/pods"
+	"github.com/gvswitch/gvs/internal/daemon/source"
+	"github.com/gvswitch/gvs/sdn/netpol"
 )
 
 // labels keeps the namespace and pod labels a source reports
 // (internal/daemon/source.LabelSink): what NetworkPolicy selects on. In
 // Kubernetes mode they are the API server's (Namespaces, and this node's
-// Pods); `gvsctl pods` shows a pod's.
+// Pods, or every node's in networkpolicy mode); `gvsctl pods` shows a local
+// pod's. The rule program's policy engine keeps its own copy.
 type labels struct {
 	mu   sync.Mutex
 	ns   map[string]map[string]string
@@ -25,37 +30,51 @@ type podLabels struct {
 	labels map[string]string
 }
 
-// SetNamespaceLabels records a namespace's labels; nil forgets it.
+// SetNamespaceLabels records a namespace's labels (nil forgets it) and
+// hands them to the rule program's policy engine (networkpolicy mode).
 func (d *Daemon) SetNamespaceLabels(namespace string, l map[string]string) error {
 	s := &d.labels
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if l == nil {
 		delete(s.ns, namespace)
-		return nil
+	} else {
+		if s.ns == nil {
+			s.ns = map[string]map[string]string{}
+		}
+		s.ns[namespace] = maps.Clone(l)
 	}
-	if s.ns == nil {
-		s.ns = map[string]map[string]string{}
-	}
-	s.ns[namespace] = maps.Clone(l)
-	return nil
+	s.mu.Unlock()
+	return d.prog.SetNamespaceLabels(namespace, l)
 }
 
-// SetPodLabels records a pod's labels and address; nil labels forget it.
-func (d *Daemon) SetPodLabels(namespace, name string, ip netip.Addr, l map[string]string) error {
+// SetPod records a pod's labels and address and hands the pod to the
+// policy engine.
+func (d *Daemon) SetPod(p source.Pod) error {
 	s := &d.labels
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := podKey{namespace, name}
-	if l == nil {
-		delete(s.pods, k)
-		return nil
-	}
 	if s.pods == nil {
 		s.pods = map[podKey]podLabels{}
 	}
-	s.pods[k] = podLabels{ip: ip, labels: maps.Clone(l)}
-	return nil
+	s.pods[podKey{p.Namespace, p.Name}] = podLabels{ip: p.IP, labels: maps.Clone(p.Labels)}
+	s.mu.Unlock()
+	return d.prog.SetPolicyPod(netpol.Pod{Namespace: p.Namespace, Name: p.Name, IP: p.IP, Labels: maps.Clone(p.Labels), Ports: p.Ports})
+}
+
+// DeletePod forgets a pod.
+func (d *Daemon) DeletePod(namespace, name string) error {
+	s := &d.labels
+	s.mu.Lock()
+	delete(s.pods, podKey{namespace, name})
+	s.mu.Unlock()
+	return d.prog.DeletePolicyPod(namespace, name)
+}
+
+// SetPolicy installs or replaces a NetworkPolicy (source.PolicySink).
+func (d *Daemon) SetPolicy(np *networkingv1.NetworkPolicy) error { return d.prog.SetPolicy(np) }
+
+// DeletePolicy removes a NetworkPolicy.
+func (d *Daemon) DeletePolicy(namespace, name string) error {
+	return d.prog.DeletePolicy(namespace, name)
 }
 
 // PodView is a local pod as `gvsctl pods` shows it: the attachment, its

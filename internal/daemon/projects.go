@@ -40,7 +40,45 @@ func (w *vnidWaiter) setRequester(fn func(context.Context, string) error) {
 // the project if it is unknown and waiting until it is known, ctx ends or
 // the limit passes. The error wraps ErrNoVNID and cniplugin.ErrTryAgain
 // (CNI code 11: the runtime retries the pod later).
-func (w *vnidWaiter) Wait(ctx context.Context, project string) error {
+func (w *vnidWaiter) Wait(ctx context.Context, project, pod string) error {
+	if err := w.waitVNID(ctx, project); err != nil {
+		return err
+	}
+	return w.waitPod(ctx, project, pod)
+}
+
+// waitPod returns when, in networkpolicy mode, the pod project/pod is
+// known to the policy engine (its labels and named ports came from the API
+// server), or fails with ErrTryAgain once the limit passes: attaching a
+// pod whose labels are unknown would leave it outside the policies that
+// select it. Elsewhere, or for pod "" (adoption), it returns at once.
+func (w *vnidWaiter) waitPod(ctx context.Context, project, pod string) error {
+	if !w.prog.PolicyMode() {
+		return nil
+	}
+	if pod == "" {
+		return nil
+	}
+	if w.limit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.limit)
+		defer cancel()
+	}
+	for {
+		ch := w.prog.ProjectsChanged()
+		if w.prog.PolicyPodKnown(project, pod) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: pod %s/%s is not known from the API server yet (networkpolicy mode needs its labels before it is attached): %w",
+				ErrNoVNID, project, pod, cniplugin.ErrTryAgain)
+		}
+	}
+}
+
+func (w *vnidWaiter) waitVNID(ctx context.Context, project string) error {
 	if _, ok := w.prog.ProjectVNID(project); ok {
 		return nil
 	}

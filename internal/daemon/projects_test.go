@@ -10,6 +10,7 @@ import (
 	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/sdn"
+	"github.com/gvswitch/gvs/sdn/netpol"
 	"github.com/gvswitch/gvs/sdn/node"
 )
 
@@ -26,14 +27,14 @@ func TestProjectsWaitFailsClosed(t *testing.T) {
 	vnid := func(project string) (uint32, bool) { return prog.ProjectVNID(project) }
 	ctx := context.Background()
 	for project, want := range map[string]uint32{"alpha": 10, "default": 0} {
-		if err := p.Wait(ctx, project); err != nil {
+		if err := p.Wait(ctx, project, ""); err != nil {
 			t.Fatalf("%s: %v", project, err)
 		}
 		if v, ok := vnid(project); !ok || v != want {
 			t.Fatalf("%s: VNID %d %v, want %d", project, v, ok, want)
 		}
 	}
-	err = p.Wait(ctx, "beta")
+	err = p.Wait(ctx, "beta", "")
 	if !errors.Is(err, ErrNoVNID) || !errors.Is(err, cniplugin.ErrTryAgain) {
 		t.Fatalf("unknown project without a control plane: %v, want ErrNoVNID and ErrTryAgain", err)
 	}
@@ -48,7 +49,7 @@ func TestProjectsWaitFailsClosed(t *testing.T) {
 	})
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := p.Wait(wctx, "gamma"); err != nil {
+	if err := p.Wait(wctx, "gamma", ""); err != nil {
 		t.Fatalf("gamma: %v", err)
 	}
 	if v, _ := vnid("gamma"); v != 42 {
@@ -56,7 +57,7 @@ func TestProjectsWaitFailsClosed(t *testing.T) {
 	}
 	sctx, scancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer scancel()
-	err = p.Wait(sctx, "delta")
+	err = p.Wait(sctx, "delta", "")
 	if !errors.Is(err, ErrNoVNID) || !errors.Is(err, cniplugin.ErrTryAgain) {
 		t.Fatalf("project nobody creates: %v, want ErrNoVNID and ErrTryAgain", err)
 	}
@@ -67,7 +68,43 @@ func TestProjectsWaitFailsClosed(t *testing.T) {
 		t.Errorf("asked %d times, want 2 (gamma, delta)", asked.Load())
 	}
 	p.setRequester(func(context.Context, string) error { return errors.New("etcd unreachable") })
-	if err := p.Wait(ctx, "epsilon"); !errors.Is(err, cniplugin.ErrTryAgain) {
+	if err := p.Wait(ctx, "epsilon", ""); !errors.Is(err, cniplugin.ErrTryAgain) {
 		t.Errorf("request failing: %v, want ErrTryAgain", err)
+	}
+}
+
+// In networkpolicy mode a pod is attached only once the policy engine
+// knows it (its labels from the API server): until then the attachment
+// waits, and past the limit fails with CNI code 11. A pod being adopted
+// after a restart (no name) does not wait.
+func TestPodWaitsForItsLabels(t *testing.T) {
+	prog, err := node.New(node.Config{Table: flowtable.New(flowtable.Config{}), Node: sdn.NodeConfig{Mode: sdn.ModeNetworkPolicy},
+		Projects: map[string]uint32{"alpha": 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &vnidWaiter{prog: prog, limit: 300 * time.Millisecond}
+	w.setRequester(func(context.Context, string) error { return nil })
+	ctx := context.Background()
+	if err := w.Wait(ctx, "alpha", "web"); !errors.Is(err, cniplugin.ErrTryAgain) {
+		t.Fatalf("an unknown pod: %v, want ErrTryAgain", err)
+	}
+	if err := w.Wait(ctx, "alpha", ""); err != nil {
+		t.Fatalf("adoption waited: %v", err)
+	}
+	w.limit = 10 * time.Second
+	done := make(chan error, 1)
+	go func() { done <- w.Wait(ctx, "alpha", "web") }()
+	time.Sleep(100 * time.Millisecond)
+	if err := prog.SetPolicyPod(netpol.Pod{Namespace: "alpha", Name: "web", Labels: map[string]string{"app": "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the attachment did not wake when the pod became known")
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/master"
+	"github.com/gvswitch/gvs/sdn/netpol"
 )
 
 // ErrNoVNID is returned for a pod whose project has no VNID (in the modes
@@ -69,6 +70,8 @@ type Program struct {
 	vnids    map[uint32]int // VNID → local pods using it
 	projects map[string]uint32
 	services map[string]sdn.Service // by namespace/name (services.go)
+	pol      *netpol.Cluster        // networkpolicy mode only (policy.go)
+	polText  map[netip.Addr]string  // a local pod's installed policy rules, as text
 	changed  chan struct{}          // closed and replaced when projects change
 }
 
@@ -79,7 +82,14 @@ func New(cfg Config) (*Program, error) {
 	}
 	p := &Program{table: cfg.Table, peers: cfg.Peers, node: cfg.Node,
 		remotes: map[netip.Addr]sdn.RemoteNode{}, pods: map[netip.Addr]sdn.Pod{}, vnids: map[uint32]int{},
-		projects: map[string]uint32{}, services: map[string]sdn.Service{}, changed: make(chan struct{})}
+		projects: map[string]uint32{}, services: map[string]sdn.Service{}, changed: make(chan struct{}),
+		polText: map[netip.Addr]string{}}
+	if cfg.Node.Mode.Canonical() == sdn.ModeNetworkPolicy {
+		p.pol = netpol.NewCluster()
+		for name, v := range cfg.Projects {
+			p.pol.SetNamespace(netpol.Namespace{Name: name, VNID: v})
+		}
+	}
 	if cfg.ImplicitDefault {
 		p.projects[master.DefaultProject] = master.GlobalVNID
 	}
@@ -113,8 +123,13 @@ func (p *Program) Node() sdn.NodeConfig {
 	return p.node
 }
 
-// isolated reports whether pods carry their project's VNID.
-func (p *Program) isolated() bool { return p.node.Mode == sdn.ModeMultitenant }
+// isolated reports whether pods carry their project's VNID: in
+// multitenant mode, and in networkpolicy mode, where it names their
+// namespace for namespace selectors.
+func (p *Program) isolated() bool {
+	m := p.node.Mode.Canonical()
+	return m == sdn.ModeMultitenant || m == sdn.ModeNetworkPolicy
+}
 
 // AddRemote installs (or replaces) a remote node's rules and accepts its
 // VXLAN.
@@ -212,6 +227,20 @@ func (p *Program) ProjectsChanged() <-chan struct{} {
 func (p *Program) SetProjectVNID(project string, vnid uint32) ([]sdn.Pod, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	old, known := p.projects[project]
+	moved, err := p.setProjectVNID(project, vnid)
+	if p.policyMode() && (!known || old != vnid) {
+		// Namespace selectors name VNIDs: every local pod's rules may
+		// change (a VNID changes rarely: at creation).
+		ns, _ := p.pol.Namespace(project)
+		ns.Name, ns.VNID = project, vnid
+		p.pol.SetNamespace(ns)
+		err = errors.Join(err, p.syncPolicy(slices.Collect(maps.Keys(p.pods))))
+	}
+	return moved, err
+}
+
+func (p *Program) setProjectVNID(project string, vnid uint32) ([]sdn.Pod, error) {
 	if old, ok := p.projects[project]; !ok || old != vnid {
 		p.projects[project] = vnid
 		close(p.changed)
@@ -300,11 +329,22 @@ func (p *Program) AddPod(pod sdn.Pod) (sdn.Pod, error) {
 		}
 		rules = append(rules, vr...)
 	}
+	var polText string
+	if p.policyMode() {
+		pr, t, err := p.policyRules(pod)
+		if err != nil {
+			return pod, err
+		}
+		rules, polText = append(rules, pr...), t
+	}
 	if err := p.table.Apply(nil, rules); err != nil {
 		return pod, err
 	}
 	p.vnids[pod.VNID]++
 	p.pods[pod.IP] = pod
+	if polText != "" {
+		p.polText[pod.IP] = polText
+	}
 	return pod, nil
 }
 
@@ -318,6 +358,9 @@ func (p *Program) RemovePod(ip netip.Addr) error {
 		return nil
 	}
 	dels := []flowtable.Filter{cookieFilter(sdn.PodCookie(ip))}
+	if p.policyMode() {
+		dels = append(dels, cookieFilter(sdn.IngressCookie(ip)), cookieFilter(sdn.EgressCookie(ip)))
+	}
 	last := p.vnids[pod.VNID] <= 1
 	if p.isolated() && pod.VNID != 0 && last {
 		dels = append(dels, cookieFilter(sdn.VNIDCookie(pod.VNID)))
@@ -331,6 +374,7 @@ func (p *Program) RemovePod(ip netip.Addr) error {
 		p.vnids[pod.VNID]--
 	}
 	delete(p.pods, ip)
+	delete(p.polText, ip)
 	return nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -31,6 +32,7 @@ import (
 	"github.com/gvswitch/gvs/internal/daemon/source"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/kube/networkv1"
+	"github.com/gvswitch/gvs/sdn/netpol"
 )
 
 // Config says how a node follows the API server.
@@ -67,6 +69,9 @@ type Follower struct {
 	net  *networkv1.Client
 	kc   kubernetes.Interface
 	stop context.CancelFunc
+
+	mode   sdn.Mode               // the ClusterNetwork's at start
+	synced []cache.InformerSynced // the informers Follow started
 
 	mu      sync.Mutex // one Sink call at a time; guards the fields below
 	subnet  netip.Prefix
@@ -154,6 +159,7 @@ func Start(ctx context.Context, cfg Config) (*Follower, Bootstrap, error) {
 	if b.Cluster, err = ParseClusterNetwork(cn); err != nil {
 		return nil, b, err
 	}
+	f.mode = b.Cluster.Mode
 	var hs *networkv1.HostSubnet
 	if err := f.wait(ctx, "this node's HostSubnet "+cfg.Node, func(ctx context.Context) (err error) {
 		hs, err = netc.HostSubnets().Get(ctx, cfg.Node)
@@ -207,8 +213,9 @@ func (f *Follower) wait(ctx context.Context, what string, get func(context.Conte
 
 // Follow mirrors HostSubnets, NetNamespaces and, if sink takes them
 // (source.ServiceSink), Services, and, if it is a source.LabelSink,
-// Namespaces' labels and the labels and addresses of this node's Pods, into
-// sink until ctx ends or Close.
+// Namespaces' labels and Pods (this node's; in networkpolicy mode every
+// node's, the peers policies name), and in networkpolicy mode, if it is a
+// source.PolicySink, NetworkPolicies, into sink until ctx ends or Close.
 func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 	ctx, f.stop = context.WithCancel(ctx)
 	hsi := f.net.HostSubnets().Informer()
@@ -257,12 +264,16 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 			UpdateFunc: func(_, o any) { set(o, false) },
 			DeleteFunc: func(o any) { set(o, true) },
 		})
-		// The node's own pods only (RBAC cannot narrow the node's
-		// account to them; the field selector narrows what it asks).
+		// The node's own pods (RBAC cannot narrow the node's account to
+		// them; the field selector narrows what it asks), or all of them
+		// when policies may name any as a peer.
 		pods := informers.NewSharedInformerFactoryWithOptions(f.kc, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = "spec.nodeName=" + f.cfg.Node
+			if f.mode != sdn.ModeNetworkPolicy {
+				o.FieldSelector = "spec.nodeName=" + f.cfg.Node
+			}
 		}))
 		pi := pods.Core().V1().Pods().Informer()
+		f.synced = append(f.synced, ni.HasSynced, pi.HasSynced)
 		_, _ = pi.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { f.pod(ls, o, false) },
 			UpdateFunc: func(_, o any) { f.pod(ls, o, false) },
@@ -270,33 +281,80 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 		})
 		pods.Start(ctx.Done())
 	}
+	if ps, ok := sink.(source.PolicySink); ok && f.mode == sdn.ModeNetworkPolicy {
+		pi := fac.Networking().V1().NetworkPolicies().Informer()
+		f.synced = append(f.synced, pi.HasSynced)
+		_, _ = pi.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { f.policy(ps, o, false) },
+			UpdateFunc: func(_, o any) { f.policy(ps, o, false) },
+			DeleteFunc: func(o any) { f.policy(ps, o, true) },
+		})
+	}
 	fac.Start(ctx.Done())
 }
 
-// pod mirrors a pod's labels and address (invalid for a pod on the host
-// network or without one yet: it is no pod-network endpoint).
+// policy mirrors a NetworkPolicy. One the compiler refuses is logged and
+// leaves the previous version of it in force.
+func (f *Follower) policy(ps source.PolicySink, o any, deleted bool) {
+	np, ok := unwrap(o).(*networkingv1.NetworkPolicy)
+	if !ok {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var err error
+	if deleted {
+		err = ps.DeletePolicy(np.Namespace, np.Name)
+	} else {
+		err = ps.SetPolicy(np)
+	}
+	if err != nil {
+		f.log.Error("network policy", "policy", np.Namespace+"/"+np.Name, "err", err)
+	}
+}
+
+// pod mirrors a pod's labels, address (invalid for a pod on the host
+// network or without one yet: it is no pod-network endpoint) and named
+// container ports.
 func (f *Follower) pod(ls source.LabelSink, o any, deleted bool) {
 	p, ok := unwrap(o).(*corev1.Pod)
 	if !ok {
 		return
 	}
-	labels := p.Labels
-	var ip netip.Addr
-	if deleted {
-		labels = nil
-	} else {
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		if a, err := netip.ParseAddr(p.Status.PodIP); err == nil && !p.Spec.HostNetwork {
-			ip = a
-		}
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := ls.SetPodLabels(p.Namespace, p.Name, ip, labels); err != nil {
-		f.log.Error("pod labels", "pod", p.Namespace+"/"+p.Name, "err", err)
+	var err error
+	if deleted {
+		err = ls.DeletePod(p.Namespace, p.Name)
+	} else {
+		sp := source.Pod{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels}
+		if sp.Labels == nil {
+			sp.Labels = map[string]string{}
+		}
+		if a, err := netip.ParseAddr(p.Status.PodIP); err == nil && !p.Spec.HostNetwork {
+			sp.IP = a
+		}
+		for _, c := range p.Spec.Containers {
+			for _, cp := range c.Ports {
+				if cp.Name != "" && cp.ContainerPort > 0 && cp.ContainerPort <= 65535 {
+					sp.Ports = append(sp.Ports, netpol.NamedPort{Name: cp.Name, Protocol: cp.Protocol, Port: uint16(cp.ContainerPort)})
+				}
+			}
+		}
+		err = ls.SetPod(sp)
 	}
+	if err != nil {
+		f.log.Error("pod", "pod", p.Namespace+"/"+p.Name, "err", err)
+	}
+}
+
+// WaitForSync waits until the informers Follow started have delivered
+// their first full list (every pod, namespace and policy there was), or
+// ctx ends; it reports which. In networkpolicy mode a node waits for it
+// before it adopts or attaches pods, so that no pod runs without the
+// policies that select it.
+func (f *Follower) WaitForSync(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), f.synced...)
 }
 
 // Close stops following.

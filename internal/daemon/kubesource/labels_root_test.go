@@ -2,16 +2,18 @@ package kubesource_test
 
 import (
 	"context"
-	"net/netip"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gvswitch/gvs/internal/daemon/kubesource"
+	"github.com/gvswitch/gvs/internal/daemon/source"
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 )
 
@@ -25,11 +27,24 @@ func (r *labelRecorder) SetNamespaceLabels(ns string, l map[string]string) error
 	return r.add("namespace %s %v", ns, l)
 }
 
-func (r *labelRecorder) SetPodLabels(ns, name string, ip netip.Addr, l map[string]string) error {
-	if l == nil {
-		return r.add("pod %s/%s gone", ns, name)
+func (r *labelRecorder) SetPod(p source.Pod) error {
+	if len(p.Ports) > 0 {
+		return r.add("pod %s/%s %v %v ports %v", p.Namespace, p.Name, p.IP, p.Labels, p.Ports)
 	}
-	return r.add("pod %s/%s %v %v", ns, name, ip, l)
+	return r.add("pod %s/%s %v %v", p.Namespace, p.Name, p.IP, p.Labels)
+}
+
+func (r *labelRecorder) DeletePod(ns, name string) error { return r.add("pod %s/%s gone", ns, name) }
+
+// policyRecorder also takes NetworkPolicies (source.PolicySink).
+type policyRecorder struct{ labelRecorder }
+
+func (r *policyRecorder) SetPolicy(np *networkingv1.NetworkPolicy) error {
+	return r.add("policy %s/%s %v", np.Namespace, np.Name, np.Spec.PodSelector.MatchLabels)
+}
+
+func (r *policyRecorder) DeletePolicy(ns, name string) error {
+	return r.add("delete policy %s/%s", ns, name)
 }
 
 // TestFollowerLabels: with gvs-node's token the follower reports Namespace
@@ -50,7 +65,7 @@ func TestFollowerLabels(t *testing.T) {
 	}
 	if _, err := nc.ClusterNetworks().Create(ctx, &networkv1.ClusterNetwork{
 		ObjectMeta:     metav1.ObjectMeta{Name: networkv1.ClusterNetworkDefault},
-		ServiceNetwork: "172.30.0.0/16", PluginName: "redhat/openshift-ovs-networkpolicy",
+		ServiceNetwork: "172.30.0.0/16", PluginName: "redhat/openshift-ovs-multitenant",
 		ClusterNetworks: []networkv1.ClusterNetworkEntry{{CIDR: "10.128.0.0/14", HostSubnetLength: 9}},
 	}); err != nil {
 		t.Fatal(err)
@@ -138,4 +153,74 @@ func TestFollowerLabels(t *testing.T) {
 			t.Errorf("another node's pod reported: %q", e)
 		}
 	}
+}
+
+// TestFollowerPolicies: in networkpolicy mode the follower reports every
+// node's pods (the peers policies name), with their named ports, and the
+// NetworkPolicies as they come and go, with gvs-node's read-only token.
+func TestFollowerPolicies(t *testing.T) {
+	srv := kubetest.New(t, "kp")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nc, err := networkv1.NewForConfig(srv.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kubernetes.NewForConfig(srv.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.ClusterNetworks().Create(ctx, &networkv1.ClusterNetwork{
+		ObjectMeta:     metav1.ObjectMeta{Name: networkv1.ClusterNetworkDefault},
+		ServiceNetwork: "172.30.0.0/16", PluginName: "redhat/openshift-ovs-networkpolicy",
+		ClusterNetworks: []networkv1.ClusterNetworkEntry{{CIDR: "10.128.0.0/14", HostSubnetLength: 9}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.HostSubnets().Create(ctx, &networkv1.HostSubnet{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Host: "n1", HostIP: "192.168.62.1", Subnet: "10.128.0.0/23"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "alpha"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.CoreV1().ServiceAccounts("alpha").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := srv.ServiceAccountConfig(ctx, "gvs", "gvs-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, b, err := kubesource.Start(ctx, kubesource.Config{REST: cfg, Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if b.Cluster.Mode != sdn.ModeNetworkPolicy {
+		t.Fatalf("mode %v", b.Cluster.Mode)
+	}
+	r := &policyRecorder{}
+	f.Follow(ctx, r)
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "alpha", Labels: map[string]string{"app": "db"}},
+		Spec: corev1.PodSpec{NodeName: "n2", Containers: []corev1.Container{{Name: "c", Image: "none",
+			Ports: []corev1.ContainerPort{{Name: "pg", ContainerPort: 5432, Protocol: corev1.ProtocolTCP}, {ContainerPort: 9}}}}}}
+	created, err := kc.CoreV1().Pods("alpha").Create(ctx, other, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status.PodIP = "10.129.0.7"
+	if _, err := kc.CoreV1().Pods("alpha").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, &r.recorder, "pod alpha/db 10.129.0.7 map[app:db] ports [{pg TCP 5432}]")
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "alpha", Name: "db-only"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}
+	if _, err := kc.NetworkingV1().NetworkPolicies("alpha").Create(ctx, np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, &r.recorder, "policy alpha/db-only map[app:db]")
+	if err := kc.NetworkingV1().NetworkPolicies("alpha").Delete(ctx, "db-only", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, &r.recorder, "delete policy alpha/db-only")
 }

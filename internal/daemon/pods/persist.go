@@ -190,7 +190,7 @@ func flushUnresolved(ifName string) error {
 // adopt puts a re-opened pod TAP on the switch on s.Port and installs the
 // pod's rules.
 func (m *Manager) adopt(ctx context.Context, s Spec, nsPath string, dev *tap.Device, extra []*tap.Device) (err error) {
-	if err := m.cfg.VNIDs.Wait(ctx, s.Project); err != nil {
+	if err := m.cfg.VNIDs.Wait(ctx, s.Project, ""); err != nil {
 		return fmt.Errorf("pod %s: %w", s.Name, err)
 	}
 	key := s.Key()

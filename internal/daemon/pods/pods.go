@@ -60,9 +60,11 @@ type Program interface {
 }
 
 // VNIDs makes sure a project has a VNID before its pod is attached,
-// waiting a bounded time for a new one; it fails closed.
+// waiting a bounded time for a new one, and, in networkpolicy mode, that
+// the pod itself is known (its labels, which policies select on), unless
+// pod is "" (a running pod adopted after a restart); it fails closed.
 type VNIDs interface {
-	Wait(ctx context.Context, project string) error
+	Wait(ctx context.Context, project, pod string) error
 }
 
 // Config configures a Manager.
@@ -284,8 +286,9 @@ func (m *Manager) Add(ctx context.Context, s Spec, dev *tap.Device) (_ Pod, err 
 	}
 	nsPath := NsPath(s.Netns)
 	// Wait for the project's VNID before anything is created: a new
-	// project's VNID comes from gvs-master.
-	if err := m.cfg.VNIDs.Wait(ctx, s.Project); err != nil {
+	// project's VNID comes from gvs-master (and, in networkpolicy mode,
+	// for the pod's labels from the API server).
+	if err := m.cfg.VNIDs.Wait(ctx, s.Project, s.Name); err != nil {
 		return Pod{}, err
 	}
 	key := s.Key()

@@ -34,7 +34,7 @@ func (g *gate) AddPortQueues(no uint32, qs []vswitch.Port) error {
 
 type known struct{}
 
-func (known) Wait(context.Context, string) error { return nil }
+func (known) Wait(context.Context, string, string) error { return nil }
 
 // Attachments of different pods run in parallel: while one is stopped
 // half-way (its TAP made, its switch port not yet added), another one

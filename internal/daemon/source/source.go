@@ -8,7 +8,10 @@ package source
 import (
 	"net/netip"
 
+	networkingv1 "k8s.io/api/networking/v1"
+
 	"github.com/gvswitch/gvs/sdn"
+	"github.com/gvswitch/gvs/sdn/netpol"
 )
 
 // Sink is the node as a source sees it. A source calls it from its own
@@ -26,14 +29,36 @@ type Sink interface {
 }
 
 // Labels is what NetworkPolicy selects on: a source that knows pod and
-// namespace labels (Kubernetes: the API server; etcd: set with gvsctl)
-// drives a LabelSink beside the Sink. A nil map removes the object.
+// namespace labels (Kubernetes: the API server) drives a LabelSink beside
+// the Sink.
 type LabelSink interface {
-	// SetNamespaceLabels records a namespace's (project's) labels.
+	// SetNamespaceLabels records a namespace's (project's) labels; nil
+	// removes the namespace.
 	SetNamespaceLabels(namespace string, labels map[string]string) error
-	// SetPodLabels records the labels of pod name in namespace, and its
-	// address when known (invalid: not yet), for pods on any node.
-	SetPodLabels(namespace, name string, ip netip.Addr, labels map[string]string) error
+	// SetPod records a pod's labels, address and named ports.
+	SetPod(Pod) error
+	// DeletePod forgets a pod; an unknown one is not an error.
+	DeletePod(namespace, name string) error
+}
+
+// Pod is a pod as NetworkPolicy sees it: the node's own, or, in
+// networkpolicy mode, any node's.
+type Pod struct {
+	Namespace, Name string
+	// IP is its pod-network address (invalid: none yet, or on the host
+	// network).
+	IP     netip.Addr
+	Labels map[string]string
+	// Ports are its containers' named ports.
+	Ports []netpol.NamedPort
+}
+
+// PolicySink receives NetworkPolicies (networkpolicy mode).
+type PolicySink interface {
+	// SetPolicy installs or replaces a policy.
+	SetPolicy(*networkingv1.NetworkPolicy) error
+	// DeletePolicy removes one; an unknown one is not an error.
+	DeletePolicy(namespace, name string) error
 }
 
 // ServiceSink receives Services, for the multitenant table 60 (a pod
