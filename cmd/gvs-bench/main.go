@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gvswitch/gvs/bench/gen"
 	"github.com/gvswitch/gvs/bench/traffic"
 )
 
@@ -39,6 +40,9 @@ commands:
   conn-server -l ADDR     accept TCP connections, answer each with one byte and close it
   conn-rate -c ADDR [-t D] [-workers N]
                           open short connections to a conn-server for D, print connections/s as JSON
+  dns-serve -l ADDR -records FILE
+                          answer DNS A queries from a file of "name address" lines (the lab's
+                          resolver for egress firewalls' DNS names), until interrupted
   sctp-respond -port P     answer SCTP INITs to port P with INIT ACKs over a raw IP socket
                           (no kernel SCTP needed), until interrupted
   sctp-probe -c ADDR [-n N] [-timeout D]
@@ -79,6 +83,26 @@ func run(args []string) error {
 		return connTool(ctx, args[0], args[1:])
 	case "sctp-respond", "sctp-probe":
 		return sctpTool(ctx, args[0], args[1:])
+	case "dns-serve":
+		fs := flag.NewFlagSet("dns-serve", flag.ContinueOnError)
+		addr := fs.String("l", ":53", "UDP address to answer on")
+		records := fs.String("records", "", "file of \"name address\" lines, read again for every query")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *records == "" {
+			return errors.New("dns-serve needs -records FILE")
+		}
+		pc, err := net.ListenPacket("udp", *addr)
+		if err != nil {
+			return err
+		}
+		go func() { <-ctx.Done(); pc.Close() }()
+		err = gen.DNSServe(pc, *records) // returns when pc is closed
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	case "blast":
 		return blastCmd(ctx, args[1:])
 	case "blast-sink":
