@@ -271,6 +271,9 @@ func (c *Config) Validate() error {
 	if err := c.validateCNIInstall(); err != nil {
 		return err
 	}
+	if _, err := newEgressFirewalls(&Daemon{cfg: c}); err != nil { // egressDNSServer, egressDNSInterval
+		return err
+	}
 	if c.FromKubernetes() {
 		if c.FromRegistry() {
 			return errors.New("kubeconfig and etcdEndpoints: follow one control plane, not both")
