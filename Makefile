@@ -73,7 +73,7 @@ lint: tools ## gofmt, go vet, staticcheck, the portable dataplane built for darw
 	GOOS=darwin GOARCH=arm64 $(GO) build $(PORTABLE)
 
 test: deps lint build kube-tools ## everything: lint, unit tests, namespace tests (as root), brief fuzzing
-	$(GO) test -count=1 -timeout 20m $(PKGS)
+	$(GO) test -count=1 -timeout 30m $(PKGS)
 	@$(MAKE) --no-print-directory fuzz
 	@echo "make test: all passed"
 

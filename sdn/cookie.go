@@ -16,17 +16,19 @@ import (
 //	0x5_AABBCCDD  a local pod's NetworkPolicy ingress rules (table 80), by its IPv4
 //	0x6_AABBCCDD  a local pod's NetworkPolicy egress rules (table 27), by its IPv4
 //	0x7_AABBCCDD  a service, keyed by its ClusterIP (multitenant table 60)
+//	0x8_00VVVVVV  a VNID's egress firewall (table 100)
 //
 // The rules of SetupRules carry cookie 0. Cookies never collide across
 // classes, and within a class they are unique because the keys are.
 const (
-	cookieClassPod     uint64 = 1 << 32
-	cookieClassNode    uint64 = 2 << 32
-	cookieClassVNID    uint64 = 3 << 32
-	cookieClassMcast   uint64 = 4 << 32
-	cookieClassIngress uint64 = 5 << 32
-	cookieClassEgress  uint64 = 6 << 32
-	cookieClassService uint64 = 7 << 32
+	cookieClassPod      uint64 = 1 << 32
+	cookieClassNode     uint64 = 2 << 32
+	cookieClassVNID     uint64 = 3 << 32
+	cookieClassMcast    uint64 = 4 << 32
+	cookieClassIngress  uint64 = 5 << 32
+	cookieClassEgress   uint64 = 6 << 32
+	cookieClassService  uint64 = 7 << 32
+	cookieClassEgressFW uint64 = 8 << 32
 )
 
 // PodCookie returns the cookie of the rules of the pod with address ip.

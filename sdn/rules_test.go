@@ -606,3 +606,25 @@ func TestGatewayAndMAC(t *testing.T) {
 		t.Errorf("VersionNote = %s", got)
 	}
 }
+
+func TestEgressFirewallRulesRefused(t *testing.T) {
+	to := []EgressRule{{Allow: true, To: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}}
+	if _, err := EgressFirewallRules(sampleNode(ModeSubnet), 10, to); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("subnet mode: %v", err)
+	}
+	if _, err := EgressFirewallRules(sampleNode(ModeMultitenant), 0, to); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("VNID 0: %v", err)
+	}
+	if _, err := EgressFirewallRules(sampleNode(ModeMultitenant), 10, make([]EgressRule, MaxEgressRules+1)); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("too many rules: %v", err)
+	}
+	rs, err := EgressFirewallRules(sampleNode(ModeNetworkPolicy), 10, append(to, EgressRule{To: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}))
+	if err != nil || len(rs) != 2 || rs[0].Priority <= rs[1].Priority {
+		t.Fatalf("%v %v", Text(rs), err)
+	}
+	for _, r := range rs {
+		if p, err := flowtable.ParseRule(r.String()); err != nil || !p.Equal(r) {
+			t.Errorf("%s does not read back: %v", r, err)
+		}
+	}
+}

@@ -59,6 +59,8 @@ type Spec struct {
 	VXLANReaders int
 	// ConntrackMax is the daemons' conntrackMax (0: the default).
 	ConntrackMax int
+	// Configure, if set, adjusts node i's daemon configuration last.
+	Configure func(c *Cluster, i int, cfg *daemon.Config)
 }
 
 // Cluster is a running cluster.
@@ -271,6 +273,9 @@ func (c *Cluster) writeConfig(i int) error {
 		cfg.Subnet, cfg.Peers, cfg.Projects = "", nil, nil
 		cfg.EtcdEndpoints = c.EtcdEndpoints
 		cfg.EtcdTLS = pki.Dir(c.NodeTLSDir(i)).Files("tls")
+	}
+	if c.Spec.Configure != nil {
+		c.Spec.Configure(c, i, &cfg)
 	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {

@@ -62,9 +62,29 @@ func (c *Cluster) KubeProxyLog(node, mode string) string {
 // ready endpoint at backend: what the endpoint controller would make, for
 // a lab without one.
 func CreateKubeService(ctx context.Context, kc kubernetes.Interface, ns, name string, ip, backend netip.Addr, nodePort int32) error {
-	if !ip.IsValid() || !backend.IsValid() {
+	return CreateKubeServiceSpec(ctx, kc, KubeService{Namespace: ns, Name: name, ClusterIP: ip, Backends: []netip.Addr{backend}, NodePort: nodePort})
+}
+
+// KubeService is a selector-less Service for CreateKubeServiceSpec.
+type KubeService struct {
+	Namespace, Name string
+	ClusterIP       netip.Addr
+	Backends        []netip.Addr // ready endpoints
+	NodePort        int32        // for TCP; 0: none
+	// ClientIPAffinity asks for sessionAffinity ClientIP.
+	ClientIPAffinity bool
+	// ExternalIPs are the service's externalIPs.
+	ExternalIPs []netip.Addr
+}
+
+// CreateKubeServiceSpec is CreateKubeService for any number of backends,
+// with session affinity and externalIPs.
+func CreateKubeServiceSpec(ctx context.Context, kc kubernetes.Interface, ks KubeService) error {
+	ns, name, ip := ks.Namespace, ks.Name, ks.ClusterIP
+	if !ip.IsValid() || len(ks.Backends) == 0 {
 		return errors.New("cluster: a service needs a ClusterIP and a backend")
 	}
+	nodePort := ks.NodePort
 	s := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.ServiceSpec{
@@ -81,6 +101,12 @@ func CreateKubeService(ctx context.Context, kc kubernetes.Interface, ns, name st
 		s.Spec.Type = corev1.ServiceTypeNodePort
 		s.Spec.Ports[0].NodePort = nodePort
 	}
+	if ks.ClientIPAffinity {
+		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+	}
+	for _, a := range ks.ExternalIPs {
+		s.Spec.ExternalIPs = append(s.Spec.ExternalIPs, a.String())
+	}
 	if _, err := kc.CoreV1().Services(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("service %s/%s: %w", ns, name, err)
 	}
@@ -92,7 +118,7 @@ func CreateKubeService(ctx context.Context, kc kubernetes.Interface, ns, name st
 		ObjectMeta: metav1.ObjectMeta{Name: name + "-1", Namespace: ns,
 			Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "gvs-lab"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{backend.String()}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+		Endpoints:   endpoints(ks.Backends, &ready),
 		Ports: []discoveryv1.EndpointPort{
 			{Name: &tcpName, Protocol: &tcp, Port: &tcpPort},
 			{Name: &udpName, Protocol: &udp, Port: &udpPort},
@@ -103,4 +129,12 @@ func CreateKubeService(ctx context.Context, kc kubernetes.Interface, ns, name st
 		return fmt.Errorf("endpoint slice of %s/%s: %w", ns, name, err)
 	}
 	return nil
+}
+
+func endpoints(backends []netip.Addr, ready *bool) []discoveryv1.Endpoint {
+	var out []discoveryv1.Endpoint
+	for _, b := range backends {
+		out = append(out, discoveryv1.Endpoint{Addresses: []string{b.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ready}})
+	}
+	return out
 }

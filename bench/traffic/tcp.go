@@ -29,16 +29,29 @@ import (
 
 // Serve accepts TCP clients on l until ctx is done.
 func Serve(ctx context.Context, l net.Listener, log *slog.Logger) error {
+	return ServeNamed(ctx, l, "", log)
+}
+
+// ServeNamed is Serve with a server name in the greeting, which clients
+// report (Result.Server): to tell a service's backends apart.
+func ServeNamed(ctx context.Context, l net.Listener, name string, log *slog.Logger) error {
+	if strings.ContainsAny(name, " \n") {
+		return fmt.Errorf("traffic: server name %q has a space or a newline", name)
+	}
 	return accept.Loop(ctx, l, func(c net.Conn) {
 		defer c.Close()
-		if err := serveConn(c); err != nil && log != nil {
+		if err := serveConn(c, name); err != nil && log != nil {
 			log.Warn("tcp client", "remote", c.RemoteAddr(), "err", err)
 		}
 	})
 }
 
-func serveConn(c net.Conn) error {
-	if _, err := fmt.Fprintf(c, "gvs-bench %s\n", c.RemoteAddr()); err != nil {
+func serveConn(c net.Conn, name string) error {
+	greeting := fmt.Sprintf("gvs-bench %s", c.RemoteAddr())
+	if name != "" {
+		greeting += " " + name
+	}
+	if _, err := fmt.Fprintf(c, "%s\n", greeting); err != nil {
 		return err
 	}
 	r := bufio.NewReaderSize(c, 256<<10)
@@ -65,6 +78,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 type Result struct {
 	// SeenAs is the client's address as the server saw it.
 	SeenAs string `json:"seenAs"`
+	// Server is the server's name, if it has one (ServeNamed).
+	Server string `json:"server,omitempty"`
 	// Bytes were sent and acknowledged by digest.
 	Bytes    int64         `json:"bytes"`
 	Duration time.Duration `json:"duration"`
@@ -111,7 +126,14 @@ func send(ctx context.Context, c halfCloser, size int64, dur time.Duration) (Res
 	if err != nil {
 		return Result{}, fmt.Errorf("reading greeting: %w", err)
 	}
-	res := Result{SeenAs: strings.TrimPrefix(strings.TrimSpace(hello), "gvs-bench ")}
+	var res Result
+	greeting := strings.Fields(strings.TrimPrefix(strings.TrimSpace(hello), "gvs-bench "))
+	if len(greeting) > 0 {
+		res.SeenAs = greeting[0]
+	}
+	if len(greeting) > 1 {
+		res.Server = greeting[1]
+	}
 	if _, err := io.WriteString(c, "SEND\n"); err != nil {
 		return res, err
 	}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gvswitch/gvs/bench/gen"
 	"github.com/gvswitch/gvs/bench/traffic"
 )
 
@@ -23,7 +24,7 @@ const usage = `usage: gvs-bench COMMAND [ARGS]
 commands:
   demo up [-prefix P]     bring up the 2-node demo cluster (as root) and show who reaches whom
   demo down [-prefix P]   remove everything the demo created
-  tcp-server -l ADDR      TCP sink: greets each client with the address it sees, answers with a SHA-256
+  tcp-server -l ADDR [-name N]  TCP sink: greets each client with the address it sees (and its name N), answers with a CRC-32C
   tcp-client -c ADDR [-bytes N | -t DURATION]
                           send to a tcp-server, check the digest, print throughput and the address seen
   compare [-o FILE.json] [-plot FILE.svg] [-runs N] [-t DURATION] [-dataplanes gvs,kernel,ovs]
@@ -39,6 +40,9 @@ commands:
   conn-server -l ADDR     accept TCP connections, answer each with one byte and close it
   conn-rate -c ADDR [-t D] [-workers N]
                           open short connections to a conn-server for D, print connections/s as JSON
+  dns-serve -l ADDR -records FILE
+                          answer DNS A queries from a file of "name address" lines (the lab's
+                          resolver for egress firewalls' DNS names), until interrupted
   sctp-respond -port P     answer SCTP INITs to port P with INIT ACKs over a raw IP socket
                           (no kernel SCTP needed), until interrupted
   sctp-probe -c ADDR [-n N] [-timeout D]
@@ -79,6 +83,26 @@ func run(args []string) error {
 		return connTool(ctx, args[0], args[1:])
 	case "sctp-respond", "sctp-probe":
 		return sctpTool(ctx, args[0], args[1:])
+	case "dns-serve":
+		fs := flag.NewFlagSet("dns-serve", flag.ContinueOnError)
+		addr := fs.String("l", ":53", "UDP address to answer on")
+		records := fs.String("records", "", "file of \"name address\" lines, read again for every query")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *records == "" {
+			return errors.New("dns-serve needs -records FILE")
+		}
+		pc, err := net.ListenPacket("udp", *addr)
+		if err != nil {
+			return err
+		}
+		go func() { <-ctx.Done(); pc.Close() }()
+		err = gen.DNSServe(pc, *records) // returns when pc is closed
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	case "blast":
 		return blastCmd(ctx, args[1:])
 	case "blast-sink":
@@ -88,6 +112,7 @@ func run(args []string) error {
 	case "tcp-server":
 		fs := flag.NewFlagSet("tcp-server", flag.ContinueOnError)
 		addr := fs.String("l", ":5201", "listen address")
+		name := fs.String("name", "", "a name for this server, which clients print (to tell a service's backends apart)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -96,7 +121,7 @@ func run(args []string) error {
 			return err
 		}
 		fmt.Println("listening on", l.Addr())
-		return traffic.Serve(ctx, l, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+		return traffic.ServeNamed(ctx, l, *name, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	case "tcp-client":
 		fs := flag.NewFlagSet("tcp-client", flag.ContinueOnError)
 		addr := fs.String("c", "", "server address host:port")
@@ -114,7 +139,11 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("sent %d bytes in %v: %.3f Gbit/s, intact=%v, seen as %s\n", r.Bytes, r.Duration.Round(time.Microsecond), r.Gbps(), r.Intact, r.SeenAs)
+		fmt.Printf("sent %d bytes in %v: %.3f Gbit/s, intact=%v, seen as %s", r.Bytes, r.Duration.Round(time.Microsecond), r.Gbps(), r.Intact, r.SeenAs)
+		if r.Server != "" {
+			fmt.Printf(" by %s", r.Server)
+		}
+		fmt.Println()
 		return nil
 	}
 	fmt.Fprint(os.Stderr, usage)

@@ -116,6 +116,12 @@ type Config struct {
 	// CNIPlugin is the plugin binary CNIBinDir receives; "" means gvs-cni
 	// beside gvs-switchd's own executable.
 	CNIPlugin string `json:"cniPlugin,omitempty"`
+	// EgressDNSServer is the DNS server (IP:port) that resolves the DNS
+	// names of egress firewalls; "" means the system's resolver.
+	// EgressDNSInterval is how often they are resolved again (a Go
+	// duration, default 30s): a name's rules follow its records.
+	EgressDNSServer   string `json:"egressDNSServer,omitempty"`
+	EgressDNSInterval string `json:"egressDNSInterval,omitempty"`
 	// CNINetwork names the installed network configuration ("" means
 	// DefaultCNINetwork); its file is CNIConfDir/80-NAME.conflist.
 	CNINetwork string `json:"cniNetwork,omitempty"`
@@ -263,6 +269,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateCNIInstall(); err != nil {
+		return err
+	}
+	if _, err := newEgressFirewalls(&Daemon{cfg: c}); err != nil { // egressDNSServer, egressDNSInterval
 		return err
 	}
 	if c.FromKubernetes() {

@@ -152,3 +152,14 @@ func TestNetworkPolicyModeRefused(t *testing.T) {
 		t.Error("a refused mode left a rule program behind")
 	}
 }
+
+func TestEgressDNSConfigRefused(t *testing.T) {
+	for _, js := range []string{
+		`{"nodeName":"n1","nodeIP":"192.168.0.1","subnet":"10.128.0.0/23","clusterNetworks":["10.128.0.0/14"],"serviceNetwork":"172.30.0.0/16","egressDNSServer":"dns.example:53"}`,
+		`{"nodeName":"n1","nodeIP":"192.168.0.1","subnet":"10.128.0.0/23","clusterNetworks":["10.128.0.0/14"],"serviceNetwork":"172.30.0.0/16","egressDNSInterval":"10ms"}`,
+	} {
+		if _, err := ParseConfig([]byte(js)); err == nil || !strings.Contains(err.Error(), "egressDNS") {
+			t.Errorf("%s: %v", js, err)
+		}
+	}
+}

@@ -63,7 +63,8 @@ type Daemon struct {
 	src   *etcdsource.Follower // nil without the etcd registry
 	kube  *kubesource.Follower // nil without a Kubernetes API server
 
-	labels labels // namespace and pod labels (labels.go)
+	labels labels           // namespace and pod labels (labels.go)
+	egress *egressFirewalls // egress firewalls (egressfw.go)
 
 	cniMetrics cniMetrics // metrics.go
 	// regTLS is the node's etcd identity (nil without TLS).
@@ -98,6 +99,9 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 		return nil, err
 	}
 	d.loadConntrack() // conntrack.go: the connections of the last run
+	if d.egress, err = newEgressFirewalls(d); err != nil {
+		return nil, err
+	}
 	if !cfg.FromRegistry() && !cfg.FromKubernetes() {
 		n, err := cfg.Node()
 		if err != nil {

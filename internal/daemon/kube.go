@@ -52,6 +52,7 @@ func (d *Daemon) startKube(ctx context.Context) error {
 		return err
 	}
 	d.kube = src
+	go d.egress.follow(ctx)
 	src.Follow(ctx, d)
 	if n.Mode.Canonical() == sdn.ModeNetworkPolicy {
 		// Every policy, pod and namespace label before any pod is adopted

@@ -29,7 +29,9 @@ import (
 // here). A pod reaches a ClusterIP with a backend on its own node, on
 // another node and on the host network, over TCP, UDP and SCTP (an INIT
 // and its INIT ACK over raw sockets: no SCTP sockets here); the external
-// host reaches a NodePort; a pod of another project is refused.
+// host reaches a NodePort and an externalIP; ClientIP session affinity
+// keeps a client on one of two backends (without it, both answer); a pod of
+// another project is refused.
 func TestKubeProxy(t *testing.T) {
 	kubetest.Require(t)
 	c := up(t, "kp", cluster.Spec{
@@ -63,7 +65,7 @@ func TestKubeProxy(t *testing.T) {
 	// own namespace (host network).
 	bench := filepath.Join(binDir, "gvs-bench")
 	for _, ns := range []string{alpha1b.NS, alpha2.NS, n2.NS} {
-		for _, argv := range [][]string{{"tcp-server", "-l", ":5201"}, {"udp-echo", "-l", ":9000", "-t", "10m"}, {"sctp-respond", "-port", "7777"}} {
+		for _, argv := range [][]string{{"tcp-server", "-l", ":5201", "-name", ns}, {"udp-echo", "-l", ":9000", "-t", "10m"}, {"sctp-respond", "-port", "7777"}} {
 			p, err := c.Lab.Start(kctx, ns, filepath.Join(t.TempDir(), argv[0]+".log"), append([]string{bench}, argv...)...)
 			if err != nil {
 				t.Fatal(err)
@@ -98,6 +100,25 @@ func TestKubeProxy(t *testing.T) {
 		if out, err := c.RegistryCtl(ctx(t), "services", "set", "alpha/"+s.name, s.ip.String(), "tcp/80", "udp/53", "sctp/80"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
+	}
+	// Two backends behind one ClusterIP, with and without ClientIP
+	// session affinity; an externalIP the external host routes to node 1.
+	sticky, spread := netip.MustParseAddr("172.30.0.13"), netip.MustParseAddr("172.30.0.14")
+	external, externalIP := netip.MustParseAddr("172.30.0.15"), netip.MustParseAddr("192.168.250.10")
+	for _, ks := range []cluster.KubeService{
+		{Namespace: "alpha", Name: "sticky", ClusterIP: sticky, Backends: []netip.Addr{alpha1b.IP, alpha2.IP}, ClientIPAffinity: true},
+		{Namespace: "alpha", Name: "spread", ClusterIP: spread, Backends: []netip.Addr{alpha1b.IP, alpha2.IP}},
+		{Namespace: "alpha", Name: "external", ClusterIP: external, Backends: []netip.Addr{alpha2.IP}, ExternalIPs: []netip.Addr{externalIP}},
+	} {
+		if err := cluster.CreateKubeServiceSpec(kctx, kc, ks); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := c.RegistryCtl(ctx(t), "services", "set", "alpha/"+ks.Name, ks.ClusterIP.String(), "tcp/80"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	if out, err := c.Lab.Exec(kctx, c.Lab.External.NS, "ip", "route", "add", externalIP.String()+"/32", "via", n1.IP.String()); err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
 	kubeconfig := filepath.Join(srv.Dir, "kube-proxy.kubeconfig")
 	if err := srv.WriteKubeconfig(kubeconfig, srv.Admin()); err != nil {
@@ -149,6 +170,31 @@ func TestKubeProxy(t *testing.T) {
 				if ok, out := tcpOK(beta1.Pod, addr+":80"); ok {
 					t.Errorf("TCP beta → alpha's %s (%s): reached\n%s", s.name, addr, out)
 				}
+			}
+			// Session affinity: one client, one backend; without it both
+			// backends answer (16 connections: all on one by chance with
+			// probability 2^-15).
+			backends := func(addr string, n int) map[string]int {
+				seen := map[string]int{}
+				for range n {
+					ok, out := tcpOK(alpha1.Pod, addr)
+					if _, name, found := strings.Cut(strings.TrimSpace(out), " by "); ok && found {
+						seen[name]++
+					} else {
+						seen["(failed)"]++
+					}
+				}
+				return seen
+			}
+			if seen := backends(sticky.String()+":80", 8); len(seen) != 1 || seen["(failed)"] > 0 {
+				t.Errorf("ClientIP affinity: the backends answering one client: %v, want one", seen)
+			}
+			if seen := backends(spread.String()+":80", 16); len(seen) != 2 || seen["(failed)"] > 0 {
+				t.Errorf("no affinity: the backends answering one client: %v, want both", seen)
+			}
+			// An externalIP from outside the cluster.
+			if ok, out := tcpOK(lab.Pod{Name: "external", NS: c.Lab.External.NS}, externalIP.String()+":80"); !ok {
+				t.Errorf("externalIP %s:80 from the external host: not reached\n%s", externalIP, out)
 			}
 			// NodePort from the external host (kube-proxy masquerades it).
 			ext := lab.Pod{Name: "external", NS: c.Lab.External.NS}

@@ -89,9 +89,25 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 	ip := func(p cluster.Pod) string { return p.IP.String() }
 
+	// A policy change applies to existing connections: a stream from
+	// default's pod to alpha's, running when alpha comes to deny all
+	// ingress, does not get to its end (its next data segments are
+	// dropped; only replies pass by state).
+	streamed := make(chan bool, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		out, err := c.Lab.Exec(cctx, def1.NS, bench, "tcp-client", "-c", ip(alpha2)+":5201", "-t", "6s")
+		streamed <- err == nil && strings.Contains(string(out), "intact=true")
+	}()
+	time.Sleep(2 * time.Second)
+
 	// alpha denies all ingress.
 	create(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "alpha", Name: "deny-all"},
 		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}})
+	if <-streamed {
+		t.Error("a TCP stream running when alpha came to deny all ingress went on to its end")
+	}
 	expect("alpha denies ingress", []probe{
 		{"beta n1 → alpha n2", func() bool { return ping(beta1.Pod, ip(alpha2)) }, false},
 		{"alpha n1 → alpha n2", func() bool { return ping(alpha1.Pod, ip(alpha2)) }, false},

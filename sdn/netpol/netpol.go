@@ -521,6 +521,15 @@ func (c *Cluster) egressRules(p Pod) ([]*flowtable.Rule, error) {
 							add(pm, match{flowtable.NwDstPrefix(pf)})
 						}
 					}
+					// A named port is a pod's: resolved on the known
+					// pods inside the block.
+					for _, d := range c.peerPods("", peer{namespaces: labels.Everything()}) {
+						if slices.ContainsFunc(q.block, func(pf netip.Prefix) bool { return pf.Contains(d.IP) }) {
+							for _, pm := range namedOnly(r.ports, &d) {
+								add(pm, match{flowtable.NwDst(d.IP)})
+							}
+						}
+					}
 					continue
 				}
 				for _, d := range c.peerPods(pol.namespace, q) {
@@ -600,8 +609,14 @@ func (pol *policy) dependsOn(p Pod, ns Namespace) bool {
 			if len(r.peers) == 0 && egress && slices.ContainsFunc(r.ports, func(q port) bool { return q.name != "" }) {
 				return true
 			}
+			named := slices.ContainsFunc(r.ports, func(q port) bool { return q.name != "" })
 			for _, q := range r.peers {
 				if q.isBlock {
+					// Named ports towards a block are resolved on the
+					// pods inside it.
+					if egress && named && slices.ContainsFunc(q.block, func(pf netip.Prefix) bool { return pf.Contains(p.IP) }) {
+						return true
+					}
 					continue
 				}
 				if q.namespaces == nil {

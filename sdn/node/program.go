@@ -69,10 +69,11 @@ type Program struct {
 	pods     map[netip.Addr]sdn.Pod
 	vnids    map[uint32]int // VNID → local pods using it
 	projects map[string]uint32
-	services map[string]sdn.Service // by namespace/name (services.go)
-	pol      *netpol.Cluster        // networkpolicy mode only (policy.go)
-	polText  map[netip.Addr]string  // a local pod's installed policy rules, as text
-	changed  chan struct{}          // closed and replaced when projects change
+	services map[string]sdn.Service                 // by namespace/name (services.go)
+	pol      *netpol.Cluster                        // networkpolicy mode only (policy.go)
+	polText  map[netip.Addr]string                  // a local pod's installed policy rules, as text
+	fw       map[string]map[string][]sdn.EgressRule // egress firewalls by namespace and object (egressfw.go)
+	changed  chan struct{}                          // closed and replaced when projects change
 }
 
 // New returns a Program; it installs nothing (see Setup).
@@ -83,7 +84,7 @@ func New(cfg Config) (*Program, error) {
 	p := &Program{table: cfg.Table, peers: cfg.Peers, node: cfg.Node,
 		remotes: map[netip.Addr]sdn.RemoteNode{}, pods: map[netip.Addr]sdn.Pod{}, vnids: map[uint32]int{},
 		projects: map[string]uint32{}, services: map[string]sdn.Service{}, changed: make(chan struct{}),
-		polText: map[netip.Addr]string{}}
+		polText: map[netip.Addr]string{}, fw: map[string]map[string][]sdn.EgressRule{}}
 	if cfg.Node.Mode.Canonical() == sdn.ModeNetworkPolicy {
 		p.pol = netpol.NewCluster()
 		for name, v := range cfg.Projects {
@@ -229,6 +230,16 @@ func (p *Program) SetProjectVNID(project string, vnid uint32) ([]sdn.Pod, error)
 	defer p.mu.Unlock()
 	old, known := p.projects[project]
 	moved, err := p.setProjectVNID(project, vnid)
+	if _, has := p.fw[project]; has && p.isolated() && (!known || old != vnid) {
+		// The firewall moves with the project: the old VNID's is what its
+		// other projects leave, the new one's gains it.
+		if known && old != 0 {
+			err = errors.Join(err, p.renderEgressVNID(old))
+		}
+		if vnid != 0 {
+			err = errors.Join(err, p.renderEgressVNID(vnid))
+		}
+	}
 	if p.policyMode() && (!known || old != vnid) {
 		// Namespace selectors name VNIDs: every local pod's rules may
 		// change (a VNID changes rarely: at creation).

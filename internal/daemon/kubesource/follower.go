@@ -281,6 +281,15 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 		})
 		pods.Start(ctx.Done())
 	}
+	if es, ok := sink.(source.EgressFirewallSink); ok && f.mode != sdn.ModeSubnet {
+		ei := f.net.EgressNetworkPolicies("").Informer()
+		_, _ = ei.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { f.egressFirewall(es, o, false) },
+			UpdateFunc: func(_, o any) { f.egressFirewall(es, o, false) },
+			DeleteFunc: func(o any) { f.egressFirewall(es, o, true) },
+		})
+		go ei.RunWithContext(ctx)
+	}
 	if ps, ok := sink.(source.PolicySink); ok && f.mode == sdn.ModeNetworkPolicy {
 		pi := fac.Networking().V1().NetworkPolicies().Informer()
 		f.synced = append(f.synced, pi.HasSynced)
@@ -291,6 +300,71 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 		})
 	}
 	fac.Start(ctx.Done())
+}
+
+// egressFirewall mirrors an EgressNetworkPolicy. One with a rule that
+// cannot be read (neither or both of cidrSelector and dnsName, a bad CIDR,
+// an unknown type) fails closed: the project's egress is denied entirely
+// until it is fixed.
+func (f *Follower) egressFirewall(es source.EgressFirewallSink, o any, deleted bool) {
+	np, ok := unwrap(o).(*networkv1.EgressNetworkPolicy)
+	if !ok {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if deleted {
+		if err := es.DeleteEgressFirewall(np.Namespace, np.Name); err != nil {
+			f.log.Error("egress firewall", "policy", np.Namespace+"/"+np.Name, "err", err)
+		}
+		return
+	}
+	rules, err := EgressRules(np)
+	if err != nil {
+		f.log.Error("egress firewall refused: the project's egress is denied until it is fixed", "policy", np.Namespace+"/"+np.Name, "err", err)
+		rules = []source.EgressRule{{Allow: false, CIDR: netip.MustParsePrefix("0.0.0.0/0")}}
+	}
+	if err := es.SetEgressFirewall(np.Namespace, np.Name, rules); err != nil {
+		f.log.Error("egress firewall", "policy", np.Namespace+"/"+np.Name, "err", err)
+	}
+}
+
+// EgressRules reads an EgressNetworkPolicy's rules, in order.
+func EgressRules(np *networkv1.EgressNetworkPolicy) ([]source.EgressRule, error) {
+	if len(np.Spec.Egress) > sdn.MaxEgressRules {
+		return nil, fmt.Errorf("%d rules, at most %d", len(np.Spec.Egress), sdn.MaxEgressRules)
+	}
+	var out []source.EgressRule
+	for i, r := range np.Spec.Egress {
+		var er source.EgressRule
+		switch r.Type {
+		case networkv1.EgressNetworkPolicyRuleAllow:
+			er.Allow = true
+		case networkv1.EgressNetworkPolicyRuleDeny:
+		default:
+			return nil, fmt.Errorf("rule %d: type %q (Allow or Deny)", i, r.Type)
+		}
+		switch {
+		case r.To.CIDRSelector != "" && r.To.DNSName != "":
+			return nil, fmt.Errorf("rule %d: both cidrSelector and dnsName", i)
+		case r.To.CIDRSelector != "":
+			p, err := netip.ParsePrefix(r.To.CIDRSelector)
+			if err != nil {
+				return nil, fmt.Errorf("rule %d: cidrSelector: %w", i, err)
+			}
+			er.CIDR = p.Masked()
+		case r.To.DNSName != "":
+			name := strings.TrimSuffix(r.To.DNSName, ".")
+			if len(name) > 253 || strings.ContainsAny(name, " /\\:@") || name == "" {
+				return nil, fmt.Errorf("rule %d: dnsName %q", i, r.To.DNSName)
+			}
+			er.DNSName = name
+		default:
+			return nil, fmt.Errorf("rule %d: neither cidrSelector nor dnsName", i)
+		}
+		out = append(out, er)
+	}
+	return out, nil
 }
 
 // policy mirrors a NetworkPolicy. One the compiler refuses is logged and

@@ -53,6 +53,24 @@ type Pod struct {
 	Ports []netpol.NamedPort
 }
 
+// EgressFirewallSink receives egress firewalls (OpenShift's
+// EgressNetworkPolicy, one per project), by namespace and object name.
+type EgressFirewallSink interface {
+	// SetEgressFirewall installs or replaces one; rules are in order, the
+	// first match wins.
+	SetEgressFirewall(namespace, name string, rules []EgressRule) error
+	// DeleteEgressFirewall removes one; an unknown one is not an error.
+	DeleteEgressFirewall(namespace, name string) error
+}
+
+// EgressRule is one rule of an egress firewall: allow or deny traffic to a
+// CIDR or to the addresses a DNS name resolves to (exactly one is set).
+type EgressRule struct {
+	Allow   bool
+	CIDR    netip.Prefix
+	DNSName string
+}
+
 // PolicySink receives NetworkPolicies (networkpolicy mode).
 type PolicySink interface {
 	// SetPolicy installs or replaces a policy.

@@ -158,8 +158,8 @@ type EgressNetworkPolicySpec struct {
 }
 
 // EgressNetworkPolicy is a project's egress firewall (namespaced; unlike
-// the other three its rules are under spec). gvs serves the object but
-// does not enforce it yet (issue 13).
+// the other three its rules are under spec). gvs-switchd enforces it in
+// table 100 (docs/openshift-rules.md, "Egress firewall").
 type EgressNetworkPolicy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -1,0 +1,174 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gvswitch/gvs/internal/daemon/source"
+	"github.com/gvswitch/gvs/sdn"
+)
+
+// DefaultEgressDNSInterval is how often the DNS names of egress firewalls
+// are resolved again (Config.EgressDNSInterval's default).
+const DefaultEgressDNSInterval = 30 * time.Second
+
+// egressFirewalls keeps the egress firewall objects a source reports,
+// resolves the DNS names they name (at once, then every interval: a name's
+// addresses are followed as its records change) and hands each object,
+// names replaced by their addresses, to the rule program. A name that does
+// not resolve has no addresses: its rule matches nothing (as in OpenShift).
+type egressFirewalls struct {
+	d        *Daemon
+	resolver *net.Resolver
+	interval time.Duration
+
+	mu      sync.Mutex
+	objects map[[2]string][]source.EgressRule // namespace, name → rules
+	names   map[string][]netip.Addr           // DNS name → its last addresses
+}
+
+func newEgressFirewalls(d *Daemon) (*egressFirewalls, error) {
+	interval := DefaultEgressDNSInterval
+	if d.cfg.EgressDNSInterval != "" {
+		v, err := time.ParseDuration(d.cfg.EgressDNSInterval)
+		if err != nil || v < time.Second {
+			return nil, fmt.Errorf("egressDNSInterval %q: want a duration of 1s or more", d.cfg.EgressDNSInterval)
+		}
+		interval = v
+	}
+	r := net.DefaultResolver
+	if srv := d.cfg.EgressDNSServer; srv != "" {
+		ap, err := netip.ParseAddrPort(srv)
+		if err != nil {
+			return nil, fmt.Errorf("egressDNSServer %q: want IP:port: %w", srv, err)
+		}
+		r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var dl net.Dialer
+			return dl.DialContext(ctx, network, ap.String())
+		}}
+	}
+	return &egressFirewalls{d: d, resolver: r, interval: interval,
+		objects: map[[2]string][]source.EgressRule{}, names: map[string][]netip.Addr{}}, nil
+}
+
+// SetEgressFirewall installs or replaces an egress firewall
+// (source.EgressFirewallSink); its DNS names are resolved first.
+func (d *Daemon) SetEgressFirewall(namespace, name string, rules []source.EgressRule) error {
+	e := d.egress
+	e.mu.Lock()
+	e.objects[[2]string{namespace, name}] = slices.Clone(rules)
+	var unknown []string
+	for _, r := range rules {
+		if _, ok := e.names[r.DNSName]; r.DNSName != "" && !ok {
+			unknown = append(unknown, r.DNSName)
+		}
+	}
+	e.mu.Unlock()
+	for _, n := range unknown {
+		e.resolve(context.Background(), n)
+	}
+	return e.install(namespace, name)
+}
+
+// DeleteEgressFirewall removes an egress firewall.
+func (d *Daemon) DeleteEgressFirewall(namespace, name string) error {
+	e := d.egress
+	e.mu.Lock()
+	delete(e.objects, [2]string{namespace, name})
+	e.mu.Unlock()
+	return d.prog.DeleteEgressFirewall(namespace, name)
+}
+
+// resolve looks name up and records its IPv4 addresses; it reports
+// whether they changed.
+func (e *egressFirewalls) resolve(ctx context.Context, name string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addrs, err := e.resolver.LookupNetIP(ctx, "ip4", name)
+	if err != nil {
+		e.d.log.Warn("egress firewall: DNS name does not resolve; its rule matches nothing", "name", name, "err", err)
+		addrs = nil
+	}
+	for i := range addrs {
+		addrs[i] = addrs[i].Unmap()
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	addrs = slices.Compact(addrs)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old, known := e.names[name]
+	e.names[name] = addrs
+	return !known || !slices.Equal(old, addrs)
+}
+
+// install hands one object, names resolved, to the rule program.
+func (e *egressFirewalls) install(namespace, name string) error {
+	e.mu.Lock()
+	rules, ok := e.objects[[2]string{namespace, name}]
+	var out []sdn.EgressRule
+	for _, r := range rules {
+		er := sdn.EgressRule{Allow: r.Allow}
+		if r.DNSName != "" {
+			for _, a := range e.names[r.DNSName] {
+				er.To = append(er.To, netip.PrefixFrom(a, 32))
+			}
+		} else {
+			er.To = []netip.Prefix{r.CIDR}
+		}
+		out = append(out, er)
+	}
+	e.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return e.d.prog.SetEgressFirewall(namespace, name, out)
+}
+
+// follow resolves every name again each interval and reinstalls the
+// objects whose names' addresses changed, until ctx ends.
+func (e *egressFirewalls) follow(ctx context.Context) {
+	t := time.NewTicker(e.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		e.mu.Lock()
+		names := make([]string, 0, len(e.names))
+		for n := range e.names {
+			names = append(names, n)
+		}
+		e.mu.Unlock()
+		var changed []string
+		for _, n := range names {
+			if e.resolve(ctx, n) {
+				changed = append(changed, n)
+			}
+		}
+		if len(changed) == 0 {
+			continue
+		}
+		e.mu.Lock()
+		var keys [][2]string
+		for k, rules := range e.objects {
+			if slices.ContainsFunc(rules, func(r source.EgressRule) bool { return slices.Contains(changed, r.DNSName) }) {
+				keys = append(keys, k)
+			}
+		}
+		e.mu.Unlock()
+		for _, k := range keys {
+			if err := e.install(k[0], k[1]); err != nil {
+				e.d.log.Error("egress firewall", "namespace", k[0], "name", k[1], "err", err)
+			} else {
+				e.d.log.Info("egress firewall: DNS names moved, rules updated", "namespace", k[0], "name", k[1], "names", changed)
+			}
+		}
+	}
+}

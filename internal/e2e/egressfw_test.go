@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gvswitch/gvs/bench/cluster"
+	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/internal/daemon"
+	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/sdn/kube/networkv1"
+)
+
+// TestEgressFirewall: OpenShift's EgressNetworkPolicy, made through the
+// real API server, on two nodes in multitenant mode: a project's pods are
+// denied an external host by CIDR while another project's are not; an
+// allow by DNS name ahead of a deny-all lets the host through, and when
+// the name's record moves the rules follow (the node resolves names with
+// the lab's DNS responder every second); deleting the policy restores.
+func TestEgressFirewall(t *testing.T) {
+	kubetest.Require(t)
+	c := up(t, "ef", cluster.Spec{
+		// Per node: p1 default, p2 alpha, p3 beta.
+		Lab:          lab.Spec{Nodes: 2, PodsPerNode: 3, Projects: []string{"default", "alpha", "beta"}, External: true},
+		Mode:         "multitenant",
+		ControlPlane: cluster.ControlPlaneKube,
+		CNI:          true,
+		Configure: func(c *cluster.Cluster, _ int, cfg *daemon.Config) {
+			cfg.EgressDNSServer = c.Lab.External.IP.String() + ":53"
+			cfg.EgressDNSInterval = "1s"
+		},
+	})
+	ext := c.Lab.External
+	alpha1, beta1, alpha2 := c.Nodes[0].Pods[1], c.Nodes[0].Pods[2], c.Nodes[1].Pods[1]
+	bench := filepath.Join(binDir, "gvs-bench")
+	records := filepath.Join(t.TempDir(), "records")
+	setRecord := func(ip string) {
+		t.Helper()
+		if err := os.WriteFile(records, []byte("ext.example.com "+ip+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setRecord(ext.IP.String())
+	for _, argv := range [][]string{{"tcp-server", "-l", ":5201"}, {"dns-serve", "-l", ":53", "-records", records}} {
+		p, err := c.Lab.Start(ctx(t), ext.NS, filepath.Join(t.TempDir(), argv[0]+".log"), append([]string{bench}, argv...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Stop() })
+	}
+	reaches := func(from cluster.Pod) bool {
+		cctx, cancel := context.WithTimeout(ctx(t), 4*time.Second)
+		defer cancel()
+		out, err := c.Lab.Exec(cctx, from.NS, bench, "tcp-client", "-c", ext.IP.String()+":5201", "-bytes", "100000")
+		return err == nil && strings.Contains(string(out), "intact=true")
+	}
+	expect := func(step string, want map[*cluster.Pod]bool) {
+		t.Helper()
+		for p, w := range want {
+			var got bool
+			if !eventually(15*time.Second, func() bool { got = reaches(*p); return got == w }) {
+				t.Errorf("%s: %s (%s) → external host: reached=%v, want %v", step, p.Name, p.Project, got, w)
+			}
+		}
+	}
+	expect("no firewall", map[*cluster.Pod]bool{&alpha1: true, &beta1: true, &alpha2: true})
+
+	net, err := networkv1.NewForConfig(c.Kube.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	enp := &networkv1.EgressNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "alpha", Name: "default"},
+		Spec: networkv1.EgressNetworkPolicySpec{Egress: []networkv1.EgressNetworkPolicyRule{
+			{Type: networkv1.EgressNetworkPolicyRuleDeny, To: networkv1.EgressNetworkPolicyPeer{CIDRSelector: ext.IP.String() + "/32"}}}}}
+	created, err := net.EgressNetworkPolicies("alpha").Create(ctx(t), enp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("alpha denies the host by CIDR", map[*cluster.Pod]bool{&alpha1: false, &alpha2: false, &beta1: true})
+
+	created.Spec.Egress = []networkv1.EgressNetworkPolicyRule{
+		{Type: networkv1.EgressNetworkPolicyRuleAllow, To: networkv1.EgressNetworkPolicyPeer{DNSName: "ext.example.com"}},
+		{Type: networkv1.EgressNetworkPolicyRuleDeny, To: networkv1.EgressNetworkPolicyPeer{CIDRSelector: "0.0.0.0/0"}},
+	}
+	updated, err := net.EgressNetworkPolicies("alpha").Update(ctx(t), created)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("allowed by DNS name, then deny all", map[*cluster.Pod]bool{&alpha1: true, &alpha2: true})
+
+	setRecord("192.0.2.99")
+	expect("the name moved away", map[*cluster.Pod]bool{&alpha1: false, &alpha2: false, &beta1: true})
+	setRecord(ext.IP.String())
+	expect("the name came back", map[*cluster.Pod]bool{&alpha1: true})
+
+	if err := net.EgressNetworkPolicies("alpha").Delete(ctx(t), updated.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	setRecord("192.0.2.99")
+	expect("policy deleted", map[*cluster.Pod]bool{&alpha1: true, &alpha2: true})
+	if t.Failed() {
+		for i := range c.Nodes {
+			out, _ := c.Ctl(ctx(t), i, "dump-flows", "table=100")
+			t.Logf("--- %s table 100 ---\n%s", c.Nodes[i].Name, out)
+		}
+	}
+}
