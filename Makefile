@@ -106,7 +106,7 @@ bench: ## Go benchmarks of the data path (allocs included)
 bench-compare: deps build ## gvs vs kernel vs Open vSwitch on the same lab topology (as root; writes bench-compare.json/.svg)
 	$(BIN)/gvs-bench compare -runs 3 -o bench-compare.json -plot bench-compare.svg
 
-demo: deps build $(if $(filter kube,$(MODE)),kube-tools) ## bring up a 2-node demo cluster in network namespaces (as root); MODE=kube: with a Kubernetes API server
+demo: deps build $(if $(filter kube netpol,$(MODE)),kube-tools) ## bring up a 2-node demo cluster in network namespaces (as root); MODE=kube: with a Kubernetes API server; MODE=netpol: that in networkpolicy mode
 	$(BIN)/gvs-bench demo up -mode $(or $(MODE),etcd)
 
 demo-down: ## remove everything the demo created

@@ -363,7 +363,7 @@ func (m *Match) set(conds []Cond) error {
 // means drop. The actions are copied, keeping only the fields each kind
 // uses. Errors wrap ErrInvalidRule.
 func NewRule(table uint8, priority uint16, cookie uint64, match []Cond, actions ...Action) (*Rule, error) {
-	r := &Rule{Table: table, Priority: priority, Cookie: cookie}
+	r := &Rule{Table: table, Priority: priority, Cookie: cookie, slot: nextSlot()}
 	if err := r.Match.set(match); err != nil {
 		return nil, fmt.Errorf("%w: table %d priority %d: %w", ErrInvalidRule, table, priority, err)
 	}

@@ -109,7 +109,7 @@ func (w *worker) tracked(snap *flowtable.Snapshot, i, size int) {
 	if c.t == nil {
 		for k := range w.v.CT[:w.v.NCT] {
 			if w.v.CT[k].CT != nil {
-				w.v.Account(size)
+				w.hits.Account(&w.v, size)
 				w.drop(DropNoConntrack)
 				return
 			}
@@ -141,7 +141,7 @@ func (w *worker) tracked(snap *flowtable.Snapshot, i, size int) {
 func (w *worker) runCT(snap *flowtable.Snapshot, d int, buf []byte, size int, g packet.GSO,
 	v *flowtable.Verdict, m *conntrack.Meta, hdr *flowtable.Fields) {
 	c := &w.ct
-	v.Account(size)
+	w.hits.Account(v, size)
 	if v.NOut == 0 && v.Drop != flowtable.DropNone {
 		c.dropped, c.drop, c.dropTable, c.pipeDrop = true, fromPipeline(v.Drop), v.Table, true
 	}

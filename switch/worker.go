@@ -36,6 +36,7 @@ type worker struct {
 	cache  *flowtable.Cache
 	f      flowtable.Fields
 	v      flowtable.Verdict
+	hits   flowtable.Counters // rule counters of this batch, flushed at its end
 	pend   []pending
 	nPend  int
 	ports  portMap // the port map for this batch
@@ -137,7 +138,7 @@ func (w *worker) process(n int) {
 			w.tracked(snap, i, size)
 			continue
 		}
-		w.v.Account(size)
+		w.hits.Account(&w.v, size)
 		if w.v.NOut == 0 {
 			w.drop(fromPipeline(w.v.Drop))
 			s.tableDrops[w.v.Table].Add(1)
@@ -155,6 +156,7 @@ func (w *worker) process(n int) {
 		s.recircs.n.Add(w.nRecircs)
 	}
 	w.nLookups, w.nHits, w.nRecircs = 0, 0, 0
+	w.hits.Flush()
 	w.flush()
 }
 

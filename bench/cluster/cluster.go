@@ -25,7 +25,7 @@ import (
 // OpenShift's defaults.
 type Spec struct {
 	Lab lab.Spec
-	// Mode is "subnet" or "multitenant".
+	// Mode is "subnet", "multitenant" or "networkpolicy" (Kubernetes mode only).
 	Mode string
 	// VNIDs maps projects to VNIDs; "default" is always 0.
 	VNIDs map[string]uint32
@@ -221,7 +221,7 @@ func Up(ctx context.Context, spec Spec) (_ *Cluster, err error) {
 }
 
 func (s *Spec) vnid(project string) uint32 {
-	if s.Mode != "multitenant" || project == "default" {
+	if (s.Mode != "multitenant" && s.Mode != "networkpolicy") || project == "default" {
 		return 0
 	}
 	return s.VNIDs[project]

@@ -310,7 +310,7 @@ func (c *Cluster) RefreshVNIDs(ctx context.Context) error {
 	for i := range c.Nodes {
 		for j := range c.Nodes[i].Pods {
 			p := &c.Nodes[i].Pods[j]
-			if c.Spec.Mode == "multitenant" {
+			if c.Spec.Mode == "multitenant" || c.Spec.Mode == "networkpolicy" { // pods carry their namespace's VNID
 				p.VNID = got[p.Project]
 			}
 		}

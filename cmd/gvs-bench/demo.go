@@ -26,16 +26,16 @@ func demo(ctx context.Context, args []string) error {
 	}
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	prefix := fs.String("prefix", "gvs-demo", "namespace name prefix")
-	mode := fs.String("mode", "etcd", "control plane: etcd (gvs-master's embedded registry) or kube (a Kubernetes API server, make kube-tools)")
+	mode := fs.String("mode", "etcd", "etcd (gvs-master's embedded registry), kube (a Kubernetes API server, make kube-tools) or netpol (kube in networkpolicy mode)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	switch args[0] {
 	case "up":
-		if *mode != "etcd" && *mode != "kube" {
-			return fmt.Errorf("demo: -mode %q: etcd or kube", *mode)
+		if *mode != "etcd" && *mode != "kube" && *mode != "netpol" {
+			return fmt.Errorf("demo: -mode %q: etcd, kube or netpol", *mode)
 		}
-		return demoUp(ctx, *prefix, *mode == "kube")
+		return demoUp(ctx, *prefix, *mode)
 	case "down":
 		if err := lab.DestroyPrefix(*prefix); err != nil {
 			return err
@@ -46,7 +46,8 @@ func demo(ctx context.Context, args []string) error {
 	return fmt.Errorf("demo: unknown subcommand %q (up or down)", args[0])
 }
 
-func demoUp(ctx context.Context, prefix string, kube bool) error {
+func demoUp(ctx context.Context, prefix string, mode string) error {
+	kube, netpol := mode == "kube" || mode == "netpol", mode == "netpol"
 	if os.Geteuid() != 0 {
 		return errors.New("the demo creates network namespaces: run it as root")
 	}
@@ -79,6 +80,10 @@ func demoUp(ctx context.Context, prefix string, kube bool) error {
 		// their CNI plugin as the DaemonSet does.
 		spec.ControlPlane, spec.VNIDs = cluster.ControlPlaneKube, nil
 		plane = "a Kubernetes API server and gvs-master in Kubernetes mode"
+		if netpol {
+			spec.Mode = "networkpolicy"
+			plane += ", networkpolicy mode"
+		}
 		if os.Getenv("GVS_KUBE_BIN") == "" {
 			os.Setenv("GVS_KUBE_BIN", bin) // make kube-tools puts them beside gvs-bench
 		}
@@ -106,7 +111,11 @@ func demoUp(ctx context.Context, prefix string, kube bool) error {
 		fmt.Print(indent(string(out)))
 	}
 
-	step("reachability (multitenant: a pod reaches another iff same VNID or either VNID is 0)")
+	if netpol {
+		step("reachability (networkpolicy mode, no policy yet: every pod reaches every other)")
+	} else {
+		step("reachability (multitenant: a pod reaches another iff same VNID or either VNID is 0)")
+	}
 	m := c.Reachability(ctx)
 	m.Print(os.Stdout)
 	bad := m.Mismatches()
@@ -150,8 +159,16 @@ func demoUp(ctx context.Context, prefix string, kube bool) error {
 	}
 	srv.Stop()
 
+	if netpol {
+		bad = append(bad, demoNetworkPolicy(ctx, c, step)...)
+	}
 	bad = append(bad, demoServices(ctx, c, bin, step)...)
-	bad = append(bad, demoLiveIsolation(ctx, c, step)...)
+	if kube {
+		bad = append(bad, demoEgressFirewall(ctx, c, bin, step)...)
+	}
+	if !netpol { // networkpolicy mode refuses renumbering projects, as OpenShift
+		bad = append(bad, demoLiveIsolation(ctx, c, step)...)
+	}
 
 	gvsctl := filepath.Join(bin, "gvsctl")
 	ctlPlane := fmt.Sprintf("-etcd %s -etcd-cacert %s -etcd-cert %s -etcd-key %s", strings.Join(c.EtcdEndpoints, ","),

@@ -76,7 +76,11 @@ func demoServices(ctx context.Context, c *cluster.Cluster, bin string, step func
 	if out, ok := try(other); ok {
 		bad = append(bad, "a beta pod reached alpha's service: "+out)
 	} else {
-		fmt.Printf("    %s (beta) → alpha/web: refused (table 60: a pod reaches only its own project's and global services)\n", other.Name)
+		why := "table 60: a pod reaches only its own project's and global services"
+		if c.Spec.Mode == "networkpolicy" {
+			why = "alpha's NetworkPolicy, judged at the backend after the host's DNAT"
+		}
+		fmt.Printf("    %s (beta) → alpha/web: refused (%s)\n", other.Name, why)
 	}
 	return bad
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gvswitch/gvs/bench/cluster"
+	"github.com/gvswitch/gvs/bench/gen"
 	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/kubetest"
 )
@@ -139,6 +141,81 @@ func TestNetworkPolicy(t *testing.T) {
 		{"default n1 → alpha n2 TCP 5201", func() bool { return tcp(def1.Pod, ip(alpha2)) }, false},
 	})
 
+	// Policy changes under traffic lose no allowed packet: alpha's pod on
+	// n1 probes alpha's pod on n2 over UDP 9000 (allowed by udp-9000)
+	// while alpha's policies change around it; each change replaces the
+	// destination's rules in one table update.
+	echo, err := c.Lab.Start(ctx(t), alpha2.NS, filepath.Join(t.TempDir(), "echo.log"), bench, "udp-echo", "-l", ":9000", "-t", "10m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { echo.Stop() })
+	udp := corev1.ProtocolUDP
+	p9000 := intstr.FromInt32(9000)
+	udpPolicy := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "alpha", Name: "udp-9000"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: *app(alpha2),
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{PodSelector: app(alpha1)}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &p9000}}}}}}
+	create(udpPolicy)
+	if !eventually(10*time.Second, func() bool {
+		got, sent, _ := udpProbe(t, c.Lab, alpha1.NS, ip(alpha2)+":9000")
+		return got == sent
+	}) {
+		t.Fatal("alpha n1 → alpha n2 UDP 9000 never allowed")
+	}
+	type probeResult struct {
+		out string
+		err error
+	}
+	probed := make(chan probeResult, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := c.Lab.Exec(cctx, alpha1.NS, bench, "udp-probe", "-c", ip(alpha2)+":9000", "-n", "400", "-i", "10ms")
+		probed <- probeResult{string(out), err}
+	}()
+	churn := []func() error{
+		func() error { // another policy selecting the destination
+			_, err := kc.NetworkingV1().NetworkPolicies("alpha").Create(ctx(t), &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "alpha", Name: "churn"},
+				Spec: networkingv1.NetworkPolicySpec{PodSelector: *app(alpha2), Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: ns("default")}}}}}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error { // the allowing policy itself gains a port
+			np, err := kc.NetworkingV1().NetworkPolicies("alpha").Get(ctx(t), "udp-9000", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p := intstr.FromInt32(9001)
+			np.Spec.Ingress[0].Ports = append(np.Spec.Ingress[0].Ports, networkingv1.NetworkPolicyPort{Protocol: &udp, Port: &p})
+			_, err = kc.NetworkingV1().NetworkPolicies("alpha").Update(ctx(t), np, metav1.UpdateOptions{})
+			return err
+		},
+		func() error {
+			return kc.NetworkingV1().NetworkPolicies("alpha").Delete(ctx(t), "from-beta", metav1.DeleteOptions{})
+		},
+		func() error {
+			return kc.NetworkingV1().NetworkPolicies("alpha").Delete(ctx(t), "churn", metav1.DeleteOptions{})
+		},
+		func() error {
+			_, err := kc.NetworkingV1().NetworkPolicies("alpha").Create(ctx(t), &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "alpha", Name: "from-beta"},
+				Spec: networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: ns("beta")}}}}}}, metav1.CreateOptions{})
+			return err
+		},
+	}
+	for _, change := range churn {
+		time.Sleep(500 * time.Millisecond)
+		if err := change(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := <-probed
+	var lr gen.LatencyResult
+	if res.err != nil || json.Unmarshal([]byte(res.out), &lr) != nil || lr.Sent != 400 {
+		t.Errorf("udp-probe under policy changes: %v\n%s", res.err, res.out)
+	} else if lr.Received != lr.Sent {
+		t.Errorf("policy changes under traffic lost %d of %d allowed probes", lr.Sent-lr.Received, lr.Sent)
+	}
+
 	// beta's pod on n1 may not send anything new.
 	create(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "beta", Name: "no-egress"},
 		Spec: networkingv1.NetworkPolicySpec{PodSelector: *app(beta1), PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}}})
@@ -179,7 +256,7 @@ func TestNetworkPolicy(t *testing.T) {
 		{"beta n1 → alpha/web (its egress is denied after the DNAT)", func() bool { return tcpTo(beta1.Pod, svc) }, false},
 	})
 
-	for _, p := range []struct{ ns, name string }{{"alpha", "deny-all"}, {"alpha", "from-beta"}, {"alpha", "tcp-5201"}, {"beta", "no-egress"}} {
+	for _, p := range []struct{ ns, name string }{{"alpha", "deny-all"}, {"alpha", "from-beta"}, {"alpha", "tcp-5201"}, {"alpha", "udp-9000"}, {"beta", "no-egress"}} {
 		if err := kc.NetworkingV1().NetworkPolicies(p.ns).Delete(ctx(t), p.name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}

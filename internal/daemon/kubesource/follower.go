@@ -220,11 +220,7 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 	ctx, f.stop = context.WithCancel(ctx)
 	hsi := f.net.HostSubnets().Informer()
 	nni := f.net.NetNamespaces().Informer()
-	_, _ = hsi.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { f.hostSubnet(sink, o, false) },
-		UpdateFunc: func(_, o any) { f.hostSubnet(sink, o, false) },
-		DeleteFunc: func(o any) { f.hostSubnet(sink, o, true) },
-	})
+	_, _ = hsi.AddEventHandler(events(func(o any, deleted bool) { f.hostSubnet(sink, o, deleted) }))
 	_, _ = nni.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { f.netNamespace(sink, o) },
 		UpdateFunc: func(_, o any) { f.netNamespace(sink, o) },
@@ -234,11 +230,7 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 	fac := informers.NewSharedInformerFactory(f.kc, 0)
 	if ss, ok := sink.(source.ServiceSink); ok {
 		si := fac.Core().V1().Services().Informer()
-		_, _ = si.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { f.service(ss, o, false) },
-			UpdateFunc: func(_, o any) { f.service(ss, o, false) },
-			DeleteFunc: func(o any) { f.service(ss, o, true) },
-		})
+		_, _ = si.AddEventHandler(events(func(o any, deleted bool) { f.service(ss, o, deleted) }))
 	}
 	if ls, ok := sink.(source.LabelSink); ok {
 		ni := fac.Core().V1().Namespaces().Informer()
@@ -259,11 +251,7 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 				f.log.Error("namespace labels", "namespace", ns.Name, "err", err)
 			}
 		}
-		_, _ = ni.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { set(o, false) },
-			UpdateFunc: func(_, o any) { set(o, false) },
-			DeleteFunc: func(o any) { set(o, true) },
-		})
+		_, _ = ni.AddEventHandler(events(func(o any, deleted bool) { set(o, deleted) }))
 		// The node's own pods (RBAC cannot narrow the node's account to
 		// them; the field selector narrows what it asks), or all of them
 		// when policies may name any as a peer.
@@ -274,30 +262,18 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 		}))
 		pi := pods.Core().V1().Pods().Informer()
 		f.synced = append(f.synced, ni.HasSynced, pi.HasSynced)
-		_, _ = pi.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { f.pod(ls, o, false) },
-			UpdateFunc: func(_, o any) { f.pod(ls, o, false) },
-			DeleteFunc: func(o any) { f.pod(ls, o, true) },
-		})
+		_, _ = pi.AddEventHandler(events(func(o any, deleted bool) { f.pod(ls, o, deleted) }))
 		pods.Start(ctx.Done())
 	}
 	if es, ok := sink.(source.EgressFirewallSink); ok && f.mode != sdn.ModeSubnet {
 		ei := f.net.EgressNetworkPolicies("").Informer()
-		_, _ = ei.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { f.egressFirewall(es, o, false) },
-			UpdateFunc: func(_, o any) { f.egressFirewall(es, o, false) },
-			DeleteFunc: func(o any) { f.egressFirewall(es, o, true) },
-		})
+		_, _ = ei.AddEventHandler(events(func(o any, deleted bool) { f.egressFirewall(es, o, deleted) }))
 		go ei.RunWithContext(ctx)
 	}
 	if ps, ok := sink.(source.PolicySink); ok && f.mode == sdn.ModeNetworkPolicy {
 		pi := fac.Networking().V1().NetworkPolicies().Informer()
 		f.synced = append(f.synced, pi.HasSynced)
-		_, _ = pi.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { f.policy(ps, o, false) },
-			UpdateFunc: func(_, o any) { f.policy(ps, o, false) },
-			DeleteFunc: func(o any) { f.policy(ps, o, true) },
-		})
+		_, _ = pi.AddEventHandler(events(func(o any, deleted bool) { f.policy(ps, o, deleted) }))
 	}
 	fac.Start(ctx.Done())
 }
@@ -435,6 +411,16 @@ func (f *Follower) WaitForSync(ctx context.Context) bool {
 func (f *Follower) Close() {
 	if f.stop != nil {
 		f.stop()
+	}
+}
+
+// events returns informer handlers that call fn with each object and
+// whether it was deleted.
+func events(fn func(o any, deleted bool)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { fn(o, false) },
+		UpdateFunc: func(_, o any) { fn(o, false) },
+		DeleteFunc: func(o any) { fn(o, true) },
 	}
 }
 

@@ -47,14 +47,21 @@ func (r *policyRecorder) DeletePolicy(ns, name string) error {
 	return r.add("delete policy %s/%s", ns, name)
 }
 
-// TestFollowerLabels: with gvs-node's token the follower reports Namespace
-// labels and the labels and addresses of its own node's Pods (not another
-// node's; a host-network pod without a pod address), as they change and
-// when they go.
-func TestFollowerLabels(t *testing.T) {
-	srv := kubetest.New(t, "kl")
+// followerLab is an API server with a ClusterNetwork of plugin, the HostSubnet
+// of node n1 and a Namespace alpha (labels nsLabels) with its default
+// ServiceAccount, and a follower started for n1 with gvs-node's token.
+type followerLab struct {
+	ctx context.Context
+	kc  kubernetes.Interface
+	f   *kubesource.Follower
+	b   kubesource.Bootstrap
+}
+
+func startFollowerLab(t *testing.T, short, plugin, hostIP string, nsLabels map[string]string) followerLab {
+	t.Helper()
+	srv := kubetest.New(t, short)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	nc, err := networkv1.NewForConfig(srv.Admin())
 	if err != nil {
 		t.Fatal(err)
@@ -65,17 +72,16 @@ func TestFollowerLabels(t *testing.T) {
 	}
 	if _, err := nc.ClusterNetworks().Create(ctx, &networkv1.ClusterNetwork{
 		ObjectMeta:     metav1.ObjectMeta{Name: networkv1.ClusterNetworkDefault},
-		ServiceNetwork: "172.30.0.0/16", PluginName: "redhat/openshift-ovs-multitenant",
+		ServiceNetwork: "172.30.0.0/16", PluginName: plugin,
 		ClusterNetworks: []networkv1.ClusterNetworkEntry{{CIDR: "10.128.0.0/14", HostSubnetLength: 9}},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := nc.HostSubnets().Create(ctx, &networkv1.HostSubnet{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
-		Host: "n1", HostIP: "192.168.61.1", Subnet: "10.128.0.0/23"}); err != nil {
+		Host: "n1", HostIP: hostIP, Subnet: "10.128.0.0/23"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "alpha",
-		Labels: map[string]string{"team": "a"}}}, metav1.CreateOptions{}); err != nil {
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "alpha", Labels: nsLabels}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// The ServiceAccount admission wants the pods' account (no
@@ -87,11 +93,21 @@ func TestFollowerLabels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, _, err := kubesource.Start(ctx, kubesource.Config{REST: cfg, Node: "n1"})
+	f, b, err := kubesource.Start(ctx, kubesource.Config{REST: cfg, Node: "n1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(f.Close)
+	return followerLab{ctx: ctx, kc: kc, f: f, b: b}
+}
+
+// TestFollowerLabels: with gvs-node's token the follower reports Namespace
+// labels and the labels and addresses of its own node's Pods (not another
+// node's; a host-network pod without a pod address), as they change and
+// when they go.
+func TestFollowerLabels(t *testing.T) {
+	l := startFollowerLab(t, "kl", "redhat/openshift-ovs-multitenant", "192.168.61.1", map[string]string{"team": "a"})
+	ctx, kc, f := l.ctx, l.kc, l.f
 	r := &labelRecorder{}
 	f.Follow(ctx, r)
 	waitFor(t, &r.recorder, "namespace alpha map[kubernetes.io/metadata.name:alpha team:a]")
@@ -159,43 +175,8 @@ func TestFollowerLabels(t *testing.T) {
 // node's pods (the peers policies name), with their named ports, and the
 // NetworkPolicies as they come and go, with gvs-node's read-only token.
 func TestFollowerPolicies(t *testing.T) {
-	srv := kubetest.New(t, "kp")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	nc, err := networkv1.NewForConfig(srv.Admin())
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := kubernetes.NewForConfig(srv.Admin())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nc.ClusterNetworks().Create(ctx, &networkv1.ClusterNetwork{
-		ObjectMeta:     metav1.ObjectMeta{Name: networkv1.ClusterNetworkDefault},
-		ServiceNetwork: "172.30.0.0/16", PluginName: "redhat/openshift-ovs-networkpolicy",
-		ClusterNetworks: []networkv1.ClusterNetworkEntry{{CIDR: "10.128.0.0/14", HostSubnetLength: 9}},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nc.HostSubnets().Create(ctx, &networkv1.HostSubnet{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
-		Host: "n1", HostIP: "192.168.62.1", Subnet: "10.128.0.0/23"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "alpha"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kc.CoreV1().ServiceAccounts("alpha").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := srv.ServiceAccountConfig(ctx, "gvs", "gvs-node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, b, err := kubesource.Start(ctx, kubesource.Config{REST: cfg, Node: "n1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	l := startFollowerLab(t, "kp", "redhat/openshift-ovs-networkpolicy", "192.168.62.1", nil)
+	ctx, kc, f, b := l.ctx, l.kc, l.f, l.b
 	if b.Cluster.Mode != sdn.ModeNetworkPolicy {
 		t.Fatalf("mode %v", b.Cluster.Mode)
 	}
