@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func needRoot(t *testing.T) {
+func needRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces, TAPs and veths")
@@ -53,7 +53,7 @@ var underlay = netip.MustParsePrefix("192.168.241.0/24")
 
 // up brings up a cluster whose namespaces are named after the test and
 // removes it when the test ends.
-func up(t *testing.T, short string, spec cluster.Spec) *cluster.Cluster {
+func up(t testing.TB, short string, spec cluster.Spec) *cluster.Cluster {
 	t.Helper()
 	needRoot(t)
 	spec.Lab.Prefix = fmt.Sprintf("gvt%s%d", short, os.Getpid()%100000)
@@ -81,7 +81,7 @@ func up(t *testing.T, short string, spec cluster.Spec) *cluster.Cluster {
 	return c
 }
 
-func ctx(t *testing.T) context.Context {
+func ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	return c

@@ -64,14 +64,13 @@ func BenchmarkPolicyUpdate(b *testing.B) {
 	}
 	for i := range 1000 {
 		ns := fmt.Sprint("ns", i%100)
-		ip := netip.AddrFrom4([4]byte{10, 128 + byte(i/250), byte(i % 250), 2})
-		if i < 100 { // local: 10.128.0.x
+		// Local pods in 10.128.0.0/23, the others on other nodes.
+		ip := netip.AddrFrom4([4]byte{10, 129 + byte(i/250), byte(i % 250), 2})
+		if i < 100 {
 			ip = netip.AddrFrom4([4]byte{10, 128, 0, byte(2 + i)})
 			if _, err := p.AddPod(sdn.Pod{Name: fmt.Sprint("pod", i), Namespace: ns, IP: ip, Port: sdn.FirstPodPort + uint32(i)}); err != nil {
 				b.Fatal(err)
 			}
-		} else {
-			ip = netip.AddrFrom4([4]byte{10, 129 + byte(i/250), byte(i % 250), 2})
 		}
 		if err := p.SetPolicyPod(netpol.Pod{Namespace: ns, Name: fmt.Sprint("pod", i), IP: ip, Labels: map[string]string{"app": fmt.Sprint(i % 10)}}); err != nil {
 			b.Fatal(err)
