@@ -103,8 +103,19 @@ func TestKubeMode(t *testing.T) {
 	// restarted API server refuses watches until its RBAC caches fill.
 	project("join", "alpha", "beta")
 	start := time.Now()
-	if !eventually(100*time.Second, reaches) {
-		t.Fatal("the join made after the outage did not arrive within 100 s")
+	// Each node's informers come back on their own schedule: wait for
+	// both, n2 (alpha on n1 reaches beta on n2) and n1 (beta on n1 reaches
+	// alpha on n2).
+	beta1 := c.Nodes[0].Pods[2]
+	bothNodes := func() bool {
+		if !reaches() {
+			return false
+		}
+		_, err := c.Lab.Exec(ctx(t), beta1.NS, "ping", "-c", "1", "-W", "1", "-q", alpha2.IP.String())
+		return err == nil
+	}
+	if !eventually(150*time.Second, bothNodes) {
+		t.Fatal("the join made after the outage did not arrive on both nodes within 150 s")
 	}
 	t.Logf("the join made after the outage arrived in %v", time.Since(start).Round(time.Second))
 	checkReach(t, c, "beta joined after the outage")
