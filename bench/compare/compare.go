@@ -65,6 +65,13 @@ type Config struct {
 	// TCP connections per second through it. ConntrackOnly runs only
 	// those and the plain TCP 1 stream they are compared with.
 	Conntrack, ConntrackOnly bool
+	// NetworkPolicy adds the networkpolicy row: TCP 1 stream on gvs in
+	// the networkpolicy mode with NetpolPolicies policies selecting both
+	// pods, on a cluster of its own (gvs-master with its embedded etcd),
+	// compared with gvs's TCP 1 stream in the subnet mode of the same run.
+	// NetworkPolicyOnly runs only that and the TCP 1 stream it is
+	// compared with.
+	NetworkPolicy, NetworkPolicyOnly bool
 	// Progress, if not nil, receives a line per step.
 	Progress io.Writer
 }
@@ -128,6 +135,9 @@ type Metrics struct {
 	// short TCP connections per second (gvs-bench conn-rate, 16 at a time).
 	TCP1CTGbps   float64 `json:"tcp1_ct_gbps"`
 	ConnPerSecCT float64 `json:"conn_per_s_ct"`
+	// TCP 1 stream in the networkpolicy mode with NetpolPolicies policies
+	// (Config.NetworkPolicy; gvs only).
+	TCP1NetpolGbps float64 `json:"tcp1_netpol_gbps"`
 }
 
 // Result is one dataplane's outcome.
@@ -211,7 +221,12 @@ func (c *Config) defaults() error {
 	if c.BinDir == "" {
 		return errors.New("compare: Config.BinDir is required")
 	}
-	for _, b := range []string{"gvs-switchd", "gvsctl", "gvs-bench"} {
+	bins := []string{"gvs-switchd", "gvsctl", "gvs-bench"}
+	c.NetworkPolicy = c.NetworkPolicy || c.NetworkPolicyOnly
+	if c.NetworkPolicy {
+		bins = append(bins, "gvs-master")
+	}
+	for _, b := range bins {
 		if _, err := os.Stat(filepath.Join(c.BinDir, b)); err != nil {
 			return fmt.Errorf("compare: %w (run make build)", err)
 		}
@@ -268,6 +283,9 @@ func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Resul
 		return res
 	}
 	defer func() {
+		if c == nil {
+			return
+		}
 		if err := c.Down(); err != nil {
 			p.printf("%s: tearing down: %v", dp, err)
 		}
@@ -284,6 +302,23 @@ func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Resul
 			return res
 		}
 		res.Runs = append(res.Runs, m)
+	}
+	if cfg.NetworkPolicy && dp == cluster.DataplaneGVS {
+		// The subnet cluster goes first: one lab at a time.
+		if err := c.Down(); err != nil {
+			p.printf("%s: tearing down: %v", dp, err)
+		}
+		c = nil
+		g, err := runNetpol(ctx, cfg, p)
+		if err != nil {
+			res.Status, res.Error = StatusFailed, fmt.Sprintf("networkpolicy: %v", err)
+			return res
+		}
+		for i := range res.Runs {
+			if i < len(g) {
+				res.Runs[i].TCP1NetpolGbps = g[i]
+			}
+		}
 	}
 	res.Metrics = median(res.Runs)
 	return res
