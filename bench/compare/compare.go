@@ -72,6 +72,10 @@ type Config struct {
 	// NetworkPolicyOnly runs only that and the TCP 1 stream it is
 	// compared with.
 	NetworkPolicy, NetworkPolicyOnly bool
+	// NetpolPolicies is how many policies the networkpolicy row loads
+	// (at least 1: the one that admits the measured traffic), default
+	// NetpolPolicies.
+	NetpolPolicies int
 	// Progress, if not nil, receives a line per step.
 	Progress io.Writer
 }
@@ -169,9 +173,12 @@ type Report struct {
 	BlastThreads int `json:"blast_threads"`
 	// GVSQueues and GVSVXLANReaders are gvs-switchd's queues and
 	// vxlanReaders settings (Config).
-	GVSQueues       int      `json:"gvs_queues,omitempty"`
-	GVSVXLANReaders int      `json:"gvs_vxlan_readers,omitempty"`
-	Dataplanes      []Result `json:"dataplanes"`
+	GVSQueues       int `json:"gvs_queues,omitempty"`
+	GVSVXLANReaders int `json:"gvs_vxlan_readers,omitempty"`
+	// NetpolPolicies is the policies of the networkpolicy row (0: not
+	// run).
+	NetpolPolicies int      `json:"netpol_policies,omitempty"`
+	Dataplanes     []Result `json:"dataplanes"`
 }
 
 // Get returns the result of dataplane dp, or nil.
@@ -223,6 +230,9 @@ func (c *Config) defaults() error {
 	}
 	bins := []string{"gvs-switchd", "gvsctl", "gvs-bench"}
 	c.NetworkPolicy = c.NetworkPolicy || c.NetworkPolicyOnly
+	if c.NetpolPolicies <= 0 {
+		c.NetpolPolicies = NetpolPolicies
+	}
 	if c.NetworkPolicy {
 		bins = append(bins, "gvs-master")
 	}
@@ -244,6 +254,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep := &Report{Time: time.Now().UTC(), Machine: machine(), Runs: cfg.Runs, Duration: cfg.Duration, Flows: cfg.Flows, BlastThreads: cfg.BlastThreads,
 		GVSQueues: cfg.GVSQueues, GVSVXLANReaders: cfg.GVSVXLANReaders}
+	if cfg.NetworkPolicy {
+		rep.NetpolPolicies = cfg.NetpolPolicies
+	}
 	p := &progress{w: cfg.Progress, start: time.Now()}
 	for _, dp := range cfg.Dataplanes {
 		res := runDataplane(ctx, cfg, dp, p)

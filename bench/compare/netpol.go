@@ -12,7 +12,8 @@ import (
 	"github.com/gvswitch/gvs/bench/lab"
 )
 
-// NetpolPolicies is how many NetworkPolicies the networkpolicy rows load.
+// NetpolPolicies is how many NetworkPolicies the networkpolicy row loads
+// by default (Config.NetpolPolicies).
 const NetpolPolicies = 100
 
 // netpolProject is the project (namespace) of the networkpolicy rows'
@@ -27,6 +28,7 @@ const netpolProject = "bench"
 // measured traffic both ways (TCP to port tcpPort from app=src to app=dst).
 // Everything else between the pods is denied (ICMP included).
 func netpolYAML(n int) string {
+	n = max(n, 1)
 	var b strings.Builder
 	doc := func(name, spec string) {
 		fmt.Fprintf(&b, "---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: %s, namespace: %s}\nspec:\n%s", name, netpolProject, spec)
@@ -75,7 +77,7 @@ func netpolYAML(n int) string {
 // mode is the cluster's) with gvs-master and its embedded etcd, the
 // policies and labels applied with gvsctl as an administrator would.
 func runNetpol(ctx context.Context, cfg Config, p *progress) ([]float64, error) {
-	p.printf("gvs networkpolicy: bringing up 2 nodes × 2 pods, gvs-master, %d policies", NetpolPolicies)
+	p.printf("gvs networkpolicy: bringing up 2 nodes × 2 pods, gvs-master, %d policies", cfg.NetpolPolicies)
 	prefix := fmt.Sprintf("%sn%d", cfg.Prefix, os.Getpid()%100000)
 	uctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	c, err := cluster.Up(uctx, cluster.Spec{
@@ -106,7 +108,7 @@ func runNetpol(ctx context.Context, cfg Config, p *progress) ([]float64, error) 
 		}
 	}
 	f := filepath.Join(c.Lab.StateDir(), "policies.yaml")
-	if err := os.WriteFile(f, []byte(netpolYAML(NetpolPolicies)), 0o600); err != nil {
+	if err := os.WriteFile(f, []byte(netpolYAML(cfg.NetpolPolicies)), 0o600); err != nil {
 		return nil, err
 	}
 	if out, err := c.RegistryCtl(ctx, "policy", "apply", "-f", f); err != nil {
@@ -119,13 +121,13 @@ func runNetpol(ctx context.Context, cfg Config, p *progress) ([]float64, error) 
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the %d policies were not enforced within 30 s (ping %s → %s passes)", NetpolPolicies, src.Name, dst.IP)
+			return nil, fmt.Errorf("the %d policies were not enforced within 30 s (ping %s → %s passes)", cfg.NetpolPolicies, src.Name, dst.IP)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	var out []float64
 	for run := 1; run <= cfg.Runs; run++ {
-		p.printf("gvs networkpolicy run %d/%d: TCP, 1 stream, %d policies", run, cfg.Runs, NetpolPolicies)
+		p.printf("gvs networkpolicy run %d/%d: TCP, 1 stream, %d policies", run, cfg.Runs, cfg.NetpolPolicies)
 		g, err := e.tcp(ctx, src, dst, 1, cfg.Duration)
 		if err != nil {
 			return nil, fmt.Errorf("run %d: %w", run, err)
