@@ -65,6 +65,17 @@ type Config struct {
 	// TCP connections per second through it. ConntrackOnly runs only
 	// those and the plain TCP 1 stream they are compared with.
 	Conntrack, ConntrackOnly bool
+	// NetworkPolicy adds the networkpolicy row: TCP 1 stream on gvs in
+	// the networkpolicy mode with NetpolPolicies policies selecting both
+	// pods, on a cluster of its own (gvs-master with its embedded etcd),
+	// compared with gvs's TCP 1 stream in the subnet mode of the same run.
+	// NetworkPolicyOnly runs only that and the TCP 1 stream it is
+	// compared with.
+	NetworkPolicy, NetworkPolicyOnly bool
+	// NetpolPolicies is how many policies the networkpolicy row loads
+	// (at least 1: the one that admits the measured traffic), default
+	// NetpolPolicies.
+	NetpolPolicies int
 	// Progress, if not nil, receives a line per step.
 	Progress io.Writer
 }
@@ -128,6 +139,9 @@ type Metrics struct {
 	// short TCP connections per second (gvs-bench conn-rate, 16 at a time).
 	TCP1CTGbps   float64 `json:"tcp1_ct_gbps"`
 	ConnPerSecCT float64 `json:"conn_per_s_ct"`
+	// TCP 1 stream in the networkpolicy mode with NetpolPolicies policies
+	// (Config.NetworkPolicy; gvs only).
+	TCP1NetpolGbps float64 `json:"tcp1_netpol_gbps"`
 }
 
 // Result is one dataplane's outcome.
@@ -159,9 +173,12 @@ type Report struct {
 	BlastThreads int `json:"blast_threads"`
 	// GVSQueues and GVSVXLANReaders are gvs-switchd's queues and
 	// vxlanReaders settings (Config).
-	GVSQueues       int      `json:"gvs_queues,omitempty"`
-	GVSVXLANReaders int      `json:"gvs_vxlan_readers,omitempty"`
-	Dataplanes      []Result `json:"dataplanes"`
+	GVSQueues       int `json:"gvs_queues,omitempty"`
+	GVSVXLANReaders int `json:"gvs_vxlan_readers,omitempty"`
+	// NetpolPolicies is the policies of the networkpolicy row (0: not
+	// run).
+	NetpolPolicies int      `json:"netpol_policies,omitempty"`
+	Dataplanes     []Result `json:"dataplanes"`
 }
 
 // Get returns the result of dataplane dp, or nil.
@@ -211,7 +228,15 @@ func (c *Config) defaults() error {
 	if c.BinDir == "" {
 		return errors.New("compare: Config.BinDir is required")
 	}
-	for _, b := range []string{"gvs-switchd", "gvsctl", "gvs-bench"} {
+	bins := []string{"gvs-switchd", "gvsctl", "gvs-bench"}
+	c.NetworkPolicy = c.NetworkPolicy || c.NetworkPolicyOnly
+	if c.NetpolPolicies <= 0 {
+		c.NetpolPolicies = NetpolPolicies
+	}
+	if c.NetworkPolicy {
+		bins = append(bins, "gvs-master")
+	}
+	for _, b := range bins {
 		if _, err := os.Stat(filepath.Join(c.BinDir, b)); err != nil {
 			return fmt.Errorf("compare: %w (run make build)", err)
 		}
@@ -229,6 +254,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep := &Report{Time: time.Now().UTC(), Machine: machine(), Runs: cfg.Runs, Duration: cfg.Duration, Flows: cfg.Flows, BlastThreads: cfg.BlastThreads,
 		GVSQueues: cfg.GVSQueues, GVSVXLANReaders: cfg.GVSVXLANReaders}
+	if cfg.NetworkPolicy {
+		rep.NetpolPolicies = cfg.NetpolPolicies
+	}
 	p := &progress{w: cfg.Progress, start: time.Now()}
 	for _, dp := range cfg.Dataplanes {
 		res := runDataplane(ctx, cfg, dp, p)
@@ -268,6 +296,9 @@ func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Resul
 		return res
 	}
 	defer func() {
+		if c == nil {
+			return
+		}
 		if err := c.Down(); err != nil {
 			p.printf("%s: tearing down: %v", dp, err)
 		}
@@ -284,6 +315,23 @@ func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Resul
 			return res
 		}
 		res.Runs = append(res.Runs, m)
+	}
+	if cfg.NetworkPolicy && dp == cluster.DataplaneGVS {
+		// The subnet cluster goes first: one lab at a time.
+		if err := c.Down(); err != nil {
+			p.printf("%s: tearing down: %v", dp, err)
+		}
+		c = nil
+		g, err := runNetpol(ctx, cfg, p)
+		if err != nil {
+			res.Status, res.Error = StatusFailed, fmt.Sprintf("networkpolicy: %v", err)
+			return res
+		}
+		for i := range res.Runs {
+			if i < len(g) {
+				res.Runs[i].TCP1NetpolGbps = g[i]
+			}
+		}
 	}
 	res.Metrics = median(res.Runs)
 	return res

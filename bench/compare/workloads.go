@@ -85,6 +85,9 @@ func (e *env) run(ctx context.Context, run int) (Metrics, error) {
 	if e.cfg.ConntrackOnly {
 		return m, e.conntrack(ctx, &m, step)
 	}
+	if e.cfg.NetworkPolicyOnly {
+		return m, nil
+	}
 	step("TCP, 4 streams")
 	if m.TCP4Gbps, err = e.tcp(ctx, src, dst, 4, e.cfg.Duration); err != nil {
 		return m, err

@@ -33,6 +33,9 @@ func compareCmd(ctx context.Context, args []string) error {
 	prefix := fs.String("prefix", "gvc", "namespace prefix (at most 9 characters)")
 	ct := fs.Bool("conntrack", false, "add the connection-tracking rows (a stateful rule set on every dataplane: TCP 1 stream, new connections/s)")
 	ctOnly := fs.Bool("conntrack-only", false, "run only TCP 1 stream and the connection-tracking rows")
+	netpolN := fs.Int("netpol-policies", compare.NetpolPolicies, "policies of the networkpolicy row")
+	netpolOnly := fs.Bool("netpol-only", false, "run only TCP 1 stream and the networkpolicy row")
+	netpol := fs.Bool("netpol", false, "add the networkpolicy row: gvs TCP 1 stream in the networkpolicy mode with 100 policies (a cluster of its own with gvs-master)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -44,18 +47,21 @@ func compareCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg := compare.Config{
-		BinDir:          filepath.Dir(self),
-		Dataplanes:      strings.Split(*dps, ","),
-		Runs:            *runs,
-		Duration:        *dur,
-		Prefix:          *prefix,
-		Flows:           *flows,
-		BlastThreads:    *blastThreads,
-		GVSQueues:       *queues,
-		GVSVXLANReaders: *readers,
-		Conntrack:       *ct || *ctOnly,
-		ConntrackOnly:   *ctOnly,
-		Progress:        os.Stderr,
+		BinDir:            filepath.Dir(self),
+		Dataplanes:        strings.Split(*dps, ","),
+		Runs:              *runs,
+		Duration:          *dur,
+		Prefix:            *prefix,
+		Flows:             *flows,
+		BlastThreads:      *blastThreads,
+		GVSQueues:         *queues,
+		GVSVXLANReaders:   *readers,
+		Conntrack:         *ct || *ctOnly,
+		ConntrackOnly:     *ctOnly,
+		NetworkPolicy:     *netpol,
+		NetworkPolicyOnly: *netpolOnly,
+		NetpolPolicies:    *netpolN,
+		Progress:          os.Stderr,
 	}
 	rep, err := compare.Run(ctx, cfg)
 	if err != nil {

@@ -67,6 +67,19 @@ certificate from gvs-master cert admin: --etcd-tls DIR or $GVS_ETCD_TLS):
                           record a service (e.g. services set alpha/web 172.30.0.10 tcp/80 udp/53)
   services delete NS/NAME...
                           delete services
+  policy apply -f FILE [-n NS]
+                          create or replace NetworkPolicies (networkpolicy mode, etcd registry):
+                          the YAML or JSON kubectl takes, checked before any is written
+  policy get [-n NS] [NAME...]
+                          list NetworkPolicies (-o json: the policies themselves)
+  policy delete -n NS NAME... | -f FILE
+                          delete NetworkPolicies
+  label namespace NS [KEY=VALUE | KEY-]...
+                          set or remove a namespace's labels, or show them
+                          (kubernetes.io/metadata.name is always the namespace's name)
+  label pod NS/NAME [KEY=VALUE | KEY- | port NAME=PROTO/NUMBER | port NAME-]...
+                          set or remove a pod's labels and named ports, or show them
+  labels                  every namespace's and pod's labels
 
   With --kubeconfig FILE the same commands work on a Kubernetes API server:
   projects are Namespaces with their NetNamespaces; join, isolate and
@@ -110,9 +123,12 @@ func run(args []string, stdout io.Writer) error {
 	c := cli{ctx: ctx, socket: *socket, json: *output == "json", out: stdout}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch cmd {
-	case "projects", "nodes", "services":
+	case "projects", "nodes", "services", "policy", "label", "labels":
 		if *kubeconfig != "" && cmd == "services" {
 			return errors.New("services: in Kubernetes mode gvs-switchd follows the API server's Services (kubectl get services)")
+		}
+		if *kubeconfig != "" && cmd != "projects" && cmd != "nodes" {
+			return fmt.Errorf("%s: in Kubernetes mode gvs-switchd follows the API server's NetworkPolicies and labels (kubectl apply, kubectl label)", cmd)
 		}
 		if *kubeconfig != "" {
 			return kubeCmd(ctx, *kubeconfig, c.json, c.out, cmd, rest)

@@ -74,8 +74,15 @@ func registryCmd(ctx context.Context, dc registry.DialConfig, asJSON bool, out i
 			tw.Flush()
 		})
 	}
-	if cmd == "services" {
+	switch cmd {
+	case "services":
 		return servicesCmd(ctx, reg, show, out, args)
+	case "policy":
+		return policyCmd(ctx, reg, show, out, args)
+	case "label":
+		return labelCmd(ctx, reg, show, out, args)
+	case "labels":
+		return labelsCmd(ctx, reg, show, out)
 	}
 	// projects
 	if len(args) == 0 {

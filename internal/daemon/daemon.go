@@ -117,11 +117,11 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 // init makes the rule program, the VNID waiter and the pod manager for the
 // node's configuration.
 func (d *Daemon) init(n sdn.NodeConfig, projects map[string]uint32, implicitDefault bool) error {
-	if n.Mode.Canonical() == sdn.ModeNetworkPolicy && !d.cfg.FromKubernetes() {
-		// Policies come from the API server; the etcd registry has none
-		// yet. Running without them would ignore every NetworkPolicy:
-		// fail closed.
-		return fmt.Errorf("%w: networkpolicy mode needs the Kubernetes source (kubeconfig); NetworkPolicies in the etcd registry are not implemented yet", sdn.ErrUnsupportedMode)
+	if n.Mode.Canonical() == sdn.ModeNetworkPolicy && !d.cfg.FromKubernetes() && !d.cfg.FromRegistry() {
+		// Policies come from the API server or the etcd registry; a
+		// static configuration has none, and running without them would
+		// ignore every NetworkPolicy: fail closed.
+		return fmt.Errorf("%w: networkpolicy mode needs a source of policies: the etcd registry (etcd) or Kubernetes (kubeconfig)", sdn.ErrUnsupportedMode)
 	}
 	prog, err := node.New(node.Config{Table: d.table, Node: n, Peers: d.peers, Projects: projects,
 		ImplicitDefault: implicitDefault})
@@ -133,9 +133,10 @@ func (d *Daemon) init(n sdn.NodeConfig, projects map[string]uint32, implicitDefa
 		return err
 	}
 	d.prog = prog
-	d.vnids = &vnidWaiter{prog: prog, limit: wait}
+	d.vnids = &vnidWaiter{prog: prog, limit: wait, labelsFirst: d.cfg.FromKubernetes()}
 	d.pods = pods.New(pods.Config{Switch: d.sw, Program: prog, VNIDs: d.vnids, Queues: d.podQueues(),
-		Offloads: d.podOffloads(), OnTAP: d.usoSeen, FirstPort: sdn.FirstPodPort, Logger: d.log})
+		Offloads: d.podOffloads(), OnTAP: d.usoSeen, FirstPort: sdn.FirstPodPort, Logger: d.log,
+		OnChange: d.podsChanged})
 	return nil
 }
 
@@ -242,7 +243,40 @@ func (d *Daemon) startRegistry(ctx context.Context) error {
 	d.vnids.setRequester(src.RequestProject)
 	d.src = src
 	src.Follow(ctx, d)
+	if n.Mode.Canonical() == sdn.ModeNetworkPolicy {
+		// Every policy, label and pod address before any pod is adopted
+		// or attached (fail closed: a pod must not run outside the
+		// policies that select it).
+		start := time.Now()
+		if !src.WaitForSync(ctx) {
+			return fmt.Errorf("registry: policies and labels not listed: %w", ctx.Err())
+		}
+		d.log.Info("registry: policies, labels and pod addresses listed", "took", time.Since(start).Round(time.Millisecond))
+	}
+	src.PublishPods(d.podAddresses)
 	return nil
+}
+
+// podAddresses returns the local pods' addresses by namespace/name, as
+// the node publishes them in the registry (networkpolicy peers).
+func (d *Daemon) podAddresses() map[string]netip.Addr {
+	out := map[string]netip.Addr{}
+	if d.pods == nil {
+		return out
+	}
+	for _, p := range d.pods.List() {
+		if p.Name != "" && p.Project != "" {
+			out[p.Project+"/"+p.Name] = p.IP
+		}
+	}
+	return out
+}
+
+// podsChanged is told of every pod attached or detached.
+func (d *Daemon) podsChanged() {
+	if d.src != nil {
+		d.src.PodsChanged()
+	}
 }
 
 // fillFromRegistry takes what the configuration leaves out from gvs-master's.

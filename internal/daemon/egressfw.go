@@ -27,6 +27,9 @@ type egressFirewalls struct {
 	resolver *net.Resolver
 	interval time.Duration
 
+	// wg counts SetEgressFirewall's resolving goroutines.
+	wg sync.WaitGroup
+
 	mu      sync.Mutex
 	objects map[[2]string][]source.EgressRule // namespace, name → rules
 	names   map[string][]netip.Addr           // DNS name → its last addresses
@@ -57,22 +60,37 @@ func newEgressFirewalls(d *Daemon) (*egressFirewalls, error) {
 }
 
 // SetEgressFirewall installs or replaces an egress firewall
-// (source.EgressFirewallSink); its DNS names are resolved first.
+// (source.EgressFirewallSink). It does not wait for DNS: while a name the
+// object uses has not been resolved yet, the object's project gets a
+// deny-all in its place (a Deny rule on a name not yet resolved must not
+// let traffic through), and a goroutine resolves the names and installs the
+// object's rules. The source's callback is not held up by a slow DNS
+// server.
 func (d *Daemon) SetEgressFirewall(namespace, name string, rules []source.EgressRule) error {
 	e := d.egress
 	e.mu.Lock()
 	e.objects[[2]string{namespace, name}] = slices.Clone(rules)
 	var unknown []string
 	for _, r := range rules {
-		if _, ok := e.names[r.DNSName]; r.DNSName != "" && !ok {
+		if _, ok := e.names[r.DNSName]; r.DNSName != "" && !ok && !slices.Contains(unknown, r.DNSName) {
 			unknown = append(unknown, r.DNSName)
 		}
 	}
 	e.mu.Unlock()
-	for _, n := range unknown {
-		e.resolve(context.Background(), n)
+	err := e.install(namespace, name)
+	if len(unknown) > 0 {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			for _, n := range unknown {
+				e.resolve(context.Background(), n)
+			}
+			if err := e.install(namespace, name); err != nil {
+				e.d.log.Error("egress firewall", "namespace", namespace, "name", name, "err", err)
+			}
+		}()
 	}
-	return e.install(namespace, name)
+	return err
 }
 
 // DeleteEgressFirewall removes an egress firewall.
@@ -106,7 +124,11 @@ func (e *egressFirewalls) resolve(ctx context.Context, name string) bool {
 	return !known || !slices.Equal(old, addrs)
 }
 
-// install hands one object, names resolved, to the rule program.
+// denyAll stands in for an object whose DNS names are not resolved yet.
+var denyAll = []sdn.EgressRule{{To: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}}
+
+// install hands one object, names resolved, to the rule program; while one
+// of its names has not been resolved yet, a deny-all.
 func (e *egressFirewalls) install(namespace, name string) error {
 	e.mu.Lock()
 	rules, ok := e.objects[[2]string{namespace, name}]
@@ -114,7 +136,12 @@ func (e *egressFirewalls) install(namespace, name string) error {
 	for _, r := range rules {
 		er := sdn.EgressRule{Allow: r.Allow}
 		if r.DNSName != "" {
-			for _, a := range e.names[r.DNSName] {
+			addrs, known := e.names[r.DNSName]
+			if !known {
+				out = slices.Clone(denyAll)
+				break
+			}
+			for _, a := range addrs {
 				er.To = append(er.To, netip.PrefixFrom(a, 32))
 			}
 		} else {

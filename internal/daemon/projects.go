@@ -23,6 +23,11 @@ var ErrNoVNID = node.ErrNoVNID
 type vnidWaiter struct {
 	prog  *node.Program
 	limit time.Duration
+	// labelsFirst makes a pod wait, in networkpolicy mode, until the
+	// policy engine knows its labels (Kubernetes: every pod has an
+	// object; in the etcd registry a pod without a labels record has
+	// none, and its labels are applied whenever they are set).
+	labelsFirst bool
 
 	mu sync.Mutex
 	// requester asks the control plane to create a project (nil without
@@ -53,7 +58,7 @@ func (w *vnidWaiter) Wait(ctx context.Context, project, pod string) error {
 // pod whose labels are unknown would leave it outside the policies that
 // select it. Elsewhere, or for pod "" (adoption), it returns at once.
 func (w *vnidWaiter) waitPod(ctx context.Context, project, pod string) error {
-	if !w.prog.PolicyMode() {
+	if !w.prog.PolicyMode() || !w.labelsFirst {
 		return nil
 	}
 	if pod == "" {

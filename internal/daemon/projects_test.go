@@ -73,19 +73,25 @@ func TestProjectsWaitFailsClosed(t *testing.T) {
 	}
 }
 
-// In networkpolicy mode a pod is attached only once the policy engine
-// knows it (its labels from the API server): until then the attachment
-// waits, and past the limit fails with CNI code 11. A pod being adopted
-// after a restart (no name) does not wait.
+// In networkpolicy mode with Kubernetes a pod is attached only once the
+// policy engine knows it (its labels from the API server): until then the
+// attachment waits, and past the limit fails with CNI code 11. A pod being
+// adopted after a restart (no name) does not wait, nor does any in the
+// etcd registry (a pod without a labels record has no labels).
 func TestPodWaitsForItsLabels(t *testing.T) {
 	prog, err := node.New(node.Config{Table: flowtable.New(flowtable.Config{}), Node: sdn.NodeConfig{Mode: sdn.ModeNetworkPolicy},
 		Projects: map[string]uint32{"alpha": 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &vnidWaiter{prog: prog, limit: 300 * time.Millisecond}
-	w.setRequester(func(context.Context, string) error { return nil })
+	reg := &vnidWaiter{prog: prog, limit: 300 * time.Millisecond}
+	reg.setRequester(func(context.Context, string) error { return nil })
 	ctx := context.Background()
+	if err := reg.Wait(ctx, "alpha", "web"); err != nil {
+		t.Fatalf("a pod without labels in the registry mode: %v", err)
+	}
+	w := &vnidWaiter{prog: prog, limit: 300 * time.Millisecond, labelsFirst: true}
+	w.setRequester(func(context.Context, string) error { return nil })
 	if err := w.Wait(ctx, "alpha", "web"); !errors.Is(err, cniplugin.ErrTryAgain) {
 		t.Fatalf("an unknown pod: %v, want ErrTryAgain", err)
 	}

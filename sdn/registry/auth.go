@@ -19,8 +19,9 @@ import (
 //	user             roles                      may
 //	root, gvs-master root                       everything (users, roles, every key)
 //	admin            gvs-admin                  read and write /gvs/
-//	node:NAME        gvs-node, node:NAME        read /gvs/; write its node record
-//	                                            and its project requests only
+//	node:NAME        gvs-node, node:NAME        read /gvs/; write its node record,
+//	                                            its project requests and its
+//	                                            pods' addresses only
 //
 // A node therefore cannot change a subnet (its own or another's), a claim,
 // a project, a VNID or the configuration: gvs-master writes those, on the
@@ -128,6 +129,9 @@ func (r *Registry) SetupAuth(ctx context.Context) error {
 			return fmt.Errorf("auth setup: %w", err)
 		}
 	}
+	if err := r.upgradeNodeRoles(ctx); err != nil {
+		return fmt.Errorf("auth setup: %w", err)
+	}
 	// Enabling an enabled authentication is a no-op (etcd 3.4, Debian's,
 	// has no AuthStatus to ask first).
 	if _, err := r.c.AuthEnable(ctx); err != nil {
@@ -136,19 +140,41 @@ func (r *Registry) SetupAuth(ctx context.Context) error {
 	return nil
 }
 
-// nodeGrants are what node name may write: its node record and its
-// project requests.
+// nodeGrants are what node name may write: its node record, its project
+// requests and its pods' address records.
 func nodeGrants(name string) []grant {
 	return []grant{
 		{key: NodeKey(name), perm: permReadWrite},
 		{key: RequestsPrefix + name + "/", prefix: true, perm: permReadWrite},
+		{key: PodsPrefix + name + "/", prefix: true, perm: permReadWrite},
 	}
+}
+
+// upgradeNodeRoles gives every existing node role what nodeGrants grants
+// now: a registry set up by an older gvs-master lacks newer grants (the
+// pods' address records). Granting a permission a role has is a no-op.
+func (r *Registry) upgradeNodeRoles(ctx context.Context) error {
+	resp, err := r.c.RoleList(ctx)
+	if err != nil {
+		return fmt.Errorf("list roles: %w", err)
+	}
+	for _, role := range resp.Roles {
+		name, ok := pki.NodeOf(role)
+		if !ok || !master.ValidNodeName(name) {
+			continue
+		}
+		if err := r.role(ctx, role, nodeGrants(name)...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // AuthorizeNode creates node name's etcd user (pki.NodeUser(name), matching
 // the common name of the certificate gvs-master issues it) with read access
-// to the registry and write access to its own node record and project
-// requests only. It is idempotent.
+// to the registry and write access to its own node record, project
+// requests and pod address records only. It is idempotent (and so gives an
+// upgraded cluster's existing nodes what a newer version grants).
 func (r *Registry) AuthorizeNode(ctx context.Context, name string) error {
 	if !master.ValidNodeName(name) {
 		return fmt.Errorf("%w: %q", master.ErrInvalidNodeName, name)

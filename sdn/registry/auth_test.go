@@ -142,6 +142,9 @@ func TestPermissions(t *testing.T) {
 				if err := n1.RequestProject(ctx, "n1", "gamma"); err != nil {
 					t.Errorf("a node cannot request a project: %v", err)
 				}
+				if err := n1.PublishPods(ctx, "n1", l.ID, map[string]netip.Addr{"alpha/a": netip.MustParseAddr("10.128.0.5")}); err != nil {
+					t.Errorf("a node cannot publish its pods' addresses: %v", err)
+				}
 				ka, err := c.KeepAliveOnce(ctx, l.ID)
 				if err != nil || ka.TTL <= 0 {
 					t.Errorf("a node cannot renew its lease: %v", err)
@@ -165,7 +168,24 @@ func TestPermissions(t *testing.T) {
 						return err
 					},
 					"the configuration": func() error { return n1.PutConfig(ctx, testConfig) },
-					"the VNID cursor":   func() error { _, err := c.Put(ctx, registry.VNIDCursor, "10"); return err },
+					"another node's pod addresses": func() error {
+						return n1.PublishPods(ctx, "n2", 0, map[string]netip.Addr{"alpha/a": netip.MustParseAddr("10.128.2.5")})
+					},
+					"a NetworkPolicy": func() error {
+						_, err := c.Put(ctx, registry.PolicyKey("alpha", "allow-all"), `{}`)
+						return err
+					},
+					"deleting a NetworkPolicy": func() error {
+						_, err := n1.DeletePolicy(ctx, "alpha", "deny")
+						return err
+					},
+					"a namespace's labels": func() error {
+						return n1.SetNamespaceLabels(ctx, "alpha", map[string]string{"team": "x"})
+					},
+					"a pod's labels": func() error {
+						return n1.SetPodLabels(ctx, "alpha", "a", registry.PodLabels{Labels: map[string]string{"role": "db"}})
+					},
+					"the VNID cursor": func() error { _, err := c.Put(ctx, registry.VNIDCursor, "10"); return err },
 					"deleting the configuration": func() error {
 						_, err := c.Delete(ctx, registry.ConfigKey)
 						return err
@@ -205,6 +225,12 @@ func TestPermissions(t *testing.T) {
 				}
 				if _, err := a.Client().UserAddWithOptions(ctx, "x", "", &clientv3.UserAddOptions{NoPassword: true}); err == nil {
 					t.Errorf("the admin could add an etcd user")
+				}
+				if err := a.SetNamespaceLabels(ctx, "alpha", map[string]string{"team": "x"}); err != nil {
+					t.Errorf("the admin cannot label a namespace: %v", err)
+				}
+				if err := a.SetPodLabels(ctx, "alpha", "a", registry.PodLabels{Labels: map[string]string{"role": "db"}}); err != nil {
+					t.Errorf("the admin cannot label a pod: %v", err)
 				}
 			})
 

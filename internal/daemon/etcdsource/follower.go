@@ -53,13 +53,20 @@ type agent struct {
 	refused  map[string]registry.Subnet // remote nodes the daemon refused (subnet overlapping ours)
 	projects map[string]uint32
 	services map[string]registry.Service // by namespace/name
-	wg       sync.WaitGroup
+	pol      polState                    // policies.go
+	// synced is closed after the first full listing (WaitForSync).
+	synced     chan struct{}
+	syncedOnce sync.Once
+	// podsChanged wakes PublishPods.
+	podsChanged chan struct{}
+	wg          sync.WaitGroup
 }
 
 func newAgent(cli *clientv3.Client, node registry.Node, ttl int64, d source.Sink, log *slog.Logger) *agent {
 	return &agent{d: d, cli: cli, reg: registry.New(cli), log: log, node: node, ttl: ttl,
 		remotes: map[string]registry.Subnet{}, refused: map[string]registry.Subnet{}, projects: map[string]uint32{},
-		services: map[string]registry.Service{}}
+		services: map[string]registry.Service{}, pol: newPolState(), synced: make(chan struct{}),
+		podsChanged: make(chan struct{}, 1)}
 }
 
 // Config says how a node follows the registry.
@@ -342,6 +349,10 @@ func (a *agent) reregister(ctx context.Context) error {
 	a.mu.Lock()
 	a.lease = l.ID
 	a.mu.Unlock()
+	select { // the pods' addresses go on the new lease
+	case a.podsChanged <- struct{}{}:
+	default:
+	}
 	if holder != "" && holder != a.node.Name {
 		a.log.Error("this node's subnet was given to another node while it was cut off past its lease; withdrawing it",
 			"subnet", have, "holder", holder)
@@ -410,6 +421,7 @@ func (a *agent) resubnet(ctx context.Context, from, to netip.Prefix) {
 		a.log.Warn("the node moved to a fresh subnet", "old", subnetString(from), "new", to)
 	}
 	a.fmu.Lock()
+	a.resendPods() // this node's pods' addresses are checked against its new subnet
 	for name, s := range a.refused {
 		delete(a.refused, name)
 		a.applySubnet(name, s)
@@ -457,7 +469,7 @@ func (a *agent) followFrom(ctx context.Context, rev int64) {
 				break
 			}
 			for _, ev := range wr.Events {
-				a.apply(ev.Type == clientv3.EventTypeDelete, string(ev.Kv.Key), ev.Kv.Value)
+				a.apply(ev.Type == clientv3.EventTypeDelete, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision)
 			}
 			if wr.Header.Revision > rev {
 				rev = wr.Header.Revision
@@ -473,8 +485,8 @@ func (a *agent) followFrom(ctx context.Context, rev int64) {
 	}
 }
 
-// resync reads subnets and projects at one revision and applies the
-// difference with what the daemon has.
+// resync reads subnets, projects, services and the policy state at one
+// revision and applies the difference with what the daemon has.
 func (a *agent) resync(ctx context.Context) (int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -482,6 +494,10 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 		clientv3.OpGet(registry.SubnetsPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(registry.ProjectsPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(registry.ServicesPrefix, clientv3.WithPrefix()),
+		clientv3.OpGet(registry.PoliciesPrefix, clientv3.WithPrefix()),
+		clientv3.OpGet(registry.NamespaceLabelsPrefix, clientv3.WithPrefix()),
+		clientv3.OpGet(registry.PodLabelsPrefix, clientv3.WithPrefix()),
+		clientv3.OpGet(registry.PodsPrefix, clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return 0, err
@@ -489,31 +505,49 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 	seen := map[string]bool{}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		seen[string(kv.Key)] = true
-		a.apply(false, string(kv.Key), kv.Value)
+		a.apply(false, string(kv.Key), kv.Value, kv.ModRevision)
 	}
 	for _, name := range a.knownNodes() {
 		if !seen[registry.SubnetKey(name)] {
-			a.apply(true, registry.SubnetKey(name), nil)
+			a.apply(true, registry.SubnetKey(name), nil, 0)
 		}
 	}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		seen[string(kv.Key)] = true
-		a.apply(false, string(kv.Key), kv.Value)
+		a.apply(false, string(kv.Key), kv.Value, kv.ModRevision)
 	}
 	for _, name := range a.knownProjects() {
 		if !seen[registry.ProjectKey(name)] {
-			a.apply(true, registry.ProjectKey(name), nil)
+			a.apply(true, registry.ProjectKey(name), nil, 0)
 		}
 	}
 	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
 		seen[string(kv.Key)] = true
-		a.apply(false, string(kv.Key), kv.Value)
+		a.apply(false, string(kv.Key), kv.Value, kv.ModRevision)
 	}
 	for _, key := range a.knownServices() {
 		if !seen[registry.ServicesPrefix+key] {
-			a.apply(true, registry.ServicesPrefix+key, nil)
+			a.apply(true, registry.ServicesPrefix+key, nil, 0)
 		}
 	}
+	known := a.knownPolicyKeys()
+	for _, r := range resp.Responses[3:] {
+		for _, kv := range r.GetResponseRange().Kvs {
+			seen[string(kv.Key)] = true
+			a.apply(false, string(kv.Key), kv.Value, kv.ModRevision)
+		}
+	}
+	for _, key := range known {
+		if !seen[key] {
+			a.apply(true, key, nil, 0)
+		}
+	}
+	a.fmu.Lock()
+	for _, ns := range slices.Sorted(maps.Keys(a.projects)) {
+		a.sendNamespace(ns) // the projects Start read are namespaces too
+	}
+	a.fmu.Unlock()
+	a.syncedOnce.Do(func() { close(a.synced) })
 	return resp.Header.Revision, nil
 }
 
@@ -537,8 +571,9 @@ func (a *agent) knownServices() []string {
 	return slices.Collect(maps.Keys(a.services))
 }
 
-// apply mirrors one registry key into the daemon.
-func (a *agent) apply(deleted bool, key string, val []byte) {
+// apply mirrors one registry key into the daemon; rev is its modification
+// revision.
+func (a *agent) apply(deleted bool, key string, val []byte, rev int64) {
 	a.fmu.Lock()
 	defer a.fmu.Unlock()
 	switch {
@@ -556,6 +591,7 @@ func (a *agent) apply(deleted bool, key string, val []byte) {
 					a.log.Error("remove remote node", "node", name, "err", err)
 				}
 				a.log.Info("remote node removed", "node", name, "ip", old.IP, "subnet", old.Subnet)
+				a.resendPods()
 			}
 			return
 		}
@@ -569,6 +605,8 @@ func (a *agent) apply(deleted bool, key string, val []byte) {
 		a.applyProject(deleted, key, val)
 	case strings.HasPrefix(key, registry.ServicesPrefix):
 		a.applyService(deleted, key, val)
+	default:
+		a.applyPolicyState(deleted, key, val, rev)
 	}
 }
 
@@ -640,6 +678,9 @@ func (a *agent) applySubnet(name string, s registry.Subnet) {
 	delete(a.refused, name)
 	a.remotes[name] = s
 	a.log.Info("remote node added", "node", name, "ip", s.IP, "subnet", s.Subnet)
+	if !had || old.Subnet != s.Subnet {
+		a.resendPods() // its pods' addresses are checked against its subnet
+	}
 }
 
 // applyProject mirrors a project's VNID; a.fmu is held.
@@ -647,6 +688,7 @@ func (a *agent) applyProject(deleted bool, key string, val []byte) {
 	name := strings.TrimPrefix(key, registry.ProjectsPrefix)
 	if deleted {
 		delete(a.projects, name)
+		a.sendNamespace(name)
 		return
 	}
 	var p registry.Project
@@ -661,6 +703,7 @@ func (a *agent) applyProject(deleted bool, key string, val []byte) {
 	if err := a.d.SetProjectVNID(name, p.VNID); err != nil {
 		a.log.Error("re-tag project", "project", name, "err", err)
 	}
+	a.sendNamespace(name)
 }
 
 func subnetString(p netip.Prefix) string {

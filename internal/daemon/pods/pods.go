@@ -84,7 +84,9 @@ type Config struct {
 	// FirstPort is where automatically numbered ports start
 	// (sdn.FirstPodPort by default).
 	FirstPort uint32
-	Logger    *slog.Logger
+	// OnChange, if set, is called after a pod is attached or detached.
+	OnChange func()
+	Logger   *slog.Logger
 }
 
 // Spec is a pod to attach.
@@ -200,6 +202,14 @@ func (m *Manager) record(key string, p *Pod) {
 	m.mu.Lock()
 	m.pods[key] = p
 	m.mu.Unlock()
+	m.changed()
+}
+
+// changed calls Config.OnChange.
+func (m *Manager) changed() {
+	if m.cfg.OnChange != nil {
+		m.cfg.OnChange()
+	}
 }
 
 // createQueues creates the TAP cfg and opens n-1 more queues of it (cfg must
@@ -418,6 +428,7 @@ func (m *Manager) Delete(key string) error {
 	delete(m.pods, key)
 	delete(m.ports, p.Port)
 	m.mu.Unlock()
+	m.changed()
 	m.log.Info("pod detached", "pod", p.Name, "ip", p.IP, "port", p.Port)
 	return nil
 }
@@ -426,6 +437,7 @@ func (m *Manager) Delete(key string) error {
 // node's subnet (sdn/node ChangeSubnet): their switch ports go, which
 // deletes their interfaces; the runtime must re-create them.
 func (m *Manager) Withdraw(gone []sdn.Pod) error {
+	defer m.changed()
 	var errs []error
 	for _, sp := range gone {
 		m.mu.Lock()
