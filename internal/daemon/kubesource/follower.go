@@ -305,7 +305,6 @@ func (f *Follower) egressFirewall(es source.EgressFirewallSink, o any, deleted b
 	}
 }
 
-
 // policy mirrors a NetworkPolicy. One the compiler refuses is logged and
 // leaves the previous version of it in force.
 func (f *Follower) policy(ps source.PolicySink, o any, deleted bool) {
