@@ -73,6 +73,9 @@ func fuzzPacket(in []byte) []byte {
 		}
 	default:
 		h.proto = 47
+		if in[2]&1 != 0 {
+			h.proto, h.sport, h.dport = ProtoSCTP, sport, dport
+		}
 	}
 	h.payload = payload
 	return build(h)
@@ -193,7 +196,7 @@ func checkRoundTrip(t *testing.T, tr *Tracker, c *clock, orig, b []byte, zone ui
 	proto := b[9]
 	var reply, want []byte
 	switch proto {
-	case ProtoUDP, ProtoTCP:
+	case ProtoUDP, ProtoTCP, ProtoSCTP:
 		mk := func(p []byte) []byte {
 			h := hdr{src: addrStr(p[16:20]), dst: addrStr(p[12:16]), proto: proto, sport: get16(p, 22), dport: get16(p, 20)}
 			if proto == ProtoTCP {

@@ -84,6 +84,11 @@ func build(h hdr) []byte {
 			fill(l4[8:])
 		}
 		l4[0], l4[1] = h.icmpType, h.icmpCode
+	case ProtoSCTP:
+		l4 = make([]byte, 12+h.payload)
+		binary.BigEndian.PutUint16(l4[0:], h.sport)
+		binary.BigEndian.PutUint16(l4[2:], h.dport)
+		fill(l4[12:])
 	default:
 		l4 = make([]byte, h.payload)
 		fill(l4)

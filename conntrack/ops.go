@@ -239,7 +239,7 @@ func appendProto(b []byte, p uint8) []byte {
 		return append(b, "tcp"...)
 	case ProtoUDP:
 		return append(b, "udp"...)
-	case 132:
+	case ProtoSCTP:
 		return append(b, "sctp"...)
 	case 136:
 		return append(b, "udplite"...)

@@ -91,6 +91,16 @@ func parse(b []byte, zone uint16, pf PacketFlags, p *pkt) Reason {
 			return ReasonMalformed
 		}
 		p.k.b |= uint64(get32(l4, 0)) << 32
+	case ProtoSCTP:
+		// The common header: ports, verification tag, CRC32c (not
+		// checked here; the receiving stack does).
+		if len(l4) < 12 {
+			return ReasonMalformed
+		}
+		if get16(l4, 0) == 0 || get16(l4, 2) == 0 {
+			return ReasonMalformed
+		}
+		p.k.b |= uint64(get32(l4, 0)) << 32
 	case ProtoICMP:
 		if len(l4) < 8 {
 			return ReasonMalformed
@@ -136,7 +146,7 @@ func parseQuoted(b []byte, p *pkt) Reason {
 	}
 	l4 := q[ihl:]
 	switch k.proto() {
-	case ProtoTCP, ProtoUDP:
+	case ProtoTCP, ProtoUDP, ProtoSCTP:
 		if len(l4) < 8 || get16(l4, 0) == 0 || get16(l4, 2) == 0 {
 			return ReasonMalformed
 		}

@@ -103,7 +103,7 @@ func (r *record) decode(b *[recordLen]byte) error {
 	}
 	fwd, rev := r.fwd, r.rev
 	switch proto {
-	case ProtoTCP, ProtoUDP:
+	case ProtoTCP, ProtoUDP, ProtoSCTP:
 		if fwd.sport() == 0 || fwd.dport() == 0 || rev.sport() == 0 || rev.dport() == 0 || fwd.icmpType() != 0 || rev.icmpType() != 0 {
 			return bad("ports")
 		}

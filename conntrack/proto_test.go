@@ -244,6 +244,29 @@ func TestOtherProtocol(t *testing.T) {
 	}
 }
 
+// SCTP is told apart by its ports: an association one way does not make
+// a new one the other way (or to another port) a reply.
+func TestSCTPPorts(t *testing.T) {
+	tr, c := newTracker(t, Config{})
+	sctp := func(src, dst string, sport, dport uint16) []byte {
+		return build(hdr{src: src, dst: dst, proto: ProtoSCTP, sport: sport, dport: dport, payload: 20})
+	}
+	short := build(hdr{src: cli, dst: srv, proto: 47, payload: 8}) // 8 bytes of SCTP: no room for its tag
+	short[9] = ProtoSCTP
+	refreshChecksums(short, false)
+	run(t, tr, c, []step{
+		{name: "INIT out", pkt: sctp(cli, srv, 40000, 80), act: commit, state: trkNew},
+		{name: "INIT ACK back", pkt: sctp(srv, cli, 80, 40000), state: trkEstRpl},
+		{name: "the server's own INIT to the client", pkt: sctp(srv, cli, 80, 40001), state: trkNew},
+		{name: "another port", pkt: sctp(cli, srv, 40000, 81), state: trkNew},
+		{name: "port 0", pkt: sctp(cli, srv, 0, 81), act: commit, state: trkInv, reason: ReasonMalformed},
+		{name: "short header", pkt: short, act: commit, state: trkInv, reason: ReasonMalformed},
+	})
+	if _, d := classOf(t, tr, c); d != "sctp,orig=(src=10.0.0.1,dst=10.0.0.2,sport=40000,dport=80),reply=(src=10.0.0.2,dst=10.0.0.1,sport=80,dport=40000)" {
+		t.Errorf("dump %s", d)
+	}
+}
+
 func echo(src, dst string, typ uint8, id uint16, n int) []byte {
 	return build(hdr{src: src, dst: dst, proto: ProtoICMP, icmpType: typ, icmpID: id, payload: n})
 }

@@ -179,14 +179,14 @@ func TestDumpFormat(t *testing.T) {
 		{name: "SYN", pkt: tcp4(pod, 40000, far, 80, tcpSYN, 1, 0, 0), act: Action{Zone: 7, Commit: true, NAT: snat.NAT}, state: trkNew | StateSNAT},
 		{name: "ping", pkt: echo(pod, far, icmpEcho, 7, 8), act: commit, state: trkNew},
 		{name: "gre", pkt: build(hdr{src: pod, dst: far, proto: 47}), act: commit, state: trkNew},
-		{name: "sctp", pkt: build(hdr{src: pod, dst: far, proto: 132}), act: commit, state: trkNew},
+		{name: "sctp", pkt: build(hdr{src: pod, dst: far, proto: ProtoSCTP, sport: 5000, dport: 7777}), act: commit, state: trkNew},
 	})
 	// SCTP is tracked as "other" (by its addresses; OVS tracks its
 	// ports too) and printed by name.
 	want := []string{
 		"47,orig=(src=10.128.0.5,dst=93.184.216.34,sport=0,dport=0),reply=(src=93.184.216.34,dst=10.128.0.5,sport=0,dport=0),timeout=599",
 		"icmp,orig=(src=10.128.0.5,dst=93.184.216.34,id=7,type=8,code=0),reply=(src=93.184.216.34,dst=10.128.0.5,id=7,type=0,code=0),timeout=29",
-		"sctp,orig=(src=10.128.0.5,dst=93.184.216.34,sport=0,dport=0),reply=(src=93.184.216.34,dst=10.128.0.5,sport=0,dport=0),timeout=599",
+		"sctp,orig=(src=10.128.0.5,dst=93.184.216.34,sport=5000,dport=7777),reply=(src=93.184.216.34,dst=10.128.0.5,sport=7777,dport=5000),timeout=599",
 		"tcp,orig=(src=10.128.0.5,dst=93.184.216.34,sport=40000,dport=80),reply=(src=93.184.216.34,dst=192.168.1.10,sport=80,dport=40000),zone=7,timeout=119,protoinfo=(state=SYN_SENT)",
 	}
 	if got := dump(tr, c, true); !slices.Equal(got, want) {

@@ -202,7 +202,7 @@ func prefetchKey(b []byte) (key, bool) {
 	}
 	k := key{a: get64(b, 12), b: uint64(b[9]) << 8}
 	switch b[9] {
-	case ProtoTCP, ProtoUDP:
+	case ProtoTCP, ProtoUDP, ProtoSCTP:
 		k.b |= uint64(get32(b, ihl)) << 32
 	case ProtoICMP:
 		id := uint64(get16(b, ihl+4))

@@ -93,6 +93,14 @@ const (
 	ProtoICMP uint8 = 1
 	ProtoTCP  uint8 = 6
 	ProtoUDP  uint8 = 17
+	// ProtoSCTP is tracked by its ports, as the kernel's conntrack does
+	// (nf_conntrack_proto_sctp), without its association states: its
+	// verification tags are not checked and it keeps the other protocols'
+	// states and timeouts (first, multiple, replied).
+	// Without the ports, one association between two addresses would
+	// make every later one between them, in either direction, part of
+	// it: a NetworkPolicy admitting SCTP one way would admit the other.
+	ProtoSCTP uint8 = 132
 )
 
 // Tuple is a connection's 5-tuple in one direction: the ct_nw_src,

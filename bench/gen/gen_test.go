@@ -118,3 +118,29 @@ func TestSendGSO(t *testing.T) {
 		}
 	}
 }
+
+func TestParseNetpolTarget(t *testing.T) {
+	tg, err := ParseNetpolTarget("sctp/10.128.0.2:81")
+	if err != nil || tg.Proto != "sctp" || tg.Addr.Port() != 81 || tg.String() != "sctp/10.128.0.2:81" {
+		t.Errorf("%+v, %v", tg, err)
+	}
+	for _, s := range []string{"", "tcp", "tcp/10.0.0.1", "icmp/10.0.0.1:1", "tcp/[::1]:80", "udp/10.0.0.1:0", "10.0.0.1:80"} {
+		if _, err := ParseNetpolTarget(s); err == nil {
+			t.Errorf("%q parsed", s)
+		}
+	}
+}
+
+func FuzzParseNetpolTarget(f *testing.F) {
+	f.Add("tcp/10.128.0.2:80")
+	f.Fuzz(func(t *testing.T, s string) {
+		tg, err := ParseNetpolTarget(s)
+		if err != nil {
+			return
+		}
+		back, err := ParseNetpolTarget(tg.String())
+		if err != nil || back != tg {
+			t.Errorf("%q → %+v → %q → %+v, %v", s, tg, tg.String(), back, err)
+		}
+	})
+}

@@ -7,13 +7,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 )
 
-// SCTPRespond answers every SCTP INIT to port with an INIT ACK, over a raw
-// IP socket, until ctx is done. It works without the kernel's SCTP (whose
-// absence leaves the INIT to raw sockets).
-func SCTPRespond(ctx context.Context, port uint16) error {
+// SCTPRespond answers every SCTP INIT to one of ports with an INIT ACK,
+// over a raw IP socket, until ctx is done. It works without the kernel's
+// SCTP (whose absence leaves the INIT to raw sockets).
+func SCTPRespond(ctx context.Context, ports ...uint16) error {
 	conn, err := net.ListenIP("ip4:sctp", nil)
 	if err != nil {
 		return fmt.Errorf("gen: sctp responder: %w", err)
@@ -31,7 +32,7 @@ func SCTPRespond(ctx context.Context, port uint16) error {
 			return fmt.Errorf("gen: sctp responder: %w", err)
 		}
 		p, err := ParseSCTP(buf[:n])
-		if err != nil || p.Chunk != SCTPChunkInit || p.DstPort != port {
+		if err != nil || p.Chunk != SCTPChunkInit || !slices.Contains(ports, p.DstPort) {
 			continue
 		}
 		ack := BuildSCTPInit(p.DstPort, p.SrcPort, p.InitiateTag, rand.Uint32()|1, true)

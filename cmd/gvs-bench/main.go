@@ -47,6 +47,11 @@ commands:
                           (no kernel SCTP needed), until interrupted
   sctp-probe -c ADDR [-n N] [-timeout D]
                           send N SCTP INITs to ADDR, count the INIT ACKs, print JSON
+  netpol-serve [-ports 80,81]
+                          serve TCP (accept), UDP (echo) and SCTP (INIT ACK) on the ports, until
+                          interrupted: the NetworkPolicy truth tables' server
+  netpol-probe [-timeout D] [-tries N] PROTO/IP:PORT...
+                          probe every target at once (tcp, udp, sctp), print JSON target → answered
   blast -dev IF -dst IP [-dst-mac MAC|auto] [-size B] [-rate PPS] [-flows N] [-threads T] [-port P] -t D
                           AF_PACKET frame blaster (as root): raw Ethernet/IPv4/UDP frames of B bytes
                           (64..9000, at most MTU+14) over N flows from T threads, rate 0 = as fast as
@@ -83,6 +88,8 @@ func run(args []string) error {
 		return connTool(ctx, args[0], args[1:])
 	case "sctp-respond", "sctp-probe":
 		return sctpTool(ctx, args[0], args[1:])
+	case "netpol-serve", "netpol-probe":
+		return netpolTool(ctx, args[0], args[1:])
 	case "dns-serve":
 		fs := flag.NewFlagSet("dns-serve", flag.ContinueOnError)
 		addr := fs.String("l", ":53", "UDP address to answer on")

@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gvswitch/gvs/bench/gen"
@@ -38,6 +40,51 @@ func sctpTool(ctx context.Context, cmd string, args []string) error {
 		return err
 	}
 	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(b))
+	return nil
+}
+
+// netpolTool runs netpol-serve or netpol-probe (bench/gen netpol_linux.go):
+// the NetworkPolicy truth tables' server and prober.
+func netpolTool(ctx context.Context, cmd string, args []string) error {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	portList := fs.String("ports", "80,81", "ports to serve, comma-separated (netpol-serve)")
+	timeout := fs.Duration("timeout", time.Second, "how long each try waits (netpol-probe)")
+	tries := fs.Int("tries", 2, "tries per UDP or SCTP target; a TCP handshake gets tries × timeout (netpol-probe)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if cmd == "netpol-serve" {
+		var ports []uint16
+		for _, s := range strings.Split(*portList, ",") {
+			p, err := strconv.ParseUint(strings.TrimSpace(s), 10, 16)
+			if err != nil || p == 0 {
+				return fmt.Errorf("netpol-serve: port %q", s)
+			}
+			ports = append(ports, uint16(p))
+		}
+		return gen.NetpolServe(ctx, ports)
+	}
+	if fs.NArg() == 0 {
+		return errors.New("netpol-probe needs targets PROTO/IP:PORT")
+	}
+	var targets []gen.NetpolTarget
+	for _, a := range fs.Args() {
+		t, err := gen.ParseNetpolTarget(a)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, t)
+	}
+	got := gen.NetpolProbe(ctx, targets, *timeout, *tries)
+	out := make(map[string]bool, len(targets))
+	for i, t := range targets {
+		out[t.String()] = got[i]
+	}
+	b, err := json.Marshal(out)
 	if err != nil {
 		return err
 	}

@@ -80,6 +80,13 @@ certificate from gvs-master cert admin: --etcd-tls DIR or $GVS_ETCD_TLS):
   label pod NS/NAME [KEY=VALUE | KEY- | port NAME=PROTO/NUMBER | port NAME-]...
                           set or remove a pod's labels and named ports, or show them
   labels                  every namespace's and pod's labels
+  egress-firewall apply -f FILE [-n NS]
+                          create or replace egress firewalls (OpenShift EgressNetworkPolicy YAML;
+                          multitenant and networkpolicy modes, etcd registry)
+  egress-firewall get [-n NS]
+                          list egress firewalls
+  egress-firewall delete -n NS NAME... | -f FILE
+                          delete egress firewalls
 
   With --kubeconfig FILE the same commands work on a Kubernetes API server:
   projects are Namespaces with their NetNamespaces; join, isolate and
@@ -123,12 +130,12 @@ func run(args []string, stdout io.Writer) error {
 	c := cli{ctx: ctx, socket: *socket, json: *output == "json", out: stdout}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch cmd {
-	case "projects", "nodes", "services", "policy", "label", "labels":
+	case "projects", "nodes", "services", "policy", "label", "labels", "egress-firewall":
 		if *kubeconfig != "" && cmd == "services" {
 			return errors.New("services: in Kubernetes mode gvs-switchd follows the API server's Services (kubectl get services)")
 		}
 		if *kubeconfig != "" && cmd != "projects" && cmd != "nodes" {
-			return fmt.Errorf("%s: in Kubernetes mode gvs-switchd follows the API server's NetworkPolicies and labels (kubectl apply, kubectl label)", cmd)
+			return fmt.Errorf("%s: in Kubernetes mode gvs-switchd follows the API server's objects and labels (kubectl apply, kubectl label)", cmd)
 		}
 		if *kubeconfig != "" {
 			return kubeCmd(ctx, *kubeconfig, c.json, c.out, cmd, rest)

@@ -148,11 +148,31 @@ func splitNamespaced(ns, s string) (string, string) {
 	return ns, s
 }
 
-// readPolicies reads NetworkPolicies from file (YAML or JSON documents,
-// each a NetworkPolicy or a List of them). A policy without a namespace
-// takes namespace; one whose namespace differs from a given namespace is
-// refused, as kubectl refuses it.
+// readPolicies reads NetworkPolicies from file (readObjects).
 func readPolicies(file, namespace string) ([]*networkingv1.NetworkPolicy, error) {
+	return readObjects[networkingv1.NetworkPolicy](file, namespace, "networking.k8s.io/v1", "NetworkPolicy")
+}
+
+// decodePolicies decodes NetworkPolicies (decodeObjects).
+func decodePolicies(b []byte) ([]*networkingv1.NetworkPolicy, error) {
+	return decodeObjects[networkingv1.NetworkPolicy](b, "networking.k8s.io/v1", "NetworkPolicy")
+}
+
+// object is a namespaced API object as gvsctl reads it from a file.
+type object interface {
+	GetName() string
+	GetNamespace() string
+	SetNamespace(string)
+}
+
+// readObjects reads objects of kind from file (YAML or JSON documents,
+// each an object or a List of them; - is standard input). An object
+// without a namespace takes namespace; one whose namespace differs from a
+// given namespace is refused, as kubectl refuses it.
+func readObjects[T any, PT interface {
+	*T
+	object
+}](file, namespace, apiVersion, kind string) ([]PT, error) {
 	var b []byte
 	var err error
 	if file == "-" {
@@ -163,29 +183,32 @@ func readPolicies(file, namespace string) ([]*networkingv1.NetworkPolicy, error)
 	if err != nil {
 		return nil, err
 	}
-	policies, err := decodePolicies(b)
+	objs, err := decodeObjects[T, PT](b, apiVersion, kind)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
-	for _, np := range policies {
+	for _, o := range objs {
 		switch {
-		case np.Namespace == "" && namespace == "":
-			return nil, fmt.Errorf("%s: networkpolicy %q has no namespace: give -n NS", file, np.Name)
-		case np.Namespace == "":
-			np.Namespace = namespace
-		case namespace != "" && np.Namespace != namespace:
-			return nil, fmt.Errorf("%s: networkpolicy %s/%s is not in namespace %s", file, np.Namespace, np.Name, namespace)
+		case o.GetNamespace() == "" && namespace == "":
+			return nil, fmt.Errorf("%s: %s %q has no namespace: give -n NS", file, strings.ToLower(kind), o.GetName())
+		case o.GetNamespace() == "":
+			o.SetNamespace(namespace)
+		case namespace != "" && o.GetNamespace() != namespace:
+			return nil, fmt.Errorf("%s: %s %s/%s is not in namespace %s", file, strings.ToLower(kind), o.GetNamespace(), o.GetName(), namespace)
 		}
 	}
-	return policies, nil
+	return objs, nil
 }
 
-// decodePolicies decodes YAML or JSON documents, each a NetworkPolicy or a
-// List of NetworkPolicies; unknown fields are errors (a misspelt field
-// would otherwise vanish from the policy silently).
-func decodePolicies(b []byte) ([]*networkingv1.NetworkPolicy, error) {
+// decodeObjects decodes YAML or JSON documents, each an object of kind
+// (and apiVersion) or a List of them; unknown fields are errors (a
+// misspelt field would otherwise vanish from the object silently).
+func decodeObjects[T any, PT interface {
+	*T
+	object
+}](b []byte, apiVersion, kind string) ([]PT, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-	var out []*networkingv1.NetworkPolicy
+	var out []PT
 	for doc := 1; ; doc++ {
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
@@ -201,9 +224,8 @@ func decodePolicies(b []byte) ([]*networkingv1.NetworkPolicy, error) {
 		if err := json.Unmarshal(raw, &tm); err != nil {
 			return nil, fmt.Errorf("document %d: %w", doc, err)
 		}
-		var items []json.RawMessage
-		switch {
-		case tm.Kind == "List" || strings.HasSuffix(tm.Kind, "List"):
+		items := []json.RawMessage{raw}
+		if tm.Kind == "List" || strings.HasSuffix(tm.Kind, "List") {
 			var l struct {
 				Items []json.RawMessage `json:"items"`
 			}
@@ -211,41 +233,42 @@ func decodePolicies(b []byte) ([]*networkingv1.NetworkPolicy, error) {
 				return nil, fmt.Errorf("document %d: %w", doc, err)
 			}
 			items = l.Items
-		default:
-			items = []json.RawMessage{raw}
 		}
 		for i, it := range items {
-			np, err := decodePolicy(it)
+			o, err := decodeObject[T, PT](it, apiVersion, kind)
 			if err != nil {
 				return nil, fmt.Errorf("document %d, item %d: %w", doc, i+1, err)
 			}
-			out = append(out, np)
+			out = append(out, o)
 		}
 	}
 	if len(out) == 0 {
-		return nil, errors.New("no NetworkPolicy in it")
+		return nil, fmt.Errorf("no %s in it", kind)
 	}
 	return out, nil
 }
 
-func decodePolicy(raw json.RawMessage) (*networkingv1.NetworkPolicy, error) {
+func decodeObject[T any, PT interface {
+	*T
+	object
+}](raw json.RawMessage, apiVersion, kind string) (PT, error) {
 	var tm metav1.TypeMeta
 	if err := json.Unmarshal(raw, &tm); err != nil {
 		return nil, err
 	}
-	if tm.Kind != "NetworkPolicy" || tm.APIVersion != "networking.k8s.io/v1" {
-		return nil, fmt.Errorf("kind %q, apiVersion %q: want NetworkPolicy, networking.k8s.io/v1", tm.Kind, tm.APIVersion)
+	if tm.Kind != kind || tm.APIVersion != apiVersion {
+		return nil, fmt.Errorf("kind %q, apiVersion %q: want %s, %s", tm.Kind, tm.APIVersion, kind, apiVersion)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	np := &networkingv1.NetworkPolicy{}
-	if err := dec.Decode(np); err != nil {
-		return nil, fmt.Errorf("networkpolicy: %w", err)
+	o := PT(new(T))
+	if err := dec.Decode(o); err != nil {
+		return nil, fmt.Errorf("%s: %w", strings.ToLower(kind), err)
 	}
-	if np.Name == "" {
-		return nil, errors.New("networkpolicy without metadata.name")
+	if o.GetName() == "" {
+		return nil, fmt.Errorf("%s without metadata.name", strings.ToLower(kind))
 	}
-	return np, nil
+	return o, nil
 }
 
 // labelCmd sets and removes labels, as kubectl label does: KEY=VALUE sets,

@@ -126,3 +126,37 @@ func FuzzDecodePolicies(f *testing.F) {
 		}
 	})
 }
+
+func TestReadEgressFirewalls(t *testing.T) {
+	doc := `apiVersion: network.openshift.io/v1
+kind: EgressNetworkPolicy
+metadata: {name: default, namespace: alpha}
+spec:
+  egress:
+  - {type: Allow, to: {dnsName: www.example.com}}
+  - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}
+`
+	f := filepath.Join(t.TempDir(), "e.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(doc)
+	got, err := readEgressFirewalls(f, "")
+	if err != nil || len(got) != 1 || len(got[0].Spec.Egress) != 2 || got[0].Spec.Egress[0].To.DNSName != "www.example.com" {
+		t.Fatalf("%+v, %v", got, err)
+	}
+	for what, bad := range map[string]string{
+		"a rule type":     strings.Replace(doc, "type: Allow", "type: Maybe", 1),
+		"both peers":      strings.Replace(doc, "{dnsName: www.example.com}", "{dnsName: www.example.com, cidrSelector: 10.0.0.0/8}", 1),
+		"a bad CIDR":      strings.Replace(doc, "0.0.0.0/0", "0.0.0.0/33", 1),
+		"a field typo":    strings.Replace(doc, "egress:", "egres:", 1),
+		"a NetworkPolicy": strings.Replace(doc, "kind: EgressNetworkPolicy", "kind: NetworkPolicy", 1),
+	} {
+		write(bad)
+		if _, err := readEgressFirewalls(f, ""); err == nil {
+			t.Errorf("%s: accepted", what)
+		}
+	}
+}

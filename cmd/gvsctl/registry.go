@@ -83,6 +83,8 @@ func registryCmd(ctx context.Context, dc registry.DialConfig, asJSON bool, out i
 		return labelCmd(ctx, reg, show, out, args)
 	case "labels":
 		return labelsCmd(ctx, reg, show, out)
+	case "egress-firewall":
+		return egressFirewallCmd(ctx, reg, show, out, args)
 	}
 	// projects
 	if len(args) == 0 {

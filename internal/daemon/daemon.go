@@ -242,6 +242,7 @@ func (d *Daemon) startRegistry(ctx context.Context) error {
 	}
 	d.vnids.setRequester(src.RequestProject)
 	d.src = src
+	go d.egress.follow(ctx)
 	src.Follow(ctx, d)
 	if n.Mode.Canonical() == sdn.ModeNetworkPolicy {
 		// Every policy, label and pod address before any pod is adopted

@@ -111,3 +111,118 @@ func TestEgressFirewall(t *testing.T) {
 		}
 	}
 }
+
+// TestEgressFirewallRegistry: the same egress firewall in the
+// etcd-registry mode, applied with `gvsctl egress-firewall` (OpenShift's
+// YAML): a project's pods are denied an external host by CIDR, another
+// project's are not; an allow by DNS name ahead of a deny-all lets the
+// host through; deleting it restores. gvsctl refuses a firewall the nodes
+// could not read and stores nothing of its file.
+func TestEgressFirewallRegistry(t *testing.T) {
+	c := up(t, "efr", cluster.Spec{
+		// Per node: p1 default, p2 alpha, p3 beta.
+		Lab:          lab.Spec{Nodes: 2, PodsPerNode: 3, Projects: []string{"default", "alpha", "beta"}, External: true},
+		Mode:         "multitenant",
+		ControlPlane: cluster.ControlPlaneEmbedded,
+		Configure: func(c *cluster.Cluster, _ int, cfg *daemon.Config) {
+			cfg.EgressDNSServer = c.Lab.External.IP.String() + ":53"
+			cfg.EgressDNSInterval = "1s"
+		},
+	})
+	ext := c.Lab.External
+	alpha1, beta1, alpha2 := c.Nodes[0].Pods[1], c.Nodes[0].Pods[2], c.Nodes[1].Pods[1]
+	bench := filepath.Join(binDir, "gvs-bench")
+	records := filepath.Join(t.TempDir(), "records")
+	if err := os.WriteFile(records, []byte("ext.example.com "+ext.IP.String()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, argv := range [][]string{{"tcp-server", "-l", ":5201"}, {"dns-serve", "-l", ":53", "-records", records}} {
+		p, err := c.Lab.Start(ctx(t), ext.NS, filepath.Join(t.TempDir(), argv[0]+".log"), append([]string{bench}, argv...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Stop() })
+	}
+	reaches := func(from cluster.Pod) bool {
+		cctx, cancel := context.WithTimeout(ctx(t), 4*time.Second)
+		defer cancel()
+		out, err := c.Lab.Exec(cctx, from.NS, bench, "tcp-client", "-c", ext.IP.String()+":5201", "-bytes", "100000")
+		return err == nil && strings.Contains(string(out), "intact=true")
+	}
+	expect := func(step string, want map[*cluster.Pod]bool) {
+		t.Helper()
+		for p, w := range want {
+			var got bool
+			if !eventually(15*time.Second, func() bool { got = reaches(*p); return got == w }) {
+				t.Errorf("%s: %s (%s) → external host: reached=%v, want %v", step, p.Name, p.Project, got, w)
+			}
+		}
+	}
+	apply := func(yaml string) ([]byte, error) {
+		f := filepath.Join(t.TempDir(), "fw.yaml")
+		if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return c.RegistryCtl(ctx(t), "egress-firewall", "apply", "-f", f)
+	}
+	expect("no firewall", map[*cluster.Pod]bool{&alpha1: true, &beta1: true, &alpha2: true})
+
+	if out, err := apply(`apiVersion: network.openshift.io/v1
+kind: EgressNetworkPolicy
+metadata: {name: default, namespace: alpha}
+spec:
+  egress:
+  - {type: Deny, to: {cidrSelector: ` + ext.IP.String() + `/32}}
+`); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	expect("alpha denies the host by CIDR", map[*cluster.Pod]bool{&alpha1: false, &alpha2: false, &beta1: true})
+
+	if out, err := apply(`apiVersion: network.openshift.io/v1
+kind: EgressNetworkPolicy
+metadata: {name: default, namespace: alpha}
+spec:
+  egress:
+  - {type: Allow, to: {dnsName: ext.example.com}}
+  - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}
+`); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	expect("allowed by DNS name, then deny all", map[*cluster.Pod]bool{&alpha1: true, &alpha2: true, &beta1: true})
+
+	if out, err := apply(`apiVersion: network.openshift.io/v1
+kind: EgressNetworkPolicy
+metadata: {name: default, namespace: beta}
+spec:
+  egress:
+  - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}
+---
+apiVersion: network.openshift.io/v1
+kind: EgressNetworkPolicy
+metadata: {name: second, namespace: beta}
+spec:
+  egress:
+  - {type: Deny, to: {cidrSelector: 0.0.0.0/0, dnsName: ext.example.com}}
+`); err == nil {
+		t.Errorf("a firewall with a rule naming both a CIDR and a name was applied:\n%s", out)
+	}
+	if out, err := c.RegistryCtl(ctx(t), "egress-firewall", "get"); err != nil || strings.Contains(string(out), "beta") ||
+		!strings.Contains(string(out), "Allow ext.example.com, Deny 0.0.0.0/0") {
+		t.Errorf("egress-firewall get after the refused file: %v\n%s", err, out)
+	}
+	expect("beta unaffected by the refused file", map[*cluster.Pod]bool{&beta1: true})
+
+	if out, err := c.RegistryCtl(ctx(t), "egress-firewall", "delete", "-n", "alpha", "default"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if err := os.WriteFile(records, []byte("ext.example.com 192.0.2.99\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	expect("firewall deleted", map[*cluster.Pod]bool{&alpha1: true, &alpha2: true})
+	if t.Failed() {
+		for i := range c.Nodes {
+			out, _ := c.Ctl(ctx(t), i, "dump-flows", "table=100")
+			t.Logf("--- %s table 100 ---\n%s", c.Nodes[i].Name, out)
+		}
+	}
+}

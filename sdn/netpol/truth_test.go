@@ -5,15 +5,15 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
-	"slices"
 	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/gvswitch/gvs/internal/netpolref"
 )
 
 // The truth tables of the Kubernetes NetworkPolicy e2e suite (namespaces
@@ -160,119 +160,13 @@ func randPolicy(r *rand.Rand, i int) *networkingv1.NetworkPolicy {
 	return np
 }
 
-// The reference evaluator.
-
-func selects(s *metav1.LabelSelector, l map[string]string) bool {
-	sel, err := metav1.LabelSelectorAsSelector(s)
-	if err != nil {
-		panic(err)
+// ref is a pod as the reference evaluator (internal/netpolref) takes it.
+func ref(p testPod) netpolref.Pod {
+	out := netpolref.Pod{Namespace: p.Namespace, Name: p.Name, IP: p.IP, Labels: p.Labels}
+	for _, n := range p.Ports {
+		out.Ports = append(out.Ports, netpolref.NamedPort{Name: n.Name, Protocol: n.Protocol, Port: n.Port})
 	}
-	return sel.Matches(labels.Set(l))
-}
-
-func refTypes(np *networkingv1.NetworkPolicy) (in, eg bool) {
-	if len(np.Spec.PolicyTypes) == 0 {
-		return true, len(np.Spec.Egress) > 0
-	}
-	return slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress), slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress)
-}
-
-func refPeer(pols string, peers []networkingv1.NetworkPolicyPeer, other testPod, nsLabels map[string]map[string]string) bool {
-	if len(peers) == 0 {
-		return true
-	}
-	for _, p := range peers {
-		switch {
-		case p.IPBlock != nil:
-			cidr := netip.MustParsePrefix(p.IPBlock.CIDR)
-			in := cidr.Contains(other.IP)
-			for _, e := range p.IPBlock.Except {
-				if netip.MustParsePrefix(e).Contains(other.IP) {
-					in = false
-				}
-			}
-			if in {
-				return true
-			}
-		case p.NamespaceSelector == nil:
-			if other.Namespace == pols && selects(p.PodSelector, other.Labels) {
-				return true
-			}
-		default:
-			if selects(p.NamespaceSelector, nsLabels[other.Namespace]) && (p.PodSelector == nil || selects(p.PodSelector, other.Labels)) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func refPort(ports []networkingv1.NetworkPolicyPort, dst testPod, proto corev1.Protocol, port uint16) bool {
-	if len(ports) == 0 {
-		return true
-	}
-	for _, p := range ports {
-		pp := corev1.ProtocolTCP
-		if p.Protocol != nil {
-			pp = *p.Protocol
-		}
-		if pp != proto {
-			continue
-		}
-		switch {
-		case p.Port == nil:
-			return true
-		case p.Port.Type == intstr.String:
-			for _, n := range dst.Ports {
-				np := n.Protocol
-				if np == "" {
-					np = corev1.ProtocolTCP
-				}
-				if n.Name == p.Port.StrVal && np == proto && n.Port == port {
-					return true
-				}
-			}
-		default:
-			end := p.Port.IntVal
-			if p.EndPort != nil {
-				end = *p.EndPort
-			}
-			if int32(port) >= p.Port.IntVal && int32(port) <= end {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// refAllows says whether dst admits (ingress) or src may send (egress).
-func refAllows(pols []*networkingv1.NetworkPolicy, nsLabels map[string]map[string]string, src, dst testPod, proto corev1.Protocol, port uint16, ingress bool) bool {
-	subject, other := dst, src
-	if !ingress {
-		subject, other = src, dst
-	}
-	selected := false
-	for _, np := range pols {
-		in, eg := refTypes(np)
-		if np.Namespace != subject.Namespace || !selects(&np.Spec.PodSelector, subject.Labels) || (ingress && !in) || (!ingress && !eg) {
-			continue
-		}
-		selected = true
-		if ingress {
-			for _, r := range np.Spec.Ingress {
-				if refPeer(np.Namespace, r.From, other, nsLabels) && refPort(r.Ports, dst, proto, port) {
-					return true
-				}
-			}
-		} else {
-			for _, r := range np.Spec.Egress {
-				if refPeer(np.Namespace, r.To, other, nsLabels) && refPort(r.Ports, dst, proto, port) {
-					return true
-				}
-			}
-		}
-	}
-	return !selected
+	return out
 }
 
 func TestTruthTables(t *testing.T) {
@@ -311,10 +205,10 @@ func TestTruthTables(t *testing.T) {
 				for _, pr := range truthProbes {
 					want := true
 					if src.port != 0 {
-						want = want && refAllows(pols, nsLabels, src, dst, pr.proto, pr.port, false)
+						want = want && netpolref.Admits(pols, nsLabels, ref(src), ref(dst), pr.proto, pr.port, false)
 					}
 					if dst.port != 0 {
-						want = want && refAllows(pols, nsLabels, src, dst, pr.proto, pr.port, true)
+						want = want && netpolref.Admits(pols, nsLabels, ref(src), ref(dst), pr.proto, pr.port, true)
 					}
 					got := verdict(t, tb, src, map[corev1.Protocol]string{corev1.ProtocolTCP: "tcp", corev1.ProtocolUDP: "udp", corev1.ProtocolSCTP: "sctp"}[pr.proto],
 						dst.IP.String(), pr.port, false) != "drop"

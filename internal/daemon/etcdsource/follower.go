@@ -495,6 +495,7 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 		clientv3.OpGet(registry.ProjectsPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(registry.ServicesPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(registry.PoliciesPrefix, clientv3.WithPrefix()),
+		clientv3.OpGet(registry.EgressFirewallsPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(registry.NamespaceLabelsPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(registry.PodLabelsPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(registry.PodsPrefix, clientv3.WithPrefix()),

@@ -30,6 +30,7 @@ import (
 // polState is the agent's copy of the policy state; a.fmu guards it.
 type polState struct {
 	policies  map[string]bool              // namespace/name
+	egress    map[string]bool              // egress firewalls, namespace/name
 	nsLabels  map[string]map[string]string // namespace → labels record
 	podLabels map[string]registry.PodLabels
 	addrs     map[string]map[string]addrRecord // namespace/name → node → record
@@ -43,7 +44,7 @@ type addrRecord struct {
 }
 
 func newPolState() polState {
-	return polState{policies: map[string]bool{}, nsLabels: map[string]map[string]string{},
+	return polState{policies: map[string]bool{}, egress: map[string]bool{}, nsLabels: map[string]map[string]string{},
 		podLabels: map[string]registry.PodLabels{}, addrs: map[string]map[string]addrRecord{},
 		sentNS: map[string]string{}, sentPods: map[string]string{}}
 }
@@ -58,6 +59,10 @@ func (a *agent) knownPolicyKeys() []string {
 	for k := range p.policies {
 		ns, name, _ := strings.Cut(k, "/")
 		out = append(out, registry.PolicyKey(ns, name))
+	}
+	for k := range p.egress {
+		ns, name, _ := strings.Cut(k, "/")
+		out = append(out, registry.EgressFirewallKey(ns, name))
 	}
 	for ns := range p.nsLabels {
 		out = append(out, registry.NamespaceLabelsKey(ns))
@@ -105,6 +110,8 @@ func (a *agent) applyPolicyState(deleted bool, key string, val []byte, rev int64
 			return true
 		}
 		p.policies[ns+"/"+name] = true
+	case strings.HasPrefix(key, registry.EgressFirewallsPrefix):
+		a.applyEgressFirewall(deleted, key, val)
 	case strings.HasPrefix(key, registry.NamespaceLabelsPrefix):
 		ns := strings.TrimPrefix(key, registry.NamespaceLabelsPrefix)
 		if deleted {
@@ -162,6 +169,39 @@ func (a *agent) applyPolicyState(deleted bool, key string, val []byte, rev int64
 		return false
 	}
 	return true
+}
+
+// applyEgressFirewall mirrors an egress firewall into the daemon, if it
+// takes them (source.EgressFirewallSink); a.fmu is held. One the node
+// cannot read denies its project's egress until it is fixed, as in the
+// Kubernetes mode.
+func (a *agent) applyEgressFirewall(deleted bool, key string, val []byte) {
+	es, ok := a.d.(source.EgressFirewallSink)
+	ns, name, valid := registry.ParseNamespacedKey(registry.EgressFirewallsPrefix, key)
+	if !ok || !valid {
+		return
+	}
+	k := ns + "/" + name
+	if deleted {
+		delete(a.pol.egress, k)
+		if err := es.DeleteEgressFirewall(ns, name); err != nil {
+			a.log.Error("remove egress firewall", "firewall", k, "err", err)
+		}
+		return
+	}
+	a.pol.egress[k] = true
+	np, err := registry.DecodeEgressFirewall(key, val)
+	var rules []source.EgressRule
+	if err == nil {
+		rules, err = source.EgressRulesOf(np)
+	}
+	if err != nil {
+		a.log.Error("egress firewall refused: the project's egress is denied until it is fixed", "firewall", k, "err", err)
+		rules = source.DenyAllEgress()
+	}
+	if err := es.SetEgressFirewall(ns, name, rules); err != nil {
+		a.log.Error("egress firewall", "firewall", k, "err", err)
+	}
 }
 
 // nodeSubnet returns node's subnet as the agent knows it; a.fmu is held.

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gvswitch/gvs/internal/daemon/source"
+	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 	"github.com/gvswitch/gvs/sdn/master"
 	"github.com/gvswitch/gvs/sdn/registry"
 )
@@ -23,11 +24,12 @@ type policySink struct {
 	ns       map[string]map[string]string
 	pods     map[string]source.Pod
 	policies map[string]*networkingv1.NetworkPolicy
+	egress   map[string][]source.EgressRule
 }
 
 func newPolicySink(c *countSink) *policySink {
 	return &policySink{countSink: c, ns: map[string]map[string]string{}, pods: map[string]source.Pod{},
-		policies: map[string]*networkingv1.NetworkPolicy{}}
+		policies: map[string]*networkingv1.NetworkPolicy{}, egress: map[string][]source.EgressRule{}}
 }
 
 func (s *policySink) SetNamespaceLabels(ns string, l map[string]string) error {
@@ -66,6 +68,20 @@ func (s *policySink) DeletePolicy(ns, name string) error {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
 	delete(s.policies, ns+"/"+name)
+	return nil
+}
+
+func (s *policySink) SetEgressFirewall(ns, name string, rules []source.EgressRule) error {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	s.egress[ns+"/"+name] = rules
+	return nil
+}
+
+func (s *policySink) DeleteEgressFirewall(ns, name string) error {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	delete(s.egress, ns+"/"+name)
 	return nil
 }
 
@@ -198,6 +214,30 @@ func TestAgentPolicyState(t *testing.T) {
 		_, db := s.pods["alpha/db"]
 		return s.policies["alpha/deny"] == nil && !other && !db && s.ns["alpha"]["team"] == "red"
 	})
+
+	// Egress firewalls: one the node cannot read denies the project's
+	// egress; a good one arrives as its rules; a deleted one goes.
+	if _, err := reg.Client().Put(ctx, registry.EgressFirewallKey("alpha", "default"),
+		`{"metadata":{"namespace":"alpha","name":"default"},"spec":{"egress":[{"type":"Maybe","to":{"cidrSelector":"10.0.0.0/8"}}]}}`); err != nil {
+		t.Fatal(err)
+	}
+	ps.wait(t, "a bad egress firewall denies all", func(s *policySink) bool {
+		r := s.egress["alpha/default"]
+		return len(r) == 1 && !r[0].Allow && r[0].CIDR.Bits() == 0
+	})
+	if err := reg.SetEgressFirewall(ctx, &networkv1.EgressNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "alpha", Name: "default"},
+		Spec: networkv1.EgressNetworkPolicySpec{Egress: []networkv1.EgressNetworkPolicyRule{
+			{Type: networkv1.EgressNetworkPolicyRuleAllow, To: networkv1.EgressNetworkPolicyPeer{DNSName: "www.example.com"}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	ps.wait(t, "the fixed egress firewall", func(s *policySink) bool {
+		r := s.egress["alpha/default"]
+		return len(r) == 1 && r[0].Allow && r[0].DNSName == "www.example.com"
+	})
+	if _, err := reg.DeleteEgressFirewall(ctx, "alpha", "default"); err != nil {
+		t.Fatal(err)
+	}
+	ps.wait(t, "the egress firewall gone", func(s *policySink) bool { _, ok := s.egress["alpha/default"]; return !ok })
 
 	// An agent that only lists (no watch) finds deletions by comparing
 	// listings.

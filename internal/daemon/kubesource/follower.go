@@ -295,52 +295,14 @@ func (f *Follower) egressFirewall(es source.EgressFirewallSink, o any, deleted b
 		}
 		return
 	}
-	rules, err := EgressRules(np)
+	rules, err := source.EgressRulesOf(np)
 	if err != nil {
 		f.log.Error("egress firewall refused: the project's egress is denied until it is fixed", "policy", np.Namespace+"/"+np.Name, "err", err)
-		rules = []source.EgressRule{{Allow: false, CIDR: netip.MustParsePrefix("0.0.0.0/0")}}
+		rules = source.DenyAllEgress()
 	}
 	if err := es.SetEgressFirewall(np.Namespace, np.Name, rules); err != nil {
 		f.log.Error("egress firewall", "policy", np.Namespace+"/"+np.Name, "err", err)
 	}
-}
-
-// EgressRules reads an EgressNetworkPolicy's rules, in order.
-func EgressRules(np *networkv1.EgressNetworkPolicy) ([]source.EgressRule, error) {
-	if len(np.Spec.Egress) > sdn.MaxEgressRules {
-		return nil, fmt.Errorf("%d rules, at most %d", len(np.Spec.Egress), sdn.MaxEgressRules)
-	}
-	var out []source.EgressRule
-	for i, r := range np.Spec.Egress {
-		var er source.EgressRule
-		switch r.Type {
-		case networkv1.EgressNetworkPolicyRuleAllow:
-			er.Allow = true
-		case networkv1.EgressNetworkPolicyRuleDeny:
-		default:
-			return nil, fmt.Errorf("rule %d: type %q (Allow or Deny)", i, r.Type)
-		}
-		switch {
-		case r.To.CIDRSelector != "" && r.To.DNSName != "":
-			return nil, fmt.Errorf("rule %d: both cidrSelector and dnsName", i)
-		case r.To.CIDRSelector != "":
-			p, err := netip.ParsePrefix(r.To.CIDRSelector)
-			if err != nil {
-				return nil, fmt.Errorf("rule %d: cidrSelector: %w", i, err)
-			}
-			er.CIDR = p.Masked()
-		case r.To.DNSName != "":
-			name := strings.TrimSuffix(r.To.DNSName, ".")
-			if len(name) > 253 || strings.ContainsAny(name, " /\\:@") || name == "" {
-				return nil, fmt.Errorf("rule %d: dnsName %q", i, r.To.DNSName)
-			}
-			er.DNSName = name
-		default:
-			return nil, fmt.Errorf("rule %d: neither cidrSelector nor dnsName", i)
-		}
-		out = append(out, er)
-	}
-	return out, nil
 }
 
 // policy mirrors a NetworkPolicy. One the compiler refuses is logged and

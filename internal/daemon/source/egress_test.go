@@ -1,4 +1,4 @@
-package kubesource
+package source
 
 import (
 	"strings"
@@ -7,12 +7,12 @@ import (
 	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 )
 
-func TestEgressRules(t *testing.T) {
+func TestEgressRulesOf(t *testing.T) {
 	np := func(rules ...networkv1.EgressNetworkPolicyRule) *networkv1.EgressNetworkPolicy {
 		return &networkv1.EgressNetworkPolicy{Spec: networkv1.EgressNetworkPolicySpec{Egress: rules}}
 	}
 	allow, deny := networkv1.EgressNetworkPolicyRuleAllow, networkv1.EgressNetworkPolicyRuleDeny
-	got, err := EgressRules(np(
+	got, err := EgressRulesOf(np(
 		networkv1.EgressNetworkPolicyRule{Type: allow, To: networkv1.EgressNetworkPolicyPeer{DNSName: "www.example.com."}},
 		networkv1.EgressNetworkPolicyRule{Type: deny, To: networkv1.EgressNetworkPolicyPeer{CIDRSelector: "10.1.2.3/8"}},
 	))
@@ -33,7 +33,7 @@ func TestEgressRules(t *testing.T) {
 			return r
 		}()...),
 	} {
-		if _, err := EgressRules(bad); err == nil {
+		if _, err := EgressRulesOf(bad); err == nil {
 			t.Errorf("%s: accepted", name)
 		} else if strings.TrimSpace(err.Error()) == "" {
 			t.Errorf("%s: empty error", name)
