@@ -148,4 +148,3 @@ func benchPodScale(b *testing.B, pods, busy int) {
 }
 
 var gbpsScaleRE = regexp.MustCompile(`([0-9.]+) Gbit/s, intact=true`)
-
