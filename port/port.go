@@ -13,7 +13,17 @@
 // copied. docs/embedding.md shows a port written from scratch.
 package port
 
-import "github.com/gvswitch/gvs/packet"
+import (
+	"errors"
+
+	"github.com/gvswitch/gvs/packet"
+)
+
+// ErrWoken is what a port's Read returns, with no frames, when its reader
+// was woken up on purpose (a port's Wake method, where it has one: the
+// switch wakes an idle port's worker to give its buffers' memory back). The
+// reader goes on reading; the port is fine.
+var ErrWoken = errors.New("port: read woken up")
 
 // Endpoint is the tunnel end of a frame on a tunnel port (Caps.Tunnel): the
 // remote node's underlay IPv4 address — the frame's outer source when it

@@ -100,4 +100,7 @@ type Stats struct {
 	// Recirculations counts the runs that were recirculations after a
 	// ct action with table= (they are among Lookups too).
 	Recirculations uint64
+	// BufferReleases counts idle workers that gave their buffers' pages
+	// back (Config.TrimIdle).
+	BufferReleases uint64
 }

@@ -93,6 +93,16 @@ type Config struct {
 	// embedder calls Sweep itself (conntrack.Tracker.Sweep); expired
 	// entries are invisible either way, sweeping only frees their slots.
 	SweepInterval time.Duration
+	// TrimIdle, if positive, gives an idle queue's frame buffers back to
+	// the operating system: a worker whose queue has carried nothing for
+	// TrimIdle after it filled more than its first buffer (a burst, a
+	// super-frame) is woken (the queue's Wake method: Waker) and releases
+	// its buffers' pages (madvise MADV_DONTNEED on Linux; elsewhere
+	// nothing), which fault back in, zeroed, when frames come again. Each
+	// worker keeps BatchSize+8 buffers of MaxFrame bytes, 4.7 MB with
+	// offloads, resident once super-frames have passed: without it a node
+	// whose pods have all carried bulk traffic keeps that memory forever.
+	TrimIdle time.Duration
 	// Logger receives management events, never per-packet logs. Nil discards.
 	Logger *slog.Logger
 }
@@ -104,6 +114,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SweepInterval < 0 {
 		return errors.New("vswitch: negative Config.SweepInterval")
+	}
+	if c.TrimIdle < 0 {
+		return errors.New("vswitch: negative Config.TrimIdle")
 	}
 	return nil
 }
@@ -128,6 +141,7 @@ type Switch struct {
 	recircs    counter
 	sweepStop  chan struct{} // closed by Close to end the sweeper, nil without one
 	capTotals  captureTotals // capture.go
+	trim       trimmer       // trim.go
 }
 
 type portMap map[uint32]*portEntry
@@ -139,6 +153,7 @@ type portEntry struct {
 	q       []Port    // queue 0 names the port
 	caps    port.Caps // of every queue, Offload cleared by Config.NoOffload
 	framer  Framer    // queue 0 as a Framer, or nil (capture.go)
+	workers []*worker // one per queue, made before they start
 	stats   portCounters
 	capture atomic.Pointer[Capture] // nil unless a capture runs (capture.go)
 	cancel  context.CancelFunc
@@ -179,6 +194,11 @@ func New(cfg Config) (*Switch, error) {
 		s.sweepStop = make(chan struct{})
 		s.wg.Add(1)
 		go s.sweep(cfg.Conntrack, cfg.SweepInterval)
+	}
+	if cfg.TrimIdle > 0 {
+		s.trim.stop = make(chan struct{})
+		s.wg.Add(1)
+		go s.trimIdle(cfg.TrimIdle)
 	}
 	return s, nil
 }
@@ -252,6 +272,10 @@ func (s *Switch) add(e *portEntry) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.done = make(chan struct{})
+	e.workers = make([]*worker, len(e.q))
+	for i, q := range e.q {
+		e.workers[i] = s.newWorker(e, q)
+	}
 	s.ports.Store(&next)
 	s.wg.Add(1)
 	var workers sync.WaitGroup
@@ -309,6 +333,9 @@ func (s *Switch) Close() error {
 	if s.sweepStop != nil {
 		close(s.sweepStop)
 	}
+	if s.trim.stop != nil {
+		close(s.trim.stop)
+	}
 	old := *s.ports.Load()
 	s.ports.Store(&portMap{})
 	s.mu.Unlock()
@@ -353,6 +380,7 @@ func (s *Switch) Stats() Stats {
 	st.Lookups = s.lookups.n.Load()
 	st.CacheHits = s.cacheHits.n.Load()
 	st.Recirculations = s.recircs.n.Load()
+	st.BufferReleases = s.trim.releases.Load()
 	return st
 }
 

@@ -3,7 +3,9 @@ package vswitch
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/packet"
@@ -42,6 +44,10 @@ type worker struct {
 	ports  portMap // the port map for this batch
 	// Counts of this batch, added to the switch's counters once per batch.
 	nLookups, nHits, nRecircs uint64
+	// Idle trimming (trim.go): the coarse time of the last batch, and
+	// whether the buffers hold pages worth giving back.
+	lastBatch atomic.Int64
+	dirty     atomic.Bool
 	// wire is scratch space for a capture's outer headers (capture.go).
 	wire [MaxWireHeader]byte
 	ct   ctWorker // connection tracking (conntrack.go)
@@ -82,11 +88,20 @@ func (s *Switch) frameSize() int {
 func (s *Switch) worker(ctx context.Context, e *portEntry, qi int, wg *sync.WaitGroup) {
 	defer wg.Done()
 	q := e.q[qi]
-	w := s.newWorker(e, q)
+	w := e.workers[qi]
+	trim := s.cfg.TrimIdle > 0
 	for {
 		n, err := q.Read(w.bufs, w.meta, Headroom)
 		if n > 0 {
-			w.process(min(n, len(w.bufs)))
+			n = min(n, len(w.bufs))
+			w.process(n)
+			if trim {
+				w.used(n)
+			}
+		}
+		if errors.Is(err, port.ErrWoken) {
+			w.release()
+			continue
 		}
 		if err != nil {
 			if ctx.Err() == nil {

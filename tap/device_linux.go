@@ -443,6 +443,11 @@ func (d *Device) readRaw(fd uintptr) bool {
 	}
 }
 
+// Wake makes a Read blocked waiting for a frame (or the next one, if none
+// is) return port.ErrWoken without frames. It is safe to call from any
+// goroutine.
+func (d *Device) Wake() { _ = d.file.SetReadDeadline(time.Unix(1, 0)) }
+
 // Read reads at least one frame, waiting for it, then as many more as are
 // ready without waiting, up to len(bufs). Frame i lands at bufs[i][offset:]
 // with its port.Meta in meta[i]; its virtio_net_hdr is read into
@@ -477,6 +482,15 @@ func (d *Device) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) 
 			err = d.rerr
 		}
 		d.rbuf, d.rerr = nil, nil
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// Wake: clear the deadline; the wake-up is reported now (no
+			// frames yet) or, with frames, lost (the reader is awake).
+			_ = d.file.SetReadDeadline(time.Time{})
+			if n > 0 {
+				break
+			}
+			return 0, port.ErrWoken
+		}
 		if err != nil {
 			// Deliver what we have; a lasting error shows up on the next
 			// call, when n is 0.

@@ -422,6 +422,46 @@ func TestTAPCloseUnblocksRead(t *testing.T) {
 	}
 }
 
+// Wake makes a Read blocked for a frame return port.ErrWoken, once; the
+// next Read waits again, and Close still unblocks it.
+func TestTAPWake(t *testing.T) {
+	needRoot(t)
+	_, nsPath := testNS(t, "wk")
+	dev := createIn(t, nsPath, tap.Config{})
+	bufs, meta := newBufs(2)
+	read := func() chan error {
+		errc := make(chan error, 1)
+		go func() {
+			_, err := dev.Read(bufs, meta, headroom)
+			errc <- err
+		}()
+		return errc
+	}
+	errc := read()
+	time.Sleep(50 * time.Millisecond)
+	dev.Wake()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, port.ErrWoken) {
+			t.Fatalf("Read after Wake: %v, want port.ErrWoken", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wake did not unblock Read")
+	}
+	errc = read()
+	select {
+	case err := <-errc:
+		t.Fatalf("the Read after a wake-up returned at once: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, tap.ErrClosed) {
+		t.Fatalf("Read after Close: %v, want ErrClosed", err)
+	}
+}
+
 func TestTAPPersistOpenMultiQueue(t *testing.T) {
 	needRoot(t)
 	_, nsPath := testNS(t, "po")

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gvswitch/gvs/sdn"
 )
@@ -160,6 +161,21 @@ func TestEgressDNSConfigRefused(t *testing.T) {
 	} {
 		if _, err := ParseConfig([]byte(js)); err == nil || !strings.Contains(err.Error(), "egressDNS") {
 			t.Errorf("%s: %v", js, err)
+		}
+	}
+}
+
+func TestTrimIdleConfig(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": DefaultTrimIdle, "0": 0, "30s": 30 * time.Second, "100ms": 100 * time.Millisecond} {
+		c := Config{TrimIdle: v}
+		if got, err := c.trimIdle(); err != nil || got != want {
+			t.Errorf("trimIdle %q: %v, %v; want %v", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"-1s", "10ms", "soon"} {
+		c := Config{TrimIdle: v}
+		if _, err := c.trimIdle(); err == nil {
+			t.Errorf("trimIdle %q taken", v)
 		}
 	}
 }

@@ -93,8 +93,12 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	trim, err := cfg.trimIdle()
+	if err != nil {
+		return nil, err
+	}
 	d.sw, err = vswitch.New(vswitch.Config{Table: d.table, Logger: log,
-		MaxFrame: d.maxFrame(), NoOffload: !d.offload(), Conntrack: ct, SweepInterval: time.Second})
+		MaxFrame: d.maxFrame(), NoOffload: !d.offload(), Conntrack: ct, SweepInterval: time.Second, TrimIdle: trim})
 	if err != nil {
 		return nil, err
 	}

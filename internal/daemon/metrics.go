@@ -28,7 +28,7 @@ type collector struct {
 	drops, tableDrops, rules, lookups, cacheHits, misses     *prometheus.Desc
 	peers, pods, buildInfo                                   *prometheus.Desc
 	tunnelDrops, captured, captureDrops, captures            *prometheus.Desc
-	certExpiry                                               *prometheus.Desc
+	certExpiry, bufferReleases                               *prometheus.Desc
 }
 
 func newCollector(d *Daemon) *collector {
@@ -57,6 +57,8 @@ func newCollector(d *Daemon) *collector {
 		captureDrops: prometheus.NewDesc("gvs_capture_dropped_frames_total",
 			"Frames packet captures lost because their reader fell behind.", nil, nil),
 		captures: prometheus.NewDesc("gvs_captures_active", "Packet captures running.", nil, nil),
+		bufferReleases: prometheus.NewDesc("gvs_buffer_releases_total",
+			"Idle pod queues whose frame buffers' memory went back to the system (trimIdle).", nil, nil),
 		certExpiry: prometheus.NewDesc("gvs_registry_certificate_expiry_timestamp_seconds",
 			"When the certificate the node last presented to etcd expires (Unix time): alert well before it.", nil, nil),
 	}
@@ -65,7 +67,7 @@ func newCollector(d *Daemon) *collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.rxPackets, c.rxBytes, c.txPackets, c.txBytes, c.rxDrops, c.txDrops,
 		c.drops, c.tableDrops, c.rules, c.lookups, c.cacheHits, c.misses, c.peers, c.pods, c.buildInfo,
-		c.tunnelDrops, c.captured, c.captureDrops, c.captures, c.certExpiry} {
+		c.tunnelDrops, c.captured, c.captureDrops, c.captures, c.certExpiry, c.bufferReleases} {
 		ch <- d
 	}
 }
@@ -96,6 +98,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.lookups, st.Lookups)
 	counter(c.cacheHits, st.CacheHits)
 	counter(c.misses, st.Lookups-st.CacheHits)
+	counter(c.bufferReleases, st.BufferReleases)
 	ch <- prometheus.MustNewConstMetric(c.peers, prometheus.GaugeValue, float64(len(c.d.peers.List())))
 	ch <- prometheus.MustNewConstMetric(c.pods, prometheus.GaugeValue, float64(len(c.d.Pods())))
 	ch <- prometheus.MustNewConstMetric(c.buildInfo, prometheus.GaugeValue, 1, Version(), runtime.Version())

@@ -100,7 +100,7 @@ func TestConntrackStorm(t *testing.T) {
 }
 
 // rssKiB returns a process's resident set in KiB.
-func rssKiB(t *testing.T, pid int) int {
+func rssKiB(t testing.TB, pid int) int {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gvswitch/gvs/bench/cluster"
+	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/internal/daemon"
+)
+
+// BenchmarkPodScale: one node with many pods attached by real CNI ADDs
+// (GVS_SCALE_PODS, default 250), as the I/O engine issue's scale row asks:
+// gvs-switchd's resident memory before the pods, with all of them idle,
+// after BUSY pod pairs (GVS_SCALE_BUSY, default 10) have each carried a
+// second of bulk TCP (super-frames through their TAPs), and once they have
+// been idle past trimIdle; the daemon's attach time per ADD (p50, p99,
+// from its log); TCP 1 stream between two of the pods while all are
+// attached. GVS_SCALE_TRIMIDLE sets the daemon's trimIdle ("0": never).
+//
+//	go test -run '^$' -bench PodScale -benchtime 1x ./internal/e2e/
+func BenchmarkPodScale(b *testing.B) {
+	needRoot(b)
+	pods := envInt("GVS_SCALE_PODS", 250)
+	busy := min(envInt("GVS_SCALE_BUSY", 10), pods/2)
+	for b.Loop() {
+		benchPodScale(b, pods, busy)
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+func envInt(k string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(k)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func benchPodScale(b *testing.B, pods, busy int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	prefix := fmt.Sprintf("gvtsc%d", os.Getpid()%100000)
+	// The daemon alone first: its memory before any pod.
+	c0, err := cluster.Up(ctx, cluster.Spec{
+		Lab:  lab.Spec{Prefix: prefix + "e", Nodes: 1, PodsPerNode: 1, Projects: []string{"default"}, Underlay: underlay},
+		Mode: "subnet", BinDir: binDir, CNI: true,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	base := float64(rssKiB(b, c0.DataplanePIDs(0)[0]))
+	if err := c0.Down(); err != nil {
+		b.Fatal(err)
+	}
+
+	start := time.Now()
+	trimIdle := daemon.DefaultTrimIdle
+	if v := os.Getenv("GVS_SCALE_TRIMIDLE"); v != "" { // "0": the daemon never trims
+		if trimIdle, err = time.ParseDuration(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c, err := cluster.Up(ctx, cluster.Spec{
+		Lab:  lab.Spec{Prefix: prefix, Nodes: 1, PodsPerNode: pods, Projects: []string{"default"}, Underlay: underlay},
+		Mode: "subnet", BinDir: binDir, CNI: true,
+		Configure: func(_ *cluster.Cluster, _ int, cfg *daemon.Config) { cfg.TrimIdle = trimIdle.String() },
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Down()
+	b.Logf("%d pods attached in %v", pods, time.Since(start).Round(time.Second))
+	pid := c.DataplanePIDs(0)[0]
+	time.Sleep(2 * time.Second)
+	idle := float64(rssKiB(b, pid))
+
+	// The daemon's attach time per ADD, from its log.
+	log, _ := os.ReadFile(filepath.Join(c.Lab.StateDir(), c.Nodes[0].Name+".log"))
+	var att []time.Duration
+	for _, m := range attachRE.FindAllSubmatch(log, -1) {
+		if d, err := time.ParseDuration(string(m[1])); err == nil {
+			att = append(att, d)
+		}
+	}
+	if len(att) != pods {
+		b.Errorf("%d attach times in the daemon's log, want %d", len(att), pods)
+	}
+
+	// Bulk TCP through busy pod pairs, one after the other.
+	ps := c.Nodes[0].Pods
+	bench := filepath.Join(binDir, "gvs-bench")
+	tcp := func(src, dst cluster.Pod, d time.Duration) float64 {
+		srv, err := c.Lab.Start(ctx, dst.NS, filepath.Join(b.TempDir(), "srv.log"), bench, "tcp-server", "-l", ":5201")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer srv.Stop()
+		var out []byte
+		for range 20 { // the server needs a moment to listen
+			out, err = c.Lab.Exec(ctx, src.NS, bench, "tcp-client", "-c", dst.IP.String()+":5201", "-t", d.String())
+			if err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		m := gbpsScaleRE.FindSubmatch(out)
+		if err != nil || m == nil {
+			b.Fatalf("tcp %s → %s: %v\n%s", src.Name, dst.Name, err, out)
+		}
+		g, _ := strconv.ParseFloat(string(m[1]), 64)
+		return g
+	}
+	gbps := tcp(ps[0], ps[1], 5*time.Second)
+	for k := range busy {
+		tcp(ps[2*k], ps[2*k+1], time.Second)
+	}
+	time.Sleep(time.Second)
+	after := float64(rssKiB(b, pid))
+	// Idle past trimIdle: the busy pods' workers give their buffers back.
+	time.Sleep(max(trimIdle, 10*time.Second) + 3*time.Second)
+	trimmed := float64(rssKiB(b, pid))
+
+	pct := func(lat []time.Duration, p int) float64 {
+		if len(lat) == 0 {
+			return 0
+		}
+		slices.Sort(lat)
+		return float64(lat[(len(lat)-1)*p/100]) / 1e6
+	}
+	b.ReportMetric(base/1024, "rss-base-MiB")
+	b.ReportMetric(idle/1024, "rss-idle-MiB")
+	b.ReportMetric((idle-base)/float64(pods), "KiB/idle-pod")
+	b.ReportMetric(after/1024, "rss-busy-MiB")
+	b.ReportMetric((after-idle)/float64(2*busy), "KiB/busy-pod")
+	b.ReportMetric(trimmed/1024, "rss-trimmed-MiB")
+	b.ReportMetric((trimmed-idle)/float64(2*busy), "KiB/busy-pod-idle-again")
+	b.ReportMetric(pct(att, 50), "attach-p50-ms")
+	b.ReportMetric(pct(att, 99), "attach-p99-ms")
+	b.ReportMetric(gbps, "tcp-Gbit/s")
+}
+
+var gbpsScaleRE = regexp.MustCompile(`([0-9.]+) Gbit/s, intact=true`)

@@ -1,0 +1,87 @@
+package vswitch
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Idle trimming (Config.TrimIdle). A worker's frame buffers are written by
+// its queue's Read and read by the outputs it calls, both on the worker's
+// goroutine, so only the worker may give their pages back: the trimmer
+// finds workers idle for TrimIdle whose buffers hold more than a page or
+// two, and wakes them (Waker); a woken worker releases its buffers
+// (release, trim_linux.go) and reads on.
+
+// Waker is an optional interface of a port queue whose blocked Read can be
+// woken: Wake makes the Read in progress, or the next, return
+// port.ErrWoken without frames. tap.Device implements it.
+type Waker interface {
+	Wake()
+}
+
+// smallFrame is the largest frame a batch of one may carry without making
+// its worker's buffers worth trimming: it touches one page of one buffer.
+const smallFrame = 2048
+
+// trimmer is the switch's idle-trimming state.
+type trimmer struct {
+	stop chan struct{} // closed by Close; nil without trimming
+	// now is the trimmer's clock (Unix nanoseconds at its last tick):
+	// workers stamp their batches with it instead of reading the time.
+	now atomic.Int64
+	// Releases counts the workers' releases.
+	releases atomic.Uint64
+}
+
+// trimIdle wakes the workers idle for idle whose buffers are dirty, every
+// idle/4, until Close.
+func (s *Switch) trimIdle(idle time.Duration) {
+	defer s.wg.Done()
+	tick := time.NewTicker(max(idle/4, 10*time.Millisecond))
+	defer tick.Stop()
+	s.trim.now.Store(time.Now().UnixNano())
+	for {
+		select {
+		case <-s.trim.stop:
+			return
+		case t := <-tick.C:
+			now := t.UnixNano()
+			s.trim.now.Store(now)
+			for _, e := range *s.ports.Load() {
+				for i, w := range e.workers {
+					if !w.dirty.Load() || now-w.lastBatch.Load() < int64(idle) {
+						continue
+					}
+					if wk, ok := e.q[i].(Waker); ok {
+						wk.Wake()
+					}
+				}
+			}
+		}
+	}
+}
+
+// used records a batch of n frames: its time, and whether it touched more
+// than the first page of the first buffer.
+func (w *worker) used(n int) {
+	w.lastBatch.Store(w.s.trim.now.Load())
+	if !w.dirty.Load() && (n > 1 || w.meta[0].Size > smallFrame) {
+		w.dirty.Store(true)
+	}
+}
+
+// release gives the pages of the worker's buffers back to the operating
+// system; the worker owns them (it is between batches).
+func (w *worker) release() {
+	if !w.dirty.Load() {
+		return
+	}
+	for _, b := range w.bufs {
+		releasePages(b)
+	}
+	for _, b := range w.spare {
+		releasePages(b)
+	}
+	w.dirty.Store(false)
+	w.s.trim.releases.Add(1)
+}

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package vswitch
+
+// releasePages does nothing outside Linux.
+func releasePages([]byte) {}
