@@ -202,6 +202,11 @@ type Device struct {
 	// the USO bits if the kernel has no USO).
 	offloads uint
 	closed   atomic.Bool
+	// woken is set by Wake; deadline is the caller's read deadline
+	// (SetReadDeadline, Unix nanoseconds, 0: none), restored after a
+	// wake-up.
+	woken    atomic.Bool
+	deadline atomic.Int64
 
 	// Read state, touched only by the reading goroutine. readFn is the
 	// method value d.readRaw, made once so that Read does not allocate.
@@ -374,7 +379,14 @@ func (d *Device) Fd() int { return d.fd }
 
 // SetReadDeadline makes a Read blocked past t return os.ErrDeadlineExceeded;
 // the zero time clears it.
-func (d *Device) SetReadDeadline(t time.Time) error { return d.file.SetReadDeadline(t) }
+func (d *Device) SetReadDeadline(t time.Time) error {
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+	}
+	d.deadline.Store(ns)
+	return d.file.SetReadDeadline(t)
+}
 
 // SetPersist sets or clears TUNSETPERSIST: a persistent TAP outlives its
 // file descriptors and can be attached again with Open.
@@ -446,7 +458,10 @@ func (d *Device) readRaw(fd uintptr) bool {
 // Wake makes a Read blocked waiting for a frame (or the next one, if none
 // is) return port.ErrWoken without frames. It is safe to call from any
 // goroutine.
-func (d *Device) Wake() { _ = d.file.SetReadDeadline(time.Unix(1, 0)) }
+func (d *Device) Wake() {
+	d.woken.Store(true)
+	_ = d.file.SetReadDeadline(time.Unix(1, 0))
+}
 
 // Read reads at least one frame, waiting for it, then as many more as are
 // ready without waiting, up to len(bufs). Frame i lands at bufs[i][offset:]
@@ -482,10 +497,15 @@ func (d *Device) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) 
 			err = d.rerr
 		}
 		d.rbuf, d.rerr = nil, nil
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			// Wake: clear the deadline; the wake-up is reported now (no
-			// frames yet) or, with frames, lost (the reader is awake).
-			_ = d.file.SetReadDeadline(time.Time{})
+		if errors.Is(err, os.ErrDeadlineExceeded) && d.woken.Swap(false) {
+			// Wake: the caller's deadline back; the wake-up is reported
+			// now (no frames yet) or, with frames, dropped (the reader
+			// is awake anyway).
+			var t time.Time
+			if ns := d.deadline.Load(); ns != 0 {
+				t = time.Unix(0, ns)
+			}
+			_ = d.file.SetReadDeadline(t)
 			if n > 0 {
 				break
 			}

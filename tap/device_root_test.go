@@ -454,6 +454,26 @@ func TestTAPWake(t *testing.T) {
 		t.Fatalf("the Read after a wake-up returned at once: %v", err)
 	case <-time.After(200 * time.Millisecond):
 	}
+	// The caller's own deadline survives a wake-up and still ends a Read
+	// with os.ErrDeadlineExceeded, not ErrWoken.
+	if err := dev.SetReadDeadline(time.Now().Add(300 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read past the caller's deadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+	dev.Wake()
+	if err := <-read(); !errors.Is(err, port.ErrWoken) {
+		t.Fatalf("Read after a second Wake: %v, want port.ErrWoken", err)
+	}
+	errc = read()
+	if err := <-errc; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read after the wake-up, the caller's deadline restored: %v, want os.ErrDeadlineExceeded", err)
+	}
+	if err := dev.SetReadDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	errc = read()
 	if err := dev.Close(); err != nil {
 		t.Fatal(err)
 	}

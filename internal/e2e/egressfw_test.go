@@ -38,37 +38,7 @@ func TestEgressFirewall(t *testing.T) {
 	})
 	ext := c.Lab.External
 	alpha1, beta1, alpha2 := c.Nodes[0].Pods[1], c.Nodes[0].Pods[2], c.Nodes[1].Pods[1]
-	bench := filepath.Join(binDir, "gvs-bench")
-	records := filepath.Join(t.TempDir(), "records")
-	setRecord := func(ip string) {
-		t.Helper()
-		if err := os.WriteFile(records, []byte("ext.example.com "+ip+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setRecord(ext.IP.String())
-	for _, argv := range [][]string{{"tcp-server", "-l", ":5201"}, {"dns-serve", "-l", ":53", "-records", records}} {
-		p, err := c.Lab.Start(ctx(t), ext.NS, filepath.Join(t.TempDir(), argv[0]+".log"), append([]string{bench}, argv...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Stop() })
-	}
-	reaches := func(from cluster.Pod) bool {
-		cctx, cancel := context.WithTimeout(ctx(t), 4*time.Second)
-		defer cancel()
-		out, err := c.Lab.Exec(cctx, from.NS, bench, "tcp-client", "-c", ext.IP.String()+":5201", "-bytes", "100000")
-		return err == nil && strings.Contains(string(out), "intact=true")
-	}
-	expect := func(step string, want map[*cluster.Pod]bool) {
-		t.Helper()
-		for p, w := range want {
-			var got bool
-			if !eventually(15*time.Second, func() bool { got = reaches(*p); return got == w }) {
-				t.Errorf("%s: %s (%s) → external host: reached=%v, want %v", step, p.Name, p.Project, got, w)
-			}
-		}
-	}
+	setRecord, expect := egressLab(t, c)
 	expect("no firewall", map[*cluster.Pod]bool{&alpha1: true, &beta1: true, &alpha2: true})
 
 	net, err := networkv1.NewForConfig(c.Kube.Admin())
@@ -131,33 +101,7 @@ func TestEgressFirewallRegistry(t *testing.T) {
 	})
 	ext := c.Lab.External
 	alpha1, beta1, alpha2 := c.Nodes[0].Pods[1], c.Nodes[0].Pods[2], c.Nodes[1].Pods[1]
-	bench := filepath.Join(binDir, "gvs-bench")
-	records := filepath.Join(t.TempDir(), "records")
-	if err := os.WriteFile(records, []byte("ext.example.com "+ext.IP.String()+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, argv := range [][]string{{"tcp-server", "-l", ":5201"}, {"dns-serve", "-l", ":53", "-records", records}} {
-		p, err := c.Lab.Start(ctx(t), ext.NS, filepath.Join(t.TempDir(), argv[0]+".log"), append([]string{bench}, argv...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Stop() })
-	}
-	reaches := func(from cluster.Pod) bool {
-		cctx, cancel := context.WithTimeout(ctx(t), 4*time.Second)
-		defer cancel()
-		out, err := c.Lab.Exec(cctx, from.NS, bench, "tcp-client", "-c", ext.IP.String()+":5201", "-bytes", "100000")
-		return err == nil && strings.Contains(string(out), "intact=true")
-	}
-	expect := func(step string, want map[*cluster.Pod]bool) {
-		t.Helper()
-		for p, w := range want {
-			var got bool
-			if !eventually(15*time.Second, func() bool { got = reaches(*p); return got == w }) {
-				t.Errorf("%s: %s (%s) → external host: reached=%v, want %v", step, p.Name, p.Project, got, w)
-			}
-		}
-	}
+	setRecord, expect := egressLab(t, c)
 	apply := func(yaml string) ([]byte, error) {
 		f := filepath.Join(t.TempDir(), "fw.yaml")
 		if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
@@ -215,9 +159,7 @@ spec:
 	if out, err := c.RegistryCtl(ctx(t), "egress-firewall", "delete", "-n", "alpha", "default"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if err := os.WriteFile(records, []byte("ext.example.com 192.0.2.99\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	setRecord("192.0.2.99")
 	expect("firewall deleted", map[*cluster.Pod]bool{&alpha1: true, &alpha2: true})
 	if t.Failed() {
 		for i := range c.Nodes {
@@ -225,4 +167,45 @@ spec:
 			t.Logf("--- %s table 100 ---\n%s", c.Nodes[i].Name, out)
 		}
 	}
+}
+
+// egressLab serves the lab's external host for the egress firewall tests:
+// a TCP server, and a DNS responder answering ext.example.com with the
+// host's address (setRecord changes it). expect checks which pods reach
+// the host, each within 15 s.
+func egressLab(t *testing.T, c *cluster.Cluster) (setRecord func(ip string), expect func(step string, want map[*cluster.Pod]bool)) {
+	t.Helper()
+	ext := c.Lab.External
+	bench := filepath.Join(binDir, "gvs-bench")
+	records := filepath.Join(t.TempDir(), "records")
+	setRecord = func(ip string) {
+		t.Helper()
+		if err := os.WriteFile(records, []byte("ext.example.com "+ip+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setRecord(ext.IP.String())
+	for _, argv := range [][]string{{"tcp-server", "-l", ":5201"}, {"dns-serve", "-l", ":53", "-records", records}} {
+		p, err := c.Lab.Start(ctx(t), ext.NS, filepath.Join(t.TempDir(), argv[0]+".log"), append([]string{bench}, argv...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Stop() })
+	}
+	reaches := func(from cluster.Pod) bool {
+		cctx, cancel := context.WithTimeout(ctx(t), 4*time.Second)
+		defer cancel()
+		out, err := c.Lab.Exec(cctx, from.NS, bench, "tcp-client", "-c", ext.IP.String()+":5201", "-bytes", "100000")
+		return err == nil && strings.Contains(string(out), "intact=true")
+	}
+	expect = func(step string, want map[*cluster.Pod]bool) {
+		t.Helper()
+		for p, w := range want {
+			var got bool
+			if !eventually(15*time.Second, func() bool { got = reaches(*p); return got == w }) {
+				t.Errorf("%s: %s (%s) → external host: reached=%v, want %v", step, p.Name, p.Project, got, w)
+			}
+		}
+	}
+	return setRecord, expect
 }

@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
@@ -53,36 +51,7 @@ func TestNetworkPolicyRegistry(t *testing.T) {
 		}
 		gvsctl(append([]string{"policy", "apply", "-f", f}, args...)...)
 	}
-	ping := func(from lab.Pod, to string) bool {
-		_, err := c.Lab.Exec(ctx(t), from.NS, "ping", "-c", "1", "-W", "1", "-q", to)
-		return err == nil
-	}
-	bench := filepath.Join(binDir, "gvs-bench")
-	srv, err := c.Lab.Start(ctx(t), alpha2.NS, filepath.Join(t.TempDir(), "tcp.log"), bench, "tcp-server", "-l", ":5201")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	tcp := func(from lab.Pod, to string) bool {
-		cctx, cancel := context.WithTimeout(ctx(t), 4*time.Second)
-		defer cancel()
-		out, err := c.Lab.Exec(cctx, from.NS, bench, "tcp-client", "-c", to+":5201", "-bytes", "100000")
-		return err == nil && strings.Contains(string(out), "intact=true")
-	}
-	type probe struct {
-		what string
-		ok   func() bool
-		want bool
-	}
-	expect := func(step string, probes []probe) {
-		t.Helper()
-		for _, p := range probes {
-			var got bool
-			if !eventually(10*time.Second, func() bool { got = p.ok(); return got == p.want }) {
-				t.Errorf("%s: %s: reached=%v, want %v", step, p.what, got, p.want)
-			}
-		}
-	}
+	ping, tcp, expect := policyTools(t, c, alpha2)
 	ip := func(p cluster.Pod) string { return p.IP.String() }
 
 	// alpha denies all ingress (a file without a namespace, -n alpha).
@@ -94,7 +63,7 @@ spec:
   podSelector: {}
   policyTypes: [Ingress]
 `, "-n", "alpha")
-	expect("alpha denies ingress", []probe{
+	expect("alpha denies ingress", []reachProbe{
 		{"beta n1 → alpha n2", func() bool { return ping(beta1.Pod, ip(alpha2)) }, false},
 		{"alpha n1 → alpha n2", func() bool { return ping(alpha1.Pod, ip(alpha2)) }, false},
 		{"default n2 → alpha n2 (same node)", func() bool { return ping(def2.Pod, ip(alpha2)) }, false},
@@ -115,11 +84,11 @@ spec:
     - namespaceSelector:
         matchLabels: {team: blue}
 `)
-	expect("alpha admits team=blue, nobody has it", []probe{
+	expect("alpha admits team=blue, nobody has it", []reachProbe{
 		{"beta n1 → alpha n2", func() bool { return ping(beta1.Pod, ip(alpha2)) }, false},
 	})
 	gvsctl("label", "namespace", "beta", "team=blue")
-	expect("beta is team=blue", []probe{
+	expect("beta is team=blue", []reachProbe{
 		{"beta n1 → alpha n2", func() bool { return ping(beta1.Pod, ip(alpha2)) }, true},
 		{"beta n2 → alpha n1", func() bool { return ping(beta2.Pod, ip(alpha1)) }, true},
 		{"default n1 → alpha n2", func() bool { return ping(def1.Pod, ip(alpha2)) }, false},
@@ -142,17 +111,17 @@ spec:
     ports:
     - port: web
 `)
-	expect("no client yet", []probe{
+	expect("no client yet", []reachProbe{
 		{"alpha n1 → alpha n2 TCP 5201", func() bool { return tcp(alpha1.Pod, ip(alpha2)) }, false},
 	})
 	gvsctl("label", "pod", "alpha/"+alpha1.Name, "role=client")
-	expect("a pod selector on another node's pod, a named port", []probe{
+	expect("a pod selector on another node's pod, a named port", []reachProbe{
 		{"alpha n1 → alpha n2 TCP 5201", func() bool { return tcp(alpha1.Pod, ip(alpha2)) }, true},
 		{"alpha n1 → alpha n2 ping", func() bool { return ping(alpha1.Pod, ip(alpha2)) }, false},
 		{"default n1 → alpha n2 TCP 5201", func() bool { return tcp(def1.Pod, ip(alpha2)) }, false},
 	})
 	gvsctl("label", "pod", "alpha/"+alpha1.Name, "role-")
-	expect("the client label removed", []probe{
+	expect("the client label removed", []reachProbe{
 		{"alpha n1 → alpha n2 TCP 5201", func() bool { return tcp(alpha1.Pod, ip(alpha2)) }, false},
 	})
 
@@ -182,7 +151,7 @@ spec:
 	if out := gvsctl("policy", "get", "-n", "beta"); strings.Contains(out, "good") {
 		t.Errorf("the good policy of a refused file was stored:\n%s", out)
 	}
-	expect("beta unaffected by the refused file", []probe{
+	expect("beta unaffected by the refused file", []reachProbe{
 		{"default n1 → beta n2", func() bool { return ping(def1.Pod, ip(beta2)) }, true},
 	})
 	if out := gvsctl("labels"); !strings.Contains(out, "namespace/beta\tteam=blue") || !strings.Contains(out, "port web=tcp/5201") {

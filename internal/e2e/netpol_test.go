@@ -45,38 +45,8 @@ func TestNetworkPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ping := func(from lab.Pod, to string) bool {
-		_, err := c.Lab.Exec(ctx(t), from.NS, "ping", "-c", "1", "-W", "1", "-q", to)
-		return err == nil
-	}
+	ping, tcp, expect := policyTools(t, c, alpha2)
 	bench := filepath.Join(binDir, "gvs-bench")
-	srv, err := c.Lab.Start(ctx(t), alpha2.NS, filepath.Join(t.TempDir(), "tcp.log"), bench, "tcp-server", "-l", ":5201")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	tcp := func(from lab.Pod, to string) bool {
-		cctx, cancel := context.WithTimeout(ctx(t), 4*time.Second)
-		defer cancel()
-		out, err := c.Lab.Exec(cctx, from.NS, bench, "tcp-client", "-c", to+":5201", "-bytes", "100000")
-		return err == nil && strings.Contains(string(out), "intact=true")
-	}
-	type probe struct {
-		what string
-		ok   func() bool
-		want bool
-	}
-	expect := func(step string, probes []probe) {
-		t.Helper()
-		for _, p := range probes {
-			var got bool
-			// Policies reach both nodes through the API server: allow
-			// a few seconds for the change, then hold it.
-			if !eventually(10*time.Second, func() bool { got = p.ok(); return got == p.want }) {
-				t.Errorf("%s: %s: reached=%v, want %v", step, p.what, got, p.want)
-			}
-		}
-	}
 	create := func(np *networkingv1.NetworkPolicy) {
 		t.Helper()
 		if _, err := kc.NetworkingV1().NetworkPolicies(np.Namespace).Create(ctx(t), np, metav1.CreateOptions{}); err != nil {
@@ -110,7 +80,7 @@ func TestNetworkPolicy(t *testing.T) {
 	if <-streamed {
 		t.Error("a TCP stream running when alpha came to deny all ingress went on to its end")
 	}
-	expect("alpha denies ingress", []probe{
+	expect("alpha denies ingress", []reachProbe{
 		{"beta n1 → alpha n2", func() bool { return ping(beta1.Pod, ip(alpha2)) }, false},
 		{"alpha n1 → alpha n2", func() bool { return ping(alpha1.Pod, ip(alpha2)) }, false},
 		{"default n2 → alpha n2 (same node)", func() bool { return ping(def2.Pod, ip(alpha2)) }, false},
@@ -122,7 +92,7 @@ func TestNetworkPolicy(t *testing.T) {
 	// alpha admits namespace beta.
 	create(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "alpha", Name: "from-beta"},
 		Spec: networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: ns("beta")}}}}}})
-	expect("alpha admits beta", []probe{
+	expect("alpha admits beta", []reachProbe{
 		{"beta n1 → alpha n2", func() bool { return ping(beta1.Pod, ip(alpha2)) }, true},
 		{"beta n2 → alpha n1", func() bool { return ping(beta2.Pod, ip(alpha1)) }, true},
 		{"default n1 → alpha n2", func() bool { return ping(def1.Pod, ip(alpha2)) }, false},
@@ -135,7 +105,7 @@ func TestNetworkPolicy(t *testing.T) {
 		Spec: networkingv1.NetworkPolicySpec{PodSelector: *app(alpha2),
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{PodSelector: app(alpha1)}},
 				Ports: []networkingv1.NetworkPolicyPort{{Port: &port}}}}}})
-	expect("a pod selector and a port", []probe{
+	expect("a pod selector and a port", []reachProbe{
 		{"alpha n1 → alpha n2 TCP 5201", func() bool { return tcp(alpha1.Pod, ip(alpha2)) }, true},
 		{"alpha n1 → alpha n2 ping", func() bool { return ping(alpha1.Pod, ip(alpha2)) }, false},
 		{"default n1 → alpha n2 TCP 5201", func() bool { return tcp(def1.Pod, ip(alpha2)) }, false},
@@ -219,7 +189,7 @@ func TestNetworkPolicy(t *testing.T) {
 	// beta's pod on n1 may not send anything new.
 	create(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "beta", Name: "no-egress"},
 		Spec: networkingv1.NetworkPolicySpec{PodSelector: *app(beta1), PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}}})
-	expect("an egress deny", []probe{
+	expect("an egress deny", []reachProbe{
 		{"beta n1 → default n2", func() bool { return ping(beta1.Pod, ip(def2)) }, false},
 		{"beta n1 → beta n2", func() bool { return ping(beta1.Pod, ip(beta2)) }, false},
 		{"default n2 → beta n1 (its reply passes egress)", func() bool { return ping(def2.Pod, ip(beta1)) }, true},
@@ -250,7 +220,7 @@ func TestNetworkPolicy(t *testing.T) {
 	if !eventually(45*time.Second, func() bool { return tcpTo(alpha1.Pod, svc) }) { // kube-proxy's first sync
 		t.Errorf("alpha n1 → alpha/web %s (allowed by tcp-5201): not reached", svc)
 	}
-	expect("a service", []probe{
+	expect("a service", []reachProbe{
 		{"beta n2 → alpha/web (from-beta)", func() bool { return tcpTo(beta2.Pod, svc) }, true},
 		{"default n1 → alpha/web (no policy admits it)", func() bool { return tcpTo(def1.Pod, svc) }, false},
 		{"beta n1 → alpha/web (its egress is denied after the DNAT)", func() bool { return tcpTo(beta1.Pod, svc) }, false},
@@ -261,7 +231,7 @@ func TestNetworkPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	expect("policies deleted", []probe{
+	expect("policies deleted", []reachProbe{
 		{"default n1 → alpha n2", func() bool { return ping(def1.Pod, ip(alpha2)) }, true},
 		{"beta n1 → default n2", func() bool { return ping(beta1.Pod, ip(def2)) }, true},
 	})
@@ -272,4 +242,46 @@ func TestNetworkPolicy(t *testing.T) {
 			t.Logf("--- %s table 80 ---\n%s", c.Nodes[i].Name, out)
 		}
 	}
+}
+
+// reachProbe is one expectation of a policy test: what, how to try it, and
+// whether it should get through.
+type reachProbe struct {
+	what string
+	ok   func() bool
+	want bool
+}
+
+// policyTools starts a TCP server on port 5201 in server and returns the
+// probes the policy tests use: ping, a TCP exchange with that server, and
+// expect, which checks a list of probes, each allowed 10 s to come to its
+// expected answer (policies reach the nodes within that).
+func policyTools(t *testing.T, c *cluster.Cluster, server cluster.Pod) (ping, tcp func(from lab.Pod, to string) bool, expect func(step string, probes []reachProbe)) {
+	t.Helper()
+	ping = func(from lab.Pod, to string) bool {
+		_, err := c.Lab.Exec(ctx(t), from.NS, "ping", "-c", "1", "-W", "1", "-q", to)
+		return err == nil
+	}
+	bench := filepath.Join(binDir, "gvs-bench")
+	srv, err := c.Lab.Start(ctx(t), server.NS, filepath.Join(t.TempDir(), "tcp.log"), bench, "tcp-server", "-l", ":5201")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	tcp = func(from lab.Pod, to string) bool {
+		cctx, cancel := context.WithTimeout(ctx(t), 4*time.Second)
+		defer cancel()
+		out, err := c.Lab.Exec(cctx, from.NS, bench, "tcp-client", "-c", to+":5201", "-bytes", "100000")
+		return err == nil && strings.Contains(string(out), "intact=true")
+	}
+	expect = func(step string, probes []reachProbe) {
+		t.Helper()
+		for _, p := range probes {
+			var got bool
+			if !eventually(10*time.Second, func() bool { got = p.ok(); return got == p.want }) {
+				t.Errorf("%s: %s: reached=%v, want %v", step, p.what, got, p.want)
+			}
+		}
+	}
+	return ping, tcp, expect
 }

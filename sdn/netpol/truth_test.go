@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/netpolref"
 )
 
@@ -27,10 +28,7 @@ import (
 // one from a remote pod only the ingress here, one to a remote pod only
 // the egress here.
 
-var truthProbes = []struct {
-	proto corev1.Protocol
-	port  uint16
-}{{corev1.ProtocolTCP, 80}, {corev1.ProtocolTCP, 81}, {corev1.ProtocolUDP, 80}, {corev1.ProtocolUDP, 81}, {corev1.ProtocolSCTP, 80}}
+var truthProbes = []truthProbe{{corev1.ProtocolTCP, 80}, {corev1.ProtocolTCP, 81}, {corev1.ProtocolUDP, 80}, {corev1.ProtocolUDP, 81}, {corev1.ProtocolSCTP, 80}}
 
 func truthWorld(r *rand.Rand) (*Cluster, map[string]testPod, []string) {
 	c := NewCluster()
@@ -195,31 +193,8 @@ func TestTruthTables(t *testing.T) {
 			pols = append(pols, np)
 		}
 		tb := table(t, c, pods)
-		bad := 0
-		for _, sk := range order {
-			for _, dk := range order {
-				src, dst := pods[sk], pods[dk]
-				if sk == dk || (src.port == 0 && dst.port == 0) {
-					continue
-				}
-				for _, pr := range truthProbes {
-					want := true
-					if src.port != 0 {
-						want = want && netpolref.Admits(pols, nsLabels, ref(src), ref(dst), pr.proto, pr.port, false)
-					}
-					if dst.port != 0 {
-						want = want && netpolref.Admits(pols, nsLabels, ref(src), ref(dst), pr.proto, pr.port, true)
-					}
-					got := verdict(t, tb, src, map[corev1.Protocol]string{corev1.ProtocolTCP: "tcp", corev1.ProtocolUDP: "udp", corev1.ProtocolSCTP: "sctp"}[pr.proto],
-						dst.IP.String(), pr.port, false) != "drop"
-					probes++
-					if got != want && bad < 5 {
-						bad++
-						t.Errorf("case %d: %s → %s %s/%d: flow table allows=%v, reference %v", seed, sk, dk, pr.proto, pr.port, got, want)
-					}
-				}
-			}
-		}
+		n, _, bad := checkTable(t, tb, pods, order, pols, nsLabels, truthProbes, fmt.Sprintf("case %d", seed))
+		probes += n
 		if bad > 0 {
 			for _, np := range pols {
 				t.Logf("case %d policy %s/%s: %+v", seed, np.Namespace, np.Name, np.Spec)
@@ -227,4 +202,49 @@ func TestTruthTables(t *testing.T) {
 		}
 	}
 	t.Logf("%d cases, %d probes", cases, probes)
+}
+
+// truthProbe is a protocol and destination port of a truth table.
+type truthProbe struct {
+	proto corev1.Protocol
+	port  uint16
+}
+
+// checkTable checks every probe between every two pods (one of them on
+// this node) through tb against the reference evaluator, reporting up to 5
+// differences under label; it returns the probes made, those the reference
+// refuses, and the differences.
+func checkTable(t *testing.T, tb *flowtable.Table, pods map[string]testPod, order []string, pols []*networkingv1.NetworkPolicy,
+	nsLabels map[string]map[string]string, probes []truthProbe, label string) (made, refused, bad int) {
+	t.Helper()
+	names := map[corev1.Protocol]string{corev1.ProtocolTCP: "tcp", corev1.ProtocolUDP: "udp", corev1.ProtocolSCTP: "sctp"}
+	for _, sk := range order {
+		for _, dk := range order {
+			src, dst := pods[sk], pods[dk]
+			if sk == dk || (src.port == 0 && dst.port == 0) {
+				continue
+			}
+			for _, pr := range probes {
+				want := true
+				if src.port != 0 {
+					want = want && netpolref.Admits(pols, nsLabels, ref(src), ref(dst), pr.proto, pr.port, false)
+				}
+				if dst.port != 0 {
+					want = want && netpolref.Admits(pols, nsLabels, ref(src), ref(dst), pr.proto, pr.port, true)
+				}
+				got := verdict(t, tb, src, names[pr.proto], dst.IP.String(), pr.port, false) != "drop"
+				made++
+				if !want {
+					refused++
+				}
+				if got != want {
+					if bad < 5 {
+						t.Errorf("%s: %s → %s %s/%d: flow table allows=%v, reference %v", label, sk, dk, pr.proto, pr.port, got, want)
+					}
+					bad++
+				}
+			}
+		}
+	}
+	return made, refused, bad
 }

@@ -80,35 +80,9 @@ func TestUpstreamCases(t *testing.T) {
 				}
 				pols := slices.Collect(maps.Values(policies))
 				before := denied
-				tb := table(t, c, pods)
-				bad := 0
-				for _, sk := range order {
-					for _, dk := range order {
-						src, dst := pods[sk], pods[dk]
-						if sk == dk || (src.port == 0 && dst.port == 0) {
-							continue
-						}
-						for _, pr := range upstreamProbes {
-							want := true
-							if src.port != 0 {
-								want = want && netpolref.Admits(pols, nsLabels, ref(src), ref(dst), pr.proto, pr.port, false)
-							}
-							if dst.port != 0 {
-								want = want && netpolref.Admits(pols, nsLabels, ref(src), ref(dst), pr.proto, pr.port, true)
-							}
-							got := verdict(t, tb, src, map[corev1.Protocol]string{corev1.ProtocolTCP: "tcp", corev1.ProtocolUDP: "udp", corev1.ProtocolSCTP: "sctp"}[pr.proto],
-								dst.IP.String(), pr.port, false) != "drop"
-							probes++
-							if !want {
-								denied++
-							}
-							if got != want && bad < 5 {
-								bad++
-								t.Errorf("step %d: %s → %s %s/%d: flow table allows=%v, reference %v", si+1, sk, dk, pr.proto, pr.port, got, want)
-							}
-						}
-					}
-				}
+				made, refused, _ := checkTable(t, table(t, c, pods), pods, order, pols, nsLabels, upstreamProbes, fmt.Sprintf("step %d", si+1))
+				probes += made
+				denied += refused
 				if open := denied == before; open != st.Open {
 					t.Errorf("step %d: the reference refuses nothing: %v; upstream expects everything reachable: %v", si+1, open, st.Open)
 				}
@@ -118,7 +92,4 @@ func TestUpstreamCases(t *testing.T) {
 	t.Logf("%d probes, %d refused", probes, denied)
 }
 
-var upstreamProbes = []struct {
-	proto corev1.Protocol
-	port  uint16
-}{{corev1.ProtocolTCP, 80}, {corev1.ProtocolTCP, 81}, {corev1.ProtocolUDP, 80}, {corev1.ProtocolUDP, 81}, {corev1.ProtocolSCTP, 80}, {corev1.ProtocolSCTP, 81}}
+var upstreamProbes = []truthProbe{{corev1.ProtocolTCP, 80}, {corev1.ProtocolTCP, 81}, {corev1.ProtocolUDP, 80}, {corev1.ProtocolUDP, 81}, {corev1.ProtocolSCTP, 80}, {corev1.ProtocolSCTP, 81}}
