@@ -28,6 +28,9 @@ type memPort struct {
 	out    []memFrame
 	closed chan struct{}
 	once   sync.Once
+	// wake, if not nil, makes a blocked Read return port.ErrWoken
+	// (wakePort, trim_test.go).
+	wake chan struct{}
 }
 
 func newMemPort(name string) *memPort {
@@ -72,6 +75,8 @@ func (p *memPort) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error)
 	select {
 	case f := <-p.in:
 		take(f)
+	case <-p.wake:
+		return 0, port.ErrWoken
 	case <-p.closed:
 		return 0, errors.New("closed")
 	}

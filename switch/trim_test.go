@@ -2,53 +2,20 @@ package vswitch
 
 import (
 	"bytes"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/gvswitch/gvs/flowtable"
-	"github.com/gvswitch/gvs/port"
 )
 
 // wakePort is a memPort whose Read can be woken (Waker).
-type wakePort struct {
-	*memPort
-	wake  chan struct{}
-	woken int
-}
+type wakePort struct{ *memPort }
 
-func (p *wakePort) Wake() {
+func (p wakePort) Wake() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
-}
-
-func (p *wakePort) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
-	n := 0
-	take := func(f memFrame) {
-		meta[n] = f.meta
-		meta[n].Size = copy(bufs[n][offset:], f.frame)
-		n++
-	}
-	select {
-	case f := <-p.in:
-		take(f)
-	case <-p.wake:
-		p.woken++
-		return 0, port.ErrWoken
-	case <-p.closed:
-		return 0, errors.New("closed")
-	}
-	for n < len(bufs) {
-		select {
-		case f := <-p.in:
-			take(f)
-		default:
-			return n, nil
-		}
-	}
-	return n, nil
 }
 
 // Config.TrimIdle: a worker idle for TrimIdle after a batch that dirtied its
@@ -68,7 +35,9 @@ func TestTrimIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sw.Close() })
-	in := &wakePort{memPort: newMemPort("in"), wake: make(chan struct{}, 1)}
+	mp := newMemPort("in")
+	mp.wake = make(chan struct{}, 1)
+	in := wakePort{mp}
 	out := newMemPort("out")
 	// A batch of three, read at once: more than the first buffer.
 	for i := range 3 {
