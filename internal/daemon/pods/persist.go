@@ -49,7 +49,8 @@ func unpersist(dev *tap.Device, log *slog.Logger) {
 // whoever calls it) deletes the interface, unless the daemon is exiting,
 // when the TAP must outlive it.
 type podTAP struct {
-	*tap.Device
+	tapIO
+	dev  *tap.Device
 	m    *Manager
 	keep atomic.Bool // leave the TAP in place when closed
 }
@@ -58,18 +59,18 @@ type podTAP struct {
 // is set, and closes the TAP.
 func (p *podTAP) Close() error {
 	if !p.m.exiting.Load() && !p.keep.Load() {
-		unpersist(p.Device, p.m.log)
+		unpersist(p.dev, p.m.log)
 	}
-	return p.Device.Close()
+	return p.tapIO.Close()
 }
 
 // portOf is what Add puts on the switch for a pod: a CNI pod's TAP
 // wrapped as a podTAP, a static pod's as it is.
 func (m *Manager) portOf(s Spec, dev *tap.Device) vswitch.Port {
 	if s.ContainerID == "" {
-		return dev
+		return m.io(dev)
 	}
-	return &podTAP{Device: dev, m: m}
+	return &podTAP{tapIO: m.io(dev), dev: dev, m: m}
 }
 
 // Exiting is called when the daemon exits: from then on the switch's
@@ -203,8 +204,8 @@ func (m *Manager) adopt(ctx context.Context, s Spec, nsPath string, dev *tap.Dev
 	if m.cfg.OnTAP != nil {
 		m.cfg.OnTAP(dev)
 	}
-	pt := &podTAP{Device: dev, m: m}
-	if err := m.cfg.Switch.AddPortQueues(port, portQueues(pt, extra)); err != nil {
+	pt := &podTAP{tapIO: m.io(dev), dev: dev, m: m}
+	if err := m.cfg.Switch.AddPortQueues(port, m.portQueues(pt, extra)); err != nil {
 		return err
 	}
 	defer func() {
