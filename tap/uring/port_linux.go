@@ -424,6 +424,7 @@ func (rx *rxState) reap() {
 				bid := uint16(c.flags >> cqeBufShift)
 				if c.res > 0 && int(bid) < len(rx.reg) {
 					rx.queue = append(rx.queue, rxDone{bid: bid, n: c.res})
+					rx.inRing[bid] = false
 				} else if int(bid) < len(rx.reg) {
 					rx.provide(bid)
 					rx.publish()
@@ -461,7 +462,6 @@ func (p *Port) take(bufs [][]byte, meta []port.Meta, limit int) int {
 			rx.provide(d.bid)
 			continue
 		}
-		rx.inRing[d.bid] = false
 		rx.order[n] = d.bid
 		bytes += uint64(meta[n].Size)
 		n++

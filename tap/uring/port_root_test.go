@@ -235,3 +235,42 @@ func TestPortAllocs(t *testing.T) {
 		t.Errorf("%v allocations per batch", a)
 	}
 }
+
+// TestPortShortMeta: a Read with fewer Meta than buffers returns at most
+// that many frames and keeps the rest queued (their buffers neither in the
+// kernel's ring nor returned) for the next Reads, in order, the caller's
+// buffers staying a permutation of themselves.
+func TestPortShortMeta(t *testing.T) {
+	_, pa, pb := portPair(t)
+	bufs, set := buffers(16, iofloor.Headroom+2048)
+	meta := make([]port.Meta, 5)
+	out, _ := iofloor.Buffers(40, 64)
+	for round := range 3 {
+		if n, err := pa.Write(out, metas(out, nil), iofloor.Headroom); n != len(out) || err != nil {
+			t.Fatalf("wrote %d: %v", n, err)
+		}
+		for got := 0; got < len(out); {
+			n, err := pb.Read(bufs, meta, iofloor.Headroom)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > len(meta) {
+				t.Fatalf("%d frames for %d Meta", n, len(meta))
+			}
+			seen := map[*byte]bool{}
+			for _, b := range bufs {
+				if p := unsafe.SliceData(b); !set[p] || seen[p] {
+					t.Fatal("bufs is no longer a permutation of the caller's buffers")
+				} else {
+					seen[p] = true
+				}
+			}
+			for i := range n {
+				if !bytes.Equal(bufs[i][iofloor.Headroom:iofloor.Headroom+meta[i].Size], out[got][iofloor.Headroom:]) {
+					t.Fatalf("round %d: frame %d differs", round, got)
+				}
+				got++
+			}
+		}
+	}
+}
