@@ -166,7 +166,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	r, err := newRing(cfg.Entries, false)
+	r, err := newRing(cfg.Entries, 0, false)
 	if err != nil {
 		if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
 			err = fmt.Errorf("%w: %w", ErrUnsupported, err)

@@ -37,10 +37,15 @@ import (
 // tagCancel is the user_data of the receive ring's cancel.
 const tagCancel = 4
 
-// Sizes of a Port's rings.
+// Sizes of a Port's rings, small because every pod has them (a page or
+// two each): the receive ring submits only the multishot read, the wake
+// poll and a cancel, and completes one entry per frame (up to a batch
+// between two waits, 64 for a TAP); the transmit ring's writes are reaped
+// whenever its submission queue is full.
 const (
-	portTxEntries = 128
-	portRxEntries = 16 // the multishot read, the wake poll and cancels
+	portTxEntries = 64
+	portRxEntries = 8
+	portRxCQ      = 256
 )
 
 // ErrBuffers is what Port.Read returns when it is given buffers other than
@@ -140,7 +145,7 @@ func Supported() error {
 }
 
 func probeKernel() error {
-	r, err := newRing(8, false)
+	r, err := newRing(8, 0, false)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnsupported, err)
 	}
@@ -310,7 +315,7 @@ func (p *Port) setupRx(bufs [][]byte, offset int) (err error) {
 	if err := rc.Control(func(fd uintptr) { rx.wakeFd, derr = unix.Dup(int(fd)) }); err != nil || derr != nil {
 		return fmt.Errorf("uring: dup: %w", errors.Join(err, derr))
 	}
-	if rx.r, err = newRing(portRxEntries, false); err != nil {
+	if rx.r, err = newRing(portRxEntries, portRxCQ, false); err != nil {
 		return err
 	}
 	if rx.r.flags&setupDeferTaskrun == 0 {
@@ -528,7 +533,7 @@ func (p *Port) teardown() {
 }
 
 // Write writes the frames as tap.Device.Write does, in one io_uring_enter
-// per batch (of up to 128 frames). It returns the number of frames the
+// per batch (of up to 64 frames). It returns the number of frames the
 // kernel took.
 func (p *Port) Write(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 	if offset < tap.VnetHdrLen {
@@ -543,7 +548,7 @@ func (p *Port) Write(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 		return p.Device.Write(bufs, meta, offset)
 	}
 	if p.tx == nil {
-		r, err := newRing(portTxEntries, true)
+		r, err := newRing(portTxEntries, portTxEntries, true)
 		if err != nil {
 			p.txPlain = true
 			return p.Device.Write(bufs, meta, offset)

@@ -32,12 +32,15 @@ type ring struct {
 	syscalls atomic.Uint64 // io_uring_enter calls
 }
 
-// newRing sets up a ring of entries SQEs (a power of two) and four times as
-// many CQEs. It asks for SINGLE_ISSUER|DEFER_TASKRUN and falls back to no
+// newRing sets up a ring of entries SQEs and cqEntries CQEs (powers of
+// two; 0: four times entries). It asks for SINGLE_ISSUER|DEFER_TASKRUN and falls back to no
 // flags on a kernel that refuses them. A shared ring (any thread submits,
 // under its user's lock) asks for neither: its operations must complete
 // inline, as TAP writes do.
-func newRing(entries uint32, shared bool) (*ring, error) {
+func newRing(entries, cqEntries uint32, shared bool) (*ring, error) {
+	if cqEntries == 0 {
+		cqEntries = 4 * entries
+	}
 	var p params
 	var fd int
 	var err error
@@ -48,7 +51,7 @@ func newRing(entries uint32, shared bool) (*ring, error) {
 		{setupSubmitAll | setupCQSize | setupClamp, setupCQSize | setupClamp},
 	}[btoi(shared)]
 	for _, flags := range tries {
-		p = params{flags: flags, cqEntries: 4 * entries}
+		p = params{flags: flags, cqEntries: cqEntries}
 		fd, err = setup(entries, &p)
 		if !errors.Is(err, unix.EINVAL) {
 			break
