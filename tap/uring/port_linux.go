@@ -37,6 +37,20 @@ import (
 // tagCancel is the user_data of the receive ring's cancel.
 const tagCancel = 4
 
+// Where a receive buffer is (rxState.where).
+const (
+	bufRing   = iota // in the kernel's provided-buffer ring
+	bufSpare         // waiting in rxState.spare
+	bufQueued        // holds a completed frame not yet returned
+	bufLent          // returned by the last Read
+)
+
+// The receive ring's adaptive size (rxState.limit).
+const (
+	minRing     = 8
+	shrinkAfter = 256
+)
+
 // Sizes of a Port's rings, small because every pod has them (a page or
 // two each): the receive ring submits only the multishot read, the wake
 // poll and a cancel, and completes one entry per frame (up to a batch
@@ -102,11 +116,21 @@ type rxState struct {
 	reg           [][]byte // the caller's buffers, by buffer id
 	order         []uint16 // the buffer id in each slot of the caller's bufs
 	nLent         int      // bufs[:nLent] were returned by the last Read
-	inRing        []bool   // by buffer id: the kernel has it (or it holds a queued frame)
-	queue         []rxDone // completions not yet returned
-	armed         bool
-	woken         bool
-	err           error // the multishot read ended with an error
+	where         []uint8  // by buffer id: bufRing, bufSpare, bufQueued or bufLent
+	// The kernel's ring holds at most limit buffers (nRing now); the
+	// others wait in spare, the most recently used on top, so that a
+	// quiet pod's few frames keep landing in the same few buffers (pages)
+	// instead of going round all of them. limit doubles when a batch
+	// fills half of it or the read ran out of buffers, and halves after
+	// quiet (shrinkAfter batches of at most one frame), never below
+	// minRing.
+	nRing, limit, quiet int
+	spare               []uint16
+	queue               []rxDone // completions not yet returned
+	armed               bool
+	full                bool // the read ran out of buffers since the last batch
+	woken               bool
+	err                 error // the multishot read ended with an error
 }
 
 // NewPort wraps the TAP queue d. It fails with ErrUnsupported when the
@@ -338,11 +362,13 @@ func (p *Port) setupRx(bufs [][]byte, offset int) (err error) {
 	rx.offset = offset
 	rx.reg = append([][]byte(nil), bufs...)
 	rx.order = make([]uint16, len(bufs))
-	rx.inRing = make([]bool, len(bufs))
+	rx.where = make([]uint8, len(bufs))
 	rx.queue = make([]rxDone, 0, len(bufs))
-	for i := range bufs {
+	rx.spare = make([]uint16, 0, len(bufs))
+	rx.nRing, rx.limit, rx.quiet = 0, min(minRing, len(bufs)), 0
+	for i := len(bufs) - 1; i >= 0; i-- {
 		rx.order[i] = uint16(i)
-		rx.provide(uint16(i))
+		rx.release(uint16(i))
 	}
 	rx.publish()
 	return rx.armWake()
@@ -362,16 +388,45 @@ func (rx *rxState) check(bufs [][]byte, offset int) error {
 	return nil
 }
 
-// giveBack returns the last batch's buffers to the kernel.
+// giveBack returns the last batch's buffers to the kernel (or to spare).
 func (rx *rxState) giveBack() {
 	if rx.nLent == 0 {
 		return
 	}
-	for _, bid := range rx.order[:rx.nLent] {
-		rx.provide(bid)
+	for i := rx.nLent - 1; i >= 0; i-- {
+		rx.release(rx.order[i])
 	}
 	rx.nLent = 0
 	rx.publish()
+}
+
+// release makes buffer bid free: into the kernel's ring if it holds fewer
+// than limit, else on top of spare. The caller publishes.
+func (rx *rxState) release(bid uint16) {
+	if rx.nRing < rx.limit {
+		rx.provide(bid)
+		return
+	}
+	rx.where[bid] = bufSpare
+	rx.spare = append(rx.spare, bid)
+}
+
+// adapt sizes the ring after a batch of n frames (full: the read ran out
+// of buffers) and tops it up from spare. The caller publishes.
+func (rx *rxState) adapt(n int, full bool) {
+	switch {
+	case full || 2*n >= rx.limit:
+		rx.limit, rx.quiet = min(2*rx.limit, len(rx.reg)), 0
+	case n <= 1 && rx.limit > minRing:
+		if rx.quiet++; rx.quiet >= shrinkAfter {
+			rx.limit, rx.quiet = max(rx.limit/2, minRing), 0
+		}
+	}
+	for rx.nRing < rx.limit && len(rx.spare) > 0 {
+		bid := rx.spare[len(rx.spare)-1]
+		rx.spare = rx.spare[:len(rx.spare)-1]
+		rx.provide(bid)
+	}
 }
 
 func (rx *rxState) provide(bid uint16) {
@@ -380,7 +435,8 @@ func (rx *rxState) provide(bid uint16) {
 	b.addr = uint64(uintptr(unsafe.Pointer(&buf[rx.offset-tap.VnetHdrLen])))
 	b.len = uint32(len(buf) - rx.offset + tap.VnetHdrLen)
 	b.bid = bid
-	rx.inRing[bid] = true
+	rx.where[bid] = bufRing
+	rx.nRing++
 	rx.pbTail++
 }
 
@@ -427,18 +483,25 @@ func (rx *rxState) reap() {
 		case tagRx:
 			if c.flags&cqeFBuffer != 0 {
 				bid := uint16(c.flags >> cqeBufShift)
-				if c.res > 0 && int(bid) < len(rx.reg) {
-					rx.queue = append(rx.queue, rxDone{bid: bid, n: c.res})
-					rx.inRing[bid] = false
-				} else if int(bid) < len(rx.reg) {
-					rx.provide(bid)
-					rx.publish()
+				if int(bid) < len(rx.reg) && rx.where[bid] == bufRing {
+					rx.nRing--
+					if c.res > 0 {
+						rx.queue = append(rx.queue, rxDone{bid: bid, n: c.res})
+						rx.where[bid] = bufQueued
+					} else {
+						rx.release(bid)
+						rx.publish()
+					}
 				}
 			}
 			if c.flags&cqeFMore == 0 {
 				rx.armed = false
 				// ENOBUFS: every buffer is lent or queued; the read is
-				// armed again once some come back. ECANCELED: teardown.
+				// armed again once some come back, with a larger ring.
+				// ECANCELED: teardown.
+				if c.res == -int32(unix.ENOBUFS) {
+					rx.full = true
+				}
 				if c.res < 0 && c.res != -int32(unix.ENOBUFS) && c.res != -int32(unix.ECANCELED) && rx.err == nil {
 					rx.err = fmt.Errorf("uring: read: %w", unix.Errno(-c.res))
 				}
@@ -464,30 +527,25 @@ func (p *Port) take(bufs [][]byte, meta []port.Meta, limit int) int {
 		buf := rx.reg[d.bid]
 		raw := buf[rx.offset-tap.VnetHdrLen:]
 		if !p.CheckFrame(raw, int(d.n), &meta[n]) {
-			rx.provide(d.bid)
+			rx.release(d.bid)
 			continue
 		}
+		rx.where[d.bid] = bufLent
 		rx.order[n] = d.bid
 		bytes += uint64(meta[n].Size)
 		n++
 	}
 	rx.queue = rx.queue[:copy(rx.queue, rx.queue[used:])]
-	if n < used {
-		rx.publish()
-	}
+	rx.adapt(n, rx.full)
+	rx.full = false
+	rx.publish()
 	// The rest of the slots: every buffer not returned now, in any order.
 	k := n
 	for bid := range rx.reg {
-		if rx.inRing[bid] {
+		if rx.where[bid] != bufLent {
 			rx.order[k] = uint16(bid)
 			k++
 		}
-	}
-	// Buffers holding frames still queued are neither returned nor in
-	// the ring.
-	for _, d := range rx.queue {
-		rx.order[k] = d.bid
-		k++
 	}
 	for i := range bufs {
 		bufs[i] = rx.reg[rx.order[i]]

@@ -274,3 +274,43 @@ func TestPortShortMeta(t *testing.T) {
 		}
 	}
 }
+
+// TestPortQuietFewBuffers: frames that come one at a time land in a few
+// buffers (the ring holds 8 while the port is quiet, one more is lent), not in every one of
+// the caller's 64 in turn, so a quiet pod dirties a few pages; a burst
+// grows the ring.
+func TestPortQuietFewBuffers(t *testing.T) {
+	_, pa, pb := portPair(t)
+	bufs, _ := buffers(64, iofloor.Headroom+2048)
+	meta := make([]port.Meta, len(bufs))
+	one, _ := iofloor.Buffers(1, 64)
+	used := map[*byte]bool{}
+	for range 100 {
+		if n, err := pa.Write(one, metas(one, nil), iofloor.Headroom); n != 1 || err != nil {
+			t.Fatalf("wrote %d: %v", n, err)
+		}
+		n, err := pb.Read(bufs, meta, iofloor.Headroom)
+		if err != nil || n != 1 {
+			t.Fatalf("read %d: %v", n, err)
+		}
+		used[unsafe.SliceData(bufs[0])] = true
+	}
+	if len(used) > 9 { // 8 in the ring, 1 lent
+		t.Errorf("100 single frames landed in %d buffers, want at most 9", len(used))
+	}
+	burst, _ := iofloor.Buffers(60, 64)
+	if n, err := pa.Write(burst, metas(burst, nil), iofloor.Headroom); n != len(burst) || err != nil {
+		t.Fatalf("wrote %d: %v", n, err)
+	}
+	reads := 0
+	for got := 0; got < len(burst); reads++ {
+		n, err := pb.Read(bufs, meta, iofloor.Headroom)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	if reads > 6 {
+		t.Errorf("a burst of 60 took %d reads: the ring did not grow", reads)
+	}
+}
