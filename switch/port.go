@@ -14,7 +14,13 @@ const Headroom = 64
 //
 // Buffer ownership: the caller owns bufs and meta. Read fills
 // bufs[i][offset:] with one frame each, sets meta[i] and returns the number
-// of frames; it never keeps a reference to bufs after it returns. Write
+// of frames; it never keeps a reference to bufs after it returns — except
+// a port that lends the caller's buffers to the kernel between calls
+// (uring.Port: the kernel reads each frame into whichever buffer comes
+// next): its Read may reorder the entries of bufs among themselves, so
+// that frame i is in bufs[i], and needs the same bufs (as it left them) and
+// offset on every call, and the caller writes into none of them while a
+// Read runs. The switch passes each worker's own buffers every time. Write
 // sends frame i, bufs[i][offset:offset+meta[i].Size], and may overwrite
 // bufs[i][:offset] (the headroom, at least Headroom bytes when the switch
 // calls) and, to complete a partial checksum, the frame itself.

@@ -62,10 +62,11 @@ func (s *Switch) trimIdle(idle time.Duration) {
 }
 
 // used records a batch of n frames: its time, and whether it touched more
-// than the first page of the first buffer.
+// than the first page of the first buffer (more than one frame, a large
+// one, or a frame a lending port returned in another buffer).
 func (w *worker) used(n int) {
 	w.lastBatch.Store(w.s.trim.now.Load())
-	if !w.dirty.Load() && (n > 1 || w.meta[0].Size > smallFrame) {
+	if !w.dirty.Load() && (n > 1 || w.meta[0].Size > smallFrame || &w.bufs[0][0] != w.buf0) {
 		w.dirty.Store(true)
 	}
 }

@@ -50,6 +50,9 @@ type worker struct {
 	dirty     atomic.Bool
 	// wire is scratch space for a capture's outer headers (capture.go).
 	wire [MaxWireHeader]byte
+	// buf0 is the worker's first buffer: a port that lends buffers
+	// (Port) may return a frame in any of them.
+	buf0 *byte
 	ct   ctWorker // connection tracking (conntrack.go)
 }
 
@@ -69,6 +72,7 @@ func (s *Switch) newWorker(e *portEntry, q Port) *worker {
 	for i := range w.spare {
 		w.spare[i] = make([]byte, Headroom+s.frameSize())
 	}
+	w.buf0 = &w.bufs[0][0]
 	if s.cfg.CacheSize > 0 {
 		w.cache = flowtable.NewCache(s.cfg.CacheSize)
 	}

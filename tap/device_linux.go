@@ -533,6 +533,37 @@ func (d *Device) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) 
 	return n, nil
 }
 
+// CheckFrame is Read's check of one frame, for an I/O engine that reads the
+// device's frames itself (package tap/uring): raw holds what one read(2)
+// of the TAP returned, m bytes (the virtio_net_hdr and the frame) in a
+// buffer of len(raw) bytes. It drops a truncated, short or malformed frame
+// (counted in Stats.RxDrops by reason, false), completes the partial
+// checksum of a complete frame and fills meta as Read does.
+func (d *Device) CheckFrame(raw []byte, m int, meta *port.Meta) bool {
+	r, ok := d.check(raw, m, meta)
+	if !ok {
+		d.stats.rxDrops[r].Add(1)
+	}
+	return ok
+}
+
+// AddRx counts n frames of bytes bytes received by an I/O engine that reads
+// the device's frames itself, as Read counts its own.
+func (d *Device) AddRx(n int, bytes uint64) { d.addRx(n, bytes) }
+
+// AddTx counts n frames of bytes bytes written and errs failed writes by an
+// I/O engine that writes the device's frames itself, as Write counts its
+// own.
+func (d *Device) AddTx(n int, bytes uint64, errs int) {
+	if n > 0 {
+		d.stats.txPackets.Add(uint64(n))
+		d.stats.txBytes.Add(bytes)
+	}
+	if errs > 0 {
+		d.stats.txErrors.Add(uint64(errs))
+	}
+}
+
 func (d *Device) addRx(n int, bytes uint64) {
 	if n > 0 {
 		d.stats.rxPackets.Add(uint64(n))
@@ -603,14 +634,7 @@ func (d *Device) Write(bufs [][]byte, meta []port.Meta, offset int) (int, error)
 			break
 		}
 		pkt := b[offset-VnetHdrLen : offset+m.Size]
-		h := VnetHdr(pkt)
-		h.Reset()
-		if g := m.GSO; g.IsGSO() || g.NeedsCsum {
-			h.SetGSO(g.Type, g.HdrLen, g.Size)
-			if g.NeedsCsum {
-				h.SetPartialCsum(g.CsumStart, g.CsumOffset)
-			}
-		}
+		VnetHdr(pkt).Put(m.GSO)
 		if _, err = d.file.Write(pkt); err != nil {
 			d.stats.txErrors.Add(1)
 			if d.closed.Load() || errors.Is(err, os.ErrClosed) {

@@ -3,6 +3,8 @@ package tap
 import (
 	"encoding/binary"
 	"errors"
+
+	"github.com/gvswitch/gvs/packet"
 )
 
 // VnetHdrLen is the length of the legacy virtio_net_hdr (struct
@@ -175,6 +177,20 @@ func (h VnetHdr) SetPartialCsum(start, offset uint16) {
 	h[0] |= VnetNeedsCsum
 	h.SetCsumStart(start)
 	h.SetCsumOffset(offset)
+}
+
+// Put resets the header and describes g in it: nothing for a complete
+// frame; the GSO type, header length and segment size of a super-frame; the
+// partial checksum's start and offset if g.NeedsCsum. It is the header a
+// port writes in front of a frame it sends to the kernel.
+func (h VnetHdr) Put(g packet.GSO) {
+	h.Reset()
+	if g.IsGSO() || g.NeedsCsum {
+		h.SetGSO(g.Type, g.HdrLen, g.Size)
+		if g.NeedsCsum {
+			h.SetPartialCsum(g.CsumStart, g.CsumOffset)
+		}
+	}
 }
 
 // SetGSO describes a GSO super-frame: type (GSOTCPv4 …), header length and

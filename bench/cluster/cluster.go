@@ -59,6 +59,8 @@ type Spec struct {
 	VXLANReaders int
 	// ConntrackMax is the daemons' conntrackMax (0: the default).
 	ConntrackMax int
+	// IOEngine is the daemons' ioEngine ("": the default, auto).
+	IOEngine string
 	// Configure, if set, adjusts node i's daemon configuration last.
 	Configure func(c *Cluster, i int, cfg *daemon.Config)
 }
@@ -243,6 +245,7 @@ func (c *Cluster) writeConfig(i int) error {
 		Queues:          c.Spec.Queues,
 		VXLANReaders:    c.Spec.VXLANReaders,
 		ConntrackMax:    c.Spec.ConntrackMax,
+		IOEngine:        c.Spec.IOEngine,
 	}
 	if c.Lab.External == nil {
 		cfg.NAT = &off

@@ -60,6 +60,9 @@ type Config struct {
 	// GVSVXLANReaders, if not 0, sets vxlan0's receive sockets apart
 	// (gvs-switchd's vxlanReaders).
 	GVSVXLANReaders int
+	// GVSIOEngine is gvs-switchd's ioEngine: how pod TAPs move frames
+	// ("auto", "uring", "tap"; "" is auto).
+	GVSIOEngine string
 	// Conntrack adds the connection-tracking rows: the same stateful rule
 	// set on every dataplane (cluster.StatefulRules), TCP 1 stream and new
 	// TCP connections per second through it. ConntrackOnly runs only
@@ -175,6 +178,8 @@ type Report struct {
 	// vxlanReaders settings (Config).
 	GVSQueues       int `json:"gvs_queues,omitempty"`
 	GVSVXLANReaders int `json:"gvs_vxlan_readers,omitempty"`
+	// GVSIOEngine is gvs-switchd's ioEngine setting ("" is auto).
+	GVSIOEngine string `json:"gvs_io_engine,omitempty"`
 	// NetpolPolicies is the policies of the networkpolicy row (0: not
 	// run).
 	NetpolPolicies int      `json:"netpol_policies,omitempty"`
@@ -253,7 +258,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Time: time.Now().UTC(), Machine: machine(), Runs: cfg.Runs, Duration: cfg.Duration, Flows: cfg.Flows, BlastThreads: cfg.BlastThreads,
-		GVSQueues: cfg.GVSQueues, GVSVXLANReaders: cfg.GVSVXLANReaders}
+		GVSQueues: cfg.GVSQueues, GVSVXLANReaders: cfg.GVSVXLANReaders, GVSIOEngine: cfg.GVSIOEngine}
 	if cfg.NetworkPolicy {
 		rep.NetpolPolicies = cfg.NetpolPolicies
 	}
@@ -289,6 +294,7 @@ func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Resul
 		Dataplanes:   []string{dp, dp},
 		Queues:       cfg.GVSQueues,
 		VXLANReaders: cfg.GVSVXLANReaders,
+		IOEngine:     cfg.GVSIOEngine,
 	})
 	cancel()
 	if err != nil {

@@ -110,8 +110,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if readers == 0 {
 		readers = max(r.GVSQueues, 1)
 	}
-	_, err := fmt.Fprintf(w, "medians of %d runs, %s per workload, %d UDP flows, %d blaster thread(s), gvs queues %d (vxlan0 readers %d); %d CPUs, %s, kernel %s\n",
-		r.Runs, r.Duration, r.Flows, max(r.BlastThreads, 1), max(r.GVSQueues, 1), readers, r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel)
+	engine := r.GVSIOEngine
+	if engine == "" {
+		engine = "auto"
+	}
+	_, err := fmt.Fprintf(w, "medians of %d runs, %s per workload, %d UDP flows, %d blaster thread(s), gvs queues %d (vxlan0 readers %d), gvs ioEngine %s; %d CPUs, %s, kernel %s\n",
+		r.Runs, r.Duration, r.Flows, max(r.BlastThreads, 1), max(r.GVSQueues, 1), readers, engine, r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel)
 	return err
 }
 

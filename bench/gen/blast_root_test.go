@@ -2,6 +2,7 @@ package gen
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gvswitch/gvs/netconf"
 )
@@ -208,4 +212,61 @@ func mustMAC(t *testing.T, ns string) net.HardwareAddr {
 		}
 		return ifc.HardwareAddr, nil
 	})
+}
+
+// TestReceiverCountsGSO: a UDP GSO super-frame reaching the receiver's
+// interface whole (veth keeps UDP_SEGMENT sends whole; gvs writes merged
+// datagrams to a pod's TAP as one) counts as its datagrams, with their
+// sizes on the wire, not as one frame.
+func TestReceiverCountsGSO(t *testing.T) {
+	a, b := vethPair(t)
+	const port, seg, flow = 9400, 100, 3
+	rx := inNS(t, b, func() (*Receiver, error) { return NewReceiver(ReceiverConfig{Dev: "blb", Port: port}) })
+	defer rx.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	rc := make(chan ReceiveResult, 1)
+	go func() {
+		r, err := rx.Run(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		rc <- r
+	}()
+	// Five datagrams in one UDP_SEGMENT send (the last 60 bytes), then
+	// one plain datagram; only the first payload of each send names the
+	// flow, as in a merged super-frame.
+	payload := func(n int, seq uint64) []byte {
+		p := make([]byte, n)
+		binary.BigEndian.PutUint32(p, BlastMagic)
+		binary.BigEndian.PutUint32(p[4:], flow)
+		binary.BigEndian.PutUint64(p[8:], seq)
+		return p
+	}
+	inNS(t, a, func() (struct{}, error) {
+		// Not connected: the stack answers the first send with a port
+		// unreachable, which a connected socket would report.
+		dst := &net.UDPAddr{IP: net.IPv4(10, 77, 0, 2), Port: port}
+		c, err := net.ListenUDP("udp4", nil)
+		if err != nil {
+			return struct{}{}, err
+		}
+		defer c.Close()
+		oob := make([]byte, unix.CmsgSpace(2))
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+		h.SetLen(unix.CmsgLen(2))
+		binary.NativeEndian.PutUint16(oob[unix.CmsgLen(0):], seg)
+		if _, _, err := c.WriteMsgUDP(payload(4*seg+60, 0), oob, dst); err != nil {
+			return struct{}{}, fmt.Errorf("UDP_SEGMENT send: %w", err)
+		}
+		_, err = c.WriteToUDP(payload(seg, 1), dst)
+		return struct{}{}, err
+	})
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	r := <-rc
+	const hdr = ethLen + ipv4Len + udpLen
+	if r.Frames != 6 || r.Bytes != 5*hdr+4*seg+60+hdr+seg || r.Flows != 1 || r.FlowMax != 6 {
+		t.Errorf("counted %+v; want 6 frames of %d bytes in flow %d", r, 5*hdr+4*seg+60+hdr+seg, flow)
+	}
 }

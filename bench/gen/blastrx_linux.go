@@ -16,21 +16,30 @@ import (
 // interface hands them to the stack:
 //
 //  1. An AF_PACKET socket bound to the device for IPv4 (incoming frames
-//     only) with a classic BPF filter that keeps UDP first fragments to the
-//     blast's port and cuts them to rxSnap bytes.
-//  2. recvmmsg, 64 frames at a time; each frame is recognised by
-//     ParseBlastFrame and counted under its flow.
+//     only), with PACKET_VNET_HDR (a virtio_net_hdr in front of each frame
+//     tells a GSO super-frame's segment size) and a classic BPF filter that
+//     keeps UDP first fragments to the blast's port.
+//  2. recvmmsg, 64 frames at a time, each read into rxSnap bytes but with
+//     MSG_TRUNC, which returns its whole length; each frame is recognised
+//     by ParseBlastFrame and counted under its flow. A UDP GSO super-frame
+//     (a dataplane that merges datagrams toward the pod, as gvs does once
+//     its TAP takes USO, hands the pod's stack one skb for several of them)
+//     counts as its datagrams: its length less the headers, divided by
+//     its segment size, rounded up. Datagrams are merged only within one
+//     flow (the first one's payload names it).
 //  3. At the end, PACKET_STATISTICS tells how many matching frames the
 //     socket itself dropped (its buffer was full). Those frames did reach
 //     the interface, so Delivered counts them: the receiver's own speed
 //     does not limit the figure.
-//
-// A GSO super-frame (which neither gvs nor the lab's veths produce for UDP)
-// would count as one frame.
 
 const (
 	rxSnap  = 128
 	rxBatch = 64
+	// rxVnet is the virtio_net_hdr's length in front of each frame.
+	rxVnet = 10
+	// rxAll is the filter's snap length: all of the frame, so that its
+	// length (MSG_TRUNC) is the super-frame's.
+	rxAll = 1 << 18
 )
 
 // ReceiverConfig configures NewReceiver.
@@ -107,6 +116,9 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	if err := attachFilter(fd, cfg.Port); err != nil {
 		return nil, err
 	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
+		return nil, fmt.Errorf("gen: receiver: PACKET_VNET_HDR: %w", err)
+	}
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16<<20)
 	tv := unix.NsecToTimeval(int64(100 * time.Millisecond))
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
@@ -124,9 +136,9 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 		counts: make([]uint64, MaxFlows),
 	}
 	for i := range rxBatch {
-		r.bufs[i] = make([]byte, rxSnap)
+		r.bufs[i] = make([]byte, rxVnet+rxSnap)
 		r.iovs[i].Base = &r.bufs[i][0]
-		r.iovs[i].SetLen(rxSnap)
+		r.iovs[i].SetLen(rxVnet + rxSnap)
 		r.msgs[i].Hdr.Iov = &r.iovs[i]
 		r.msgs[i].Hdr.SetIovlen(1)
 	}
@@ -134,7 +146,7 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	return r, nil
 }
 
-// attachFilter keeps IPv4/UDP first fragments to port, cut to rxSnap bytes.
+// attachFilter keeps IPv4/UDP first fragments to port, whole.
 func attachFilter(fd int, port uint16) error {
 	prog, err := bpf.Assemble([]bpf.Instruction{
 		bpf.LoadAbsolute{Off: 12, Size: 2},                               // 0: EtherType
@@ -146,7 +158,7 @@ func attachFilter(fd int, port uint16) error {
 		bpf.LoadMemShift{Off: 14},                                        // 6: X = IP header length
 		bpf.LoadIndirect{Off: 16, Size: 2},                               // 7: UDP destination port
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(port), SkipFalse: 1}, // 8
-		bpf.RetConstant{Val: rxSnap},                                     // 9
+		bpf.RetConstant{Val: rxAll},                                      // 9
 		bpf.RetConstant{Val: 0},                                          // 10
 	})
 	if err != nil {
@@ -171,7 +183,7 @@ func (r *Receiver) Run(ctx context.Context) (ReceiveResult, error) {
 	var res ReceiveResult
 	var first, last time.Time
 	for ctx.Err() == nil {
-		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(r.fd), uintptr(unsafe.Pointer(&r.msgs[0])), rxBatch, unix.MSG_WAITFORONE, 0, 0)
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(r.fd), uintptr(unsafe.Pointer(&r.msgs[0])), rxBatch, unix.MSG_WAITFORONE|unix.MSG_TRUNC, 0, 0)
 		if e != 0 {
 			if e == unix.EAGAIN || e == unix.EINTR {
 				if r.idle > 0 && !first.IsZero() && time.Since(last) > r.idle {
@@ -189,16 +201,22 @@ func (r *Receiver) Run(ctx context.Context) (ReceiveResult, error) {
 			first = last
 		}
 		for i := range int(n) {
-			b := r.bufs[i][:min(int(r.msgs[i].Len), rxSnap)]
+			l := int(r.msgs[i].Len) - rxVnet // the whole frame's length (MSG_TRUNC)
+			if l <= 0 {
+				res.Other++
+				continue
+			}
+			b := r.bufs[i][rxVnet : rxVnet+min(l, rxSnap)]
 			f, ok := ParseBlastFrame(b)
 			if !ok || f.DstPort != r.port {
 				res.Other++
 				continue
 			}
-			res.Frames++
-			res.Bytes += uint64(binary.BigEndian.Uint16(b[ethLen+2:])) + ethLen
+			segs, bytes := blastSegments(r.bufs[i][:rxVnet], b, l)
+			res.Frames += segs
+			res.Bytes += bytes
 			if f.Flow < MaxFlows {
-				r.counts[f.Flow]++
+				r.counts[f.Flow] += segs
 			}
 		}
 	}
@@ -217,6 +235,22 @@ func (r *Receiver) Run(ctx context.Context) (ReceiveResult, error) {
 		res.Flows++
 	}
 	return res, nil
+}
+
+// blastSegments returns how many datagrams the blaster frame b (its first
+// bytes; l bytes long in all, after the virtio_net_hdr vnet) carries, and
+// their sizes on the wire: one, whose size the IPv4 header gives, unless
+// vnet describes a GSO super-frame, which carries ⌈payload ÷ segment
+// size⌉ datagrams, each with the headers of the first.
+func blastSegments(vnet, b []byte, l int) (segs, bytes uint64) {
+	gsoType, gsoSize := vnet[1]&^0x80, int(binary.LittleEndian.Uint16(vnet[4:6]))
+	if gsoType == 0 || gsoSize == 0 {
+		return 1, uint64(binary.BigEndian.Uint16(b[ethLen+2:])) + ethLen
+	}
+	hdr := ethLen + int(b[ethLen]&0x0f)*4 + udpLen
+	payload := max(l-hdr, 0)
+	segs = uint64(max((payload+gsoSize-1)/gsoSize, 1))
+	return segs, segs*uint64(hdr) + uint64(payload)
 }
 
 // htons converts a 16-bit value to network byte order.

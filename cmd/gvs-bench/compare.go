@@ -30,6 +30,7 @@ func compareCmd(ctx context.Context, args []string) error {
 	blastThreads := fs.Int("blast-threads", 2, "sending threads of the frame blaster workloads")
 	queues := fs.Int("queues", 1, "gvs-switchd queues: queues of each pod TAP and receive sockets of vxlan0, a worker each")
 	readers := fs.Int("vxlan-readers", 0, "gvs-switchd vxlanReaders: receive sockets of vxlan0 (0: as -queues)")
+	engine := fs.String("io-engine", "auto", "gvs-switchd ioEngine: how pod TAPs move frames (auto, uring, tap)")
 	prefix := fs.String("prefix", "gvc", "namespace prefix (at most 9 characters)")
 	ct := fs.Bool("conntrack", false, "add the connection-tracking rows (a stateful rule set on every dataplane: TCP 1 stream, new connections/s)")
 	ctOnly := fs.Bool("conntrack-only", false, "run only TCP 1 stream and the connection-tracking rows")
@@ -56,6 +57,7 @@ func compareCmd(ctx context.Context, args []string) error {
 		BlastThreads:      *blastThreads,
 		GVSQueues:         *queues,
 		GVSVXLANReaders:   *readers,
+		GVSIOEngine:       *engine,
 		Conntrack:         *ct || *ctOnly,
 		ConntrackOnly:     *ctOnly,
 		NetworkPolicy:     *netpol,

@@ -20,6 +20,7 @@ import (
 	"github.com/gvswitch/gvs/sdn/master"
 	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
+	"github.com/gvswitch/gvs/tap/uring"
 )
 
 // Config is gvs-switchd's configuration file (JSON). Until the control
@@ -127,6 +128,11 @@ type Config struct {
 	// duration, default DefaultTrimIdle; "0" never): a pod that carried
 	// bulk traffic keeps ~4.7 MB of buffers resident until then.
 	TrimIdle string `json:"trimIdle,omitempty"`
+	// IOEngine is how pod TAPs move frames: "uring" (io_uring: one system
+	// call per batch each way, Linux 6.7+), "tap" (read(2) and write(2)
+	// per frame, every kernel), or "auto" or "" (io_uring where the kernel
+	// has what it needs, else tap).
+	IOEngine string `json:"ioEngine,omitempty"`
 	// CNINetwork names the installed network configuration ("" means
 	// DefaultCNINetwork); its file is CNIConfDir/80-NAME.conflist.
 	CNINetwork string `json:"cniNetwork,omitempty"`
@@ -146,6 +152,33 @@ const DefaultVNIDWait = 10 * time.Second
 
 // DefaultTrimIdle is Config.TrimIdle's default.
 const DefaultTrimIdle = 10 * time.Second
+
+// I/O engines of Config.IOEngine.
+const (
+	IOEngineAuto  = "auto"
+	IOEngineUring = "uring"
+	IOEngineTAP   = "tap"
+)
+
+// ioEngine is Config.IOEngine resolved on this kernel: IOEngineUring or
+// IOEngineTAP, and why auto chose tap.
+func (c *Config) ioEngine() (engine string, why error, err error) {
+	switch c.IOEngine {
+	case "", IOEngineAuto:
+		if err := uring.Supported(); err != nil {
+			return IOEngineTAP, err, nil
+		}
+		return IOEngineUring, nil, nil
+	case IOEngineUring:
+		if err := uring.Supported(); err != nil {
+			return "", nil, fmt.Errorf("ioEngine %q: %w", c.IOEngine, err)
+		}
+		return IOEngineUring, nil, nil
+	case IOEngineTAP:
+		return IOEngineTAP, nil, nil
+	}
+	return "", nil, fmt.Errorf("ioEngine %q: want auto, uring or tap", c.IOEngine)
+}
 
 // trimIdle is Config.TrimIdle (0: off).
 func (c *Config) trimIdle() (time.Duration, error) {
@@ -286,6 +319,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if _, err := c.trimIdle(); err != nil {
+		return err
+	}
+	if _, _, err := c.ioEngine(); err != nil {
 		return err
 	}
 	if _, err := c.socketPolicy(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/sdn"
+	"github.com/gvswitch/gvs/tap/uring"
 )
 
 const goodConfig = `{
@@ -176,6 +177,33 @@ func TestTrimIdleConfig(t *testing.T) {
 		c := Config{TrimIdle: v}
 		if _, err := c.trimIdle(); err == nil {
 			t.Errorf("trimIdle %q taken", v)
+		}
+	}
+}
+
+// TestIOEngineConfig: auto and "" follow the kernel's answer, tap is always
+// tap, uring is refused where the kernel cannot run it, and anything else
+// is refused.
+func TestIOEngineConfig(t *testing.T) {
+	supported := uring.Supported() == nil
+	auto := IOEngineTAP
+	if supported {
+		auto = IOEngineUring
+	}
+	for v, want := range map[string]string{"": auto, IOEngineAuto: auto, IOEngineTAP: IOEngineTAP} {
+		c := Config{IOEngine: v}
+		if got, why, err := c.ioEngine(); err != nil || got != want || (why == nil) != (got == IOEngineUring || v == IOEngineTAP) {
+			t.Errorf("ioEngine %q: %q (%v), %v; want %q", v, got, why, err, want)
+		}
+	}
+	c := Config{IOEngine: IOEngineUring}
+	if got, _, err := c.ioEngine(); supported != (err == nil) || (supported && got != IOEngineUring) {
+		t.Errorf("ioEngine uring on a kernel that supports it %v: %q, %v", supported, got, err)
+	}
+	for _, v := range []string{"io_uring", "URING", "vhost"} {
+		c := Config{IOEngine: v}
+		if _, _, err := c.ioEngine(); err == nil {
+			t.Errorf("ioEngine %q taken", v)
 		}
 	}
 }

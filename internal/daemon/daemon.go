@@ -38,6 +38,7 @@ import (
 	"github.com/gvswitch/gvs/sdn/registry"
 	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
+	"github.com/gvswitch/gvs/tap/uring"
 	"github.com/gvswitch/gvs/vxlan"
 )
 
@@ -53,6 +54,8 @@ type Daemon struct {
 	sw    *vswitch.Switch
 	peers *vxlan.Peers
 	vx    *vxlan.Port
+	// uring: TAP queues move frames through io_uring (Config.IOEngine).
+	uring bool
 
 	// prog, pods and vnids are made when the node's configuration is
 	// complete: in New without a control plane, in Run after the
@@ -97,6 +100,16 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	engine, why, err := cfg.ioEngine()
+	if err != nil {
+		return nil, err
+	}
+	d.uring = engine == IOEngineUring
+	if why != nil {
+		log.Info("pod TAPs use read(2) and write(2) per frame: io_uring is not usable here", "err", why)
+	} else {
+		log.Info("pod TAPs use the I/O engine " + engine)
+	}
 	d.sw, err = vswitch.New(vswitch.Config{Table: d.table, Logger: log,
 		MaxFrame: d.maxFrame(), NoOffload: !d.offload(), Conntrack: ct, SweepInterval: time.Second, TrimIdle: trim})
 	if err != nil {
@@ -140,7 +153,7 @@ func (d *Daemon) init(n sdn.NodeConfig, projects map[string]uint32, implicitDefa
 	d.vnids = &vnidWaiter{prog: prog, limit: wait, labelsFirst: d.cfg.FromKubernetes()}
 	d.pods = pods.New(pods.Config{Switch: d.sw, Program: prog, VNIDs: d.vnids, Queues: d.podQueues(),
 		Offloads: d.podOffloads(), OnTAP: d.usoSeen, FirstPort: sdn.FirstPodPort, Logger: d.log,
-		OnChange: d.podsChanged})
+		OnChange: d.podsChanged, Engine: d.tapIO})
 	return nil
 }
 
@@ -328,8 +341,9 @@ func (d *Daemon) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tun0: %w", err)
 	}
-	if err := d.sw.AddPort(sdn.PortTun0, gw); err != nil {
-		gw.Close()
+	gwp := d.tapIO(gw)
+	if err := d.sw.AddPort(sdn.PortTun0, gwp); err != nil {
+		gwp.Close()
 		return err
 	}
 	if err := gateway.Configure("tun0", n); err != nil {
@@ -407,4 +421,17 @@ func (d *Daemon) listenLocal(path string, listen func(string) (net.Listener, err
 		d.log.Warn("local socket: connection refused", "socket", path, "err", err)
 		refuse(c, err)
 	}), nil
+}
+
+// tapIO is how the switch drives a TAP queue: through io_uring
+// (uring.Port) when the daemon uses it, else the device itself.
+func (d *Daemon) tapIO(dev *tap.Device) vswitch.Port {
+	if d.uring {
+		p, err := uring.NewPort(dev)
+		if err == nil {
+			return p
+		}
+		d.log.Warn("TAP queue without io_uring", "name", dev.Name(), "err", err)
+	}
+	return dev
 }

@@ -23,7 +23,8 @@ import (
 // second of bulk TCP (super-frames through their TAPs), and once they have
 // been idle past trimIdle; the daemon's attach time per ADD (p50, p99,
 // from its log); TCP 1 stream between two of the pods while all are
-// attached. GVS_SCALE_TRIMIDLE sets the daemon's trimIdle ("0": never).
+// attached. GVS_SCALE_TRIMIDLE sets the daemon's trimIdle ("0": never),
+// GVS_SCALE_IOENGINE its ioEngine (uring, tap; default auto).
 //
 //	go test -run '^$' -bench PodScale -benchtime 1x ./internal/e2e/
 func BenchmarkPodScale(b *testing.B) {
@@ -71,7 +72,10 @@ func benchPodScale(b *testing.B, pods, busy int) {
 	c, err := cluster.Up(ctx, cluster.Spec{
 		Lab:  lab.Spec{Prefix: prefix, Nodes: 1, PodsPerNode: pods, Projects: []string{"default"}, Underlay: underlay},
 		Mode: "subnet", BinDir: binDir, CNI: true,
-		Configure: func(_ *cluster.Cluster, _ int, cfg *daemon.Config) { cfg.TrimIdle = trimIdle.String() },
+		Configure: func(_ *cluster.Cluster, _ int, cfg *daemon.Config) {
+			cfg.TrimIdle = trimIdle.String()
+			cfg.IOEngine = os.Getenv("GVS_SCALE_IOENGINE") // "": auto
+		},
 	})
 	if err != nil {
 		b.Fatal(err)

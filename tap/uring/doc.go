@@ -1,5 +1,15 @@
-// Package uring is a prototype (issue 14, phase 1) of an io_uring I/O
-// engine for TAP pod ports: frames are received with one multishot read
+// Package uring is the io_uring I/O engine of TAP pod ports.
+//
+// Port is what gvs-switchd uses (its ioEngine setting): a tap.Device whose
+// frames move through two rings, one system call per batch each way. Its
+// receive ring's provided buffers are the caller's own buffers (the switch
+// worker's), so Read copies nothing and returns frames by reordering the
+// caller's buffers; its transmit ring takes a batch of writes from any
+// goroutine. Supported probes the kernel once; NewPort fails with
+// ErrUnsupported where the kernel lacks what it needs (Linux 6.7).
+//
+// Engine is the phase-1 prototype the benchmarks in docs/benchmarks.md
+// ("I/O engine candidates") measured: frames are received with one multishot read
 // (IORING_OP_READ_MULTISHOT) into a ring of buffers the engine owns
 // (IORING_REGISTER_PBUF_RING) and lent to the caller, and written in
 // batches, many writes per io_uring_enter(2), with the TAP fds registered
@@ -12,8 +22,4 @@
 // them (6.1+), so completions are run only when that thread waits for them
 // and wake nobody else. Call runtime.LockOSThread before New and use the
 // Engine from that goroutine only; Wake may be called from anywhere.
-//
-// It is not wired into the switch: the port interface is being redesigned
-// (issue 10), and docs/benchmarks.md ("I/O engine candidates") holds what
-// it measured.
 package uring

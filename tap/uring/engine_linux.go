@@ -166,7 +166,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	r, err := newRing(cfg.Entries)
+	r, err := newRing(cfg.Entries, 0, false)
 	if err != nil {
 		if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
 			err = fmt.Errorf("%w: %w", ErrUnsupported, err)
@@ -416,16 +416,11 @@ func (e *Engine) Write(port int, bufs [][]byte, gso []packet.GSO, offset int) (i
 	e.txOK = 0
 	for i, b := range bufs {
 		pkt := b[offset-tap.VnetHdrLen:]
-		h := tap.VnetHdr(pkt)
-		h.Reset()
+		var g packet.GSO
 		if i < len(gso) {
-			if g := gso[i]; g.IsGSO() || g.NeedsCsum {
-				h.SetGSO(g.Type, g.HdrLen, g.Size)
-				if g.NeedsCsum {
-					h.SetPartialCsum(g.CsumStart, g.CsumOffset)
-				}
-			}
+			g = gso[i]
 		}
+		tap.VnetHdr(pkt).Put(g)
 		s := e.r.get()
 		if s == nil {
 			if err := e.flush(); err != nil {

@@ -32,19 +32,26 @@ type ring struct {
 	syscalls atomic.Uint64 // io_uring_enter calls
 }
 
-// newRing sets up a ring of entries SQEs (a power of two) and twice as many
-// CQEs. It asks for SINGLE_ISSUER|DEFER_TASKRUN and falls back to no flags
-// on a kernel that refuses them.
-func newRing(entries uint32) (*ring, error) {
+// newRing sets up a ring of entries SQEs and cqEntries CQEs (powers of
+// two; 0: four times entries). It asks for SINGLE_ISSUER|DEFER_TASKRUN and falls back to no
+// flags on a kernel that refuses them. A shared ring (any thread submits,
+// under its user's lock) asks for neither: its operations must complete
+// inline, as TAP writes do.
+func newRing(entries, cqEntries uint32, shared bool) (*ring, error) {
+	if cqEntries == 0 {
+		cqEntries = 4 * entries
+	}
 	var p params
 	var fd int
 	var err error
-	for _, flags := range []uint32{
-		setupSingleIssuer | setupDeferTaskrun | setupSubmitAll | setupCQSize | setupClamp,
-		setupCoopTaskrun | setupCQSize | setupClamp,
-		setupCQSize | setupClamp,
-	} {
-		p = params{flags: flags, cqEntries: 4 * entries}
+	tries := [][]uint32{
+		{setupSingleIssuer | setupDeferTaskrun | setupSubmitAll | setupCQSize | setupClamp,
+			setupCoopTaskrun | setupCQSize | setupClamp,
+			setupCQSize | setupClamp},
+		{setupSubmitAll | setupCQSize | setupClamp, setupCQSize | setupClamp},
+	}[btoi(shared)]
+	for _, flags := range tries {
+		p = params{flags: flags, cqEntries: cqEntries}
 		fd, err = setup(entries, &p)
 		if !errors.Is(err, unix.EINVAL) {
 			break
@@ -59,6 +66,13 @@ func newRing(entries uint32) (*ring, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (r *ring) mmap(p *params) error {

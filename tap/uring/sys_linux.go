@@ -15,6 +15,7 @@ const (
 	opPollAdd       = 6
 	opRead          = 22
 	opWrite         = 23
+	opAsyncCancel   = 14
 	opReadMultishot = 49
 
 	sqeFixedFile    = 1 << 0
@@ -37,6 +38,7 @@ const (
 
 	registerBuffers  = 0
 	registerFiles    = 2
+	registerProbe    = 8
 	registerPbufRing = 22
 
 	cqeFBuffer  = 1 << 0

@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/netip"
 	"sync/atomic"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -49,7 +50,8 @@ func unpersist(dev *tap.Device, log *slog.Logger) {
 // whoever calls it) deletes the interface, unless the daemon is exiting,
 // when the TAP must outlive it.
 type podTAP struct {
-	*tap.Device
+	tapIO
+	dev  *tap.Device
 	m    *Manager
 	keep atomic.Bool // leave the TAP in place when closed
 }
@@ -58,18 +60,18 @@ type podTAP struct {
 // is set, and closes the TAP.
 func (p *podTAP) Close() error {
 	if !p.m.exiting.Load() && !p.keep.Load() {
-		unpersist(p.Device, p.m.log)
+		unpersist(p.dev, p.m.log)
 	}
-	return p.Device.Close()
+	return p.tapIO.Close()
 }
 
 // portOf is what Add puts on the switch for a pod: a CNI pod's TAP
 // wrapped as a podTAP, a static pod's as it is.
 func (m *Manager) portOf(s Spec, dev *tap.Device) vswitch.Port {
 	if s.ContainerID == "" {
-		return dev
+		return m.io(dev)
 	}
-	return &podTAP{Device: dev, m: m}
+	return &podTAP{tapIO: m.io(dev), dev: dev, m: m}
 }
 
 // Exiting is called when the daemon exits: from then on the switch's
@@ -114,36 +116,25 @@ func (m *Manager) Adopt(ctx context.Context, s Spec) error {
 	nsPath := NsPath(s.Netns)
 	var dev *tap.Device
 	var extra []*tap.Device // a multi-queue TAP's other queues
-	err := netconf.Do(nsPath, func() error {
-		link, err := netlink.LinkByName(s.IfName)
-		if err != nil {
-			var nf netlink.LinkNotFoundError
-			if errors.As(err, &nf) {
-				return cniplugin.ErrNoInterface
-			}
-			return fmt.Errorf("%s in %s: %w", s.IfName, nsPath, err)
+	// A daemon killed with io_uring requests in flight holds its TAPs
+	// until the kernel's asynchronous teardown of its rings has run, a
+	// few milliseconds after the process is gone: a TAP held by another
+	// process is tried again for a while (heldWait) before it is refused.
+	deadline := time.Now().Add(heldWait)
+	for {
+		err := m.attachLeft(nsPath, s, &dev, &extra)
+		if err == nil {
+			break
 		}
-		if ok, why := ourTAP(link, s.IP); !ok {
-			return fmt.Errorf("%s in %s %s: not adopting it (CHECK fails until the pod is re-created)", s.IfName, nsPath, why)
-		}
-		cfg := tap.Config{Name: s.IfName, Offloads: m.cfg.Offloads, Logger: m.log,
-			MultiQueue: link.(*netlink.Tuntap).Flags&netlink.TUNTAP_MULTI_QUEUE != 0}
-		if dev, err = tap.Reopen(cfg); err != nil || !cfg.MultiQueue {
-			return err
-		}
-		if extra, err = openQueues(cfg, m.cfg.Queues-1); err != nil {
-			return err
-		}
-		// A multi-queue TAP takes more queues even while another process
-		// holds it: ourTAP checked before attaching, this closes the race.
-		return onlyOurQueues(s.IfName, 1+len(extra))
-	})
-	if err != nil {
 		closeAll(dev, extra) // also when leaving the namespace failed after the attach
-		return err
+		dev, extra = nil, nil
+		if !errors.Is(err, errHeld) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(heldRetry)
 	}
 	node := m.cfg.Program.Node()
-	err = netconf.ConfigureLink(nsPath, netconf.LinkConfig{Name: s.IfName, MTU: node.MTU,
+	err := netconf.ConfigureLink(nsPath, netconf.LinkConfig{Name: s.IfName, MTU: node.MTU,
 		Addrs: []netip.Prefix{netip.PrefixFrom(s.IP, node.Subnet.Bits())}, Routes: Routes(node), Up: true})
 	if err != nil {
 		closeAll(dev, extra)
@@ -203,8 +194,8 @@ func (m *Manager) adopt(ctx context.Context, s Spec, nsPath string, dev *tap.Dev
 	if m.cfg.OnTAP != nil {
 		m.cfg.OnTAP(dev)
 	}
-	pt := &podTAP{Device: dev, m: m}
-	if err := m.cfg.Switch.AddPortQueues(port, portQueues(pt, extra)); err != nil {
+	pt := &podTAP{tapIO: m.io(dev), dev: dev, m: m}
+	if err := m.cfg.Switch.AddPortQueues(port, m.portQueues(pt, extra)); err != nil {
 		return err
 	}
 	defer func() {
@@ -287,4 +278,54 @@ func onlyOurQueues(name string, ours int) error {
 func isNetns(path string) bool {
 	var st unix.Statfs_t
 	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
+}
+
+// Waiting for a TAP another process holds (Adopt).
+const (
+	heldWait  = 2 * time.Second
+	heldRetry = 20 * time.Millisecond
+)
+
+// errHeld marks Adopt's errors for a TAP another process holds.
+var errHeld = errors.New("held by another process")
+
+// attachLeft checks the TAP s.IfName left in the namespace nsPath and
+// attaches to it (Adopt): its first queue in *dev, the others in *extra,
+// which the caller closes on an error.
+func (m *Manager) attachLeft(nsPath string, s Spec, dev **tap.Device, extra *[]*tap.Device) error {
+	return netconf.Do(nsPath, func() error {
+		link, err := netlink.LinkByName(s.IfName)
+		if err != nil {
+			var nf netlink.LinkNotFoundError
+			if errors.As(err, &nf) {
+				return cniplugin.ErrNoInterface
+			}
+			return fmt.Errorf("%s in %s: %w", s.IfName, nsPath, err)
+		}
+		if ok, why := ourTAP(link, s.IP); !ok {
+			err := fmt.Errorf("%s in %s %s: not adopting it (CHECK fails until the pod is re-created)", s.IfName, nsPath, why)
+			if tt, _ := link.(*netlink.Tuntap); tt != nil && tt.Flags&netlink.TUNTAP_MULTI_QUEUE != 0 && tt.Queues+tt.DisabledQueues > 0 {
+				err = fmt.Errorf("%w: %w", errHeld, err)
+			}
+			return err
+		}
+		cfg := tap.Config{Name: s.IfName, Offloads: m.cfg.Offloads, Logger: m.log,
+			MultiQueue: link.(*netlink.Tuntap).Flags&netlink.TUNTAP_MULTI_QUEUE != 0}
+		if *dev, err = tap.Reopen(cfg); err != nil || !cfg.MultiQueue {
+			if errors.Is(err, unix.EBUSY) {
+				// A single-queue TAP a process holds refuses TUNSETIFF.
+				err = fmt.Errorf("%w: %w", errHeld, err)
+			}
+			return err
+		}
+		if *extra, err = openQueues(cfg, m.cfg.Queues-1); err != nil {
+			return err
+		}
+		// A multi-queue TAP takes more queues even while another process
+		// holds it: ourTAP checked before attaching, this closes the race.
+		if err := onlyOurQueues(s.IfName, 1+len(*extra)); err != nil {
+			return fmt.Errorf("%w: %w", errHeld, err)
+		}
+		return nil
+	})
 }

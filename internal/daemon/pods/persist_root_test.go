@@ -38,7 +38,7 @@ func TestPodTAPClose(t *testing.T) {
 		if err := netconf.Do(nsPath, func() (err error) { dev, err = tap.CreatePersistent(tap.Config{Name: ifname}); return }); err != nil {
 			t.Fatal(err)
 		}
-		return &podTAP{Device: dev, m: m}
+		return &podTAP{tapIO: dev, dev: dev, m: m}
 	}
 
 	p := mk("gvst-del")

@@ -84,6 +84,10 @@ type Config struct {
 	// FirstPort is where automatically numbered ports start
 	// (sdn.FirstPodPort by default).
 	FirstPort uint32
+	// Engine, if set, is how the switch drives each queue of a pod TAP (an
+	// I/O engine around the device: uring.NewPort); nil: the device
+	// itself.
+	Engine func(*tap.Device) vswitch.Port
 	// OnChange, if set, is called after a pod is attached or detached.
 	OnChange func()
 	Logger   *slog.Logger
@@ -248,12 +252,29 @@ func openQueues(cfg tap.Config, n int) ([]*tap.Device, error) {
 }
 
 // portQueues is a pod port's queues for the switch: first, then extra.
-func portQueues(first vswitch.Port, extra []*tap.Device) []vswitch.Port {
+func (m *Manager) portQueues(first vswitch.Port, extra []*tap.Device) []vswitch.Port {
 	qs := []vswitch.Port{first}
 	for _, q := range extra {
-		qs = append(qs, q)
+		qs = append(qs, m.io(q))
 	}
 	return qs
+}
+
+// io is the switch's port for a TAP queue (Config.Engine).
+func (m *Manager) io(dev *tap.Device) tapIO {
+	if m.cfg.Engine != nil {
+		if p, ok := m.cfg.Engine(dev).(tapIO); ok {
+			return p
+		}
+	}
+	return dev
+}
+
+// tapIO is a TAP queue as the switch drives it: the device, or an I/O
+// engine around it. Both can be woken (idle trimming).
+type tapIO interface {
+	vswitch.Port
+	vswitch.Waker
 }
 
 func closeAll(dev *tap.Device, extra []*tap.Device) {
@@ -341,7 +362,7 @@ func (m *Manager) Add(ctx context.Context, s Spec, dev *tap.Device) (_ Pod, err 
 	if m.cfg.OnTAP != nil {
 		m.cfg.OnTAP(dev)
 	}
-	if err := m.cfg.Switch.AddPortQueues(port, portQueues(m.portOf(s, dev), extra)); err != nil {
+	if err := m.cfg.Switch.AddPortQueues(port, m.portQueues(m.portOf(s, dev), extra)); err != nil {
 		return Pod{}, err
 	}
 	dev, extra = nil, nil // the switch owns them now

@@ -1,0 +1,316 @@
+package uring_test
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gvswitch/gvs/internal/iofloor"
+	"github.com/gvswitch/gvs/packet"
+	"github.com/gvswitch/gvs/port"
+	"github.com/gvswitch/gvs/tap"
+	"github.com/gvswitch/gvs/tap/uring"
+)
+
+// portPair makes TAPs a → b (mirred), TSO on both, as Ports.
+func portPair(tb testing.TB) (*iofloor.Lab, *uring.Port, *uring.Port) {
+	tb.Helper()
+	if err := uring.Supported(); err != nil {
+		tb.Skip(err)
+	}
+	l := iofloor.NewLab(tb)
+	a := l.TAP("gvspa", tap.OffloadsTSO)
+	b := l.TAP("gvspb", tap.OffloadsTSO)
+	l.Mirror("gvspa", "gvspb")
+	pa, err := uring.NewPort(a)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pb, err := uring.NewPort(b)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { pa.Close(); pb.Close() })
+	return l, pa, pb
+}
+
+// buffers returns n receive buffers of size bytes and a set of their
+// addresses.
+func buffers(n, size int) ([][]byte, map[*byte]bool) {
+	bufs := make([][]byte, n)
+	set := map[*byte]bool{}
+	for i := range bufs {
+		bufs[i] = make([]byte, size)
+		set[unsafe.SliceData(bufs[i])] = true
+	}
+	return bufs, set
+}
+
+func metas(out [][]byte, gso []packet.GSO) []port.Meta {
+	m := make([]port.Meta, len(out))
+	for i := range out {
+		m[i] = port.Meta{Size: len(out[i]) - iofloor.Headroom}
+		if gso != nil {
+			m[i].GSO = gso[i]
+		}
+	}
+	return m
+}
+
+// TestPortLoop writes batches of every size through one Port's transmit
+// ring and reads them back through another's multishot read, with fewer
+// receive buffers than a batch has frames: bytes, order and TSO metadata
+// survive, Read returns frames by reordering the caller's own buffers
+// (never another buffer), and the device's counters count both sides.
+func TestPortLoop(t *testing.T) {
+	_, pa, pb := portPair(t)
+	bufs, set := buffers(16, iofloor.Headroom+packet.MaxSuperFrame+1)
+	meta := make([]port.Meta, len(bufs))
+	total := 0
+	for _, size := range iofloor.Sizes {
+		out, gso := iofloor.Buffers(24, size)
+		for round := range 4 {
+			if n, err := pa.Write(out, metas(out, gso), iofloor.Headroom); n != len(out) || err != nil {
+				t.Fatalf("%d B: wrote %d: %v", size, n, err)
+			}
+			for got := 0; got < len(out); {
+				n, err := pb.Read(bufs, meta, iofloor.Headroom)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range bufs {
+					if !set[unsafe.SliceData(bufs[i])] || len(bufs[i]) != iofloor.Headroom+packet.MaxSuperFrame+1 {
+						t.Fatalf("slot %d holds a buffer that is not the caller's", i)
+					}
+				}
+				for i := range n {
+					f := bufs[i][iofloor.Headroom : iofloor.Headroom+meta[i].Size]
+					if !bytes.Equal(f, out[got][iofloor.Headroom:]) {
+						t.Fatalf("%d B round %d: frame %d differs (got %d B, seq %d)", size, round, got, len(f), iofloor.Seq(f))
+					}
+					if meta[i].GSO.IsGSO() != gso[got].IsGSO() || meta[i].GSO.Size != gso[got].Size {
+						t.Fatalf("%d B: GSO %+v, sent %+v", size, meta[i].GSO, gso[got])
+					}
+					got++
+				}
+			}
+			total += len(out)
+		}
+	}
+	if distinct := len(set); distinct != 16 {
+		t.Fatalf("%d buffers", distinct)
+	}
+	if _, tx := pa.Fallback(); tx {
+		t.Error("the transmit ring fell back to write(2)")
+	}
+	if rx, _ := pb.Fallback(); rx {
+		t.Error("the receive ring fell back to read(2)")
+	}
+	sa, sb := pa.Stats(), pb.Stats()
+	if sa.TxPackets != uint64(total) || sb.RxPackets != uint64(total) || sa.TxErrors != 0 || sb.RxDropped() != 0 {
+		t.Errorf("sent %d: tx %+v, rx %+v", total, sa, sb)
+	}
+}
+
+// TestPortRefusals: a frame larger than the receive buffers is dropped and
+// counted (DropTruncated), not returned cut; other buffers than the first
+// call's are refused; a write of a buffer shorter than its frame fails.
+func TestPortRefusals(t *testing.T) {
+	_, pa, pb := portPair(t)
+	bufs, _ := buffers(8, iofloor.Headroom+1000)
+	meta := make([]port.Meta, len(bufs))
+	big, _ := iofloor.Buffers(1, 1500)
+	small, _ := iofloor.Buffers(1, 64)
+	if n, err := pa.Write(append(big, small...), metas(append(big, small...), nil), iofloor.Headroom); n != 2 || err != nil {
+		t.Fatalf("wrote %d: %v", n, err)
+	}
+	n, err := pb.Read(bufs, meta, iofloor.Headroom)
+	if err != nil || n != 1 || meta[0].Size != 64-4 && meta[0].Size != 64 {
+		t.Fatalf("read %d (%+v): %v", n, meta[0], err)
+	}
+	if !bytes.Equal(bufs[0][iofloor.Headroom:iofloor.Headroom+meta[0].Size], small[0][iofloor.Headroom:]) {
+		t.Fatal("the small frame differs")
+	}
+	if d := pb.Stats().RxDrops[tap.DropTruncated]; d != 1 {
+		t.Errorf("truncated drops: %d, want 1", d)
+	}
+	other, _ := buffers(8, iofloor.Headroom+1000)
+	if _, err := pb.Read(other, meta, iofloor.Headroom); !errors.Is(err, uring.ErrBuffers) {
+		t.Errorf("read with other buffers: %v", err)
+	}
+	if _, err := pb.Read(bufs, meta, iofloor.Headroom+2); !errors.Is(err, uring.ErrBuffers) {
+		t.Errorf("read with another offset: %v", err)
+	}
+	m := metas(small, nil)
+	m[0].Size = 100
+	if n, err := pa.Write(small, m, iofloor.Headroom); n != 0 || !errors.Is(err, tap.ErrHeadroom) {
+		t.Errorf("write of a 64-byte buffer as a 100-byte frame: %d, %v", n, err)
+	}
+}
+
+// TestPortWakeClose: Wake ends a waiting Read with port.ErrWoken and the
+// port reads on; Close ends a waiting Read with tap.ErrClosed, and once
+// that Read has returned the TAP is gone (the ring held no reference to
+// it past its reader); writes after Close fail.
+func TestPortWakeClose(t *testing.T) {
+	l, pa, pb := portPair(t)
+	bufs, _ := buffers(8, iofloor.Headroom+2048)
+	meta := make([]port.Meta, len(bufs))
+	res := make(chan error, 1)
+	read := func() {
+		_, err := pb.Read(bufs, meta, iofloor.Headroom)
+		res <- err
+	}
+	// Reads come from one goroutine, which the first Read locks to its
+	// thread: run every Read on the same one.
+	reqs := make(chan struct{})
+	go func() {
+		for range reqs {
+			read()
+		}
+	}()
+	defer close(reqs)
+	reqs <- struct{}{}
+	time.Sleep(50 * time.Millisecond)
+	pb.Wake()
+	if err := <-res; !errors.Is(err, port.ErrWoken) {
+		t.Fatalf("after Wake: %v", err)
+	}
+	small, _ := iofloor.Buffers(1, 64)
+	if n, err := pa.Write(small, metas(small, nil), iofloor.Headroom); n != 1 || err != nil {
+		t.Fatalf("wrote %d: %v", n, err)
+	}
+	reqs <- struct{}{}
+	if err := <-res; err != nil {
+		t.Fatalf("read after a wake-up: %v", err)
+	}
+	reqs <- struct{}{}
+	time.Sleep(50 * time.Millisecond)
+	if err := pb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-res:
+		if !errors.Is(err, tap.ErrClosed) {
+			t.Fatalf("after Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the Read")
+	}
+	if err := l.Do(func() error { _, err := net.InterfaceByName("gvspb"); return err }); err == nil {
+		t.Error("the TAP is still there after Close and the reader's return")
+	}
+	if err := pb.Close(); !errors.Is(err, tap.ErrClosed) {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := pb.Write(small, metas(small, nil), iofloor.Headroom); !errors.Is(err, tap.ErrClosed) {
+		t.Errorf("write after Close: %v", err)
+	}
+}
+
+// TestPortAllocs: a batch written and read back allocates nothing.
+func TestPortAllocs(t *testing.T) {
+	_, pa, pb := portPair(t)
+	bufs, _ := buffers(64, iofloor.Headroom+2048)
+	meta := make([]port.Meta, len(bufs))
+	out, _ := iofloor.Buffers(32, 64)
+	om := metas(out, nil)
+	loop := func() {
+		if n, err := pa.Write(out, om, iofloor.Headroom); n != len(out) || err != nil {
+			t.Fatalf("wrote %d: %v", n, err)
+		}
+		for got := 0; got < len(out); {
+			n, err := pb.Read(bufs, meta, iofloor.Headroom)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+	}
+	loop()
+	if a := testing.AllocsPerRun(100, loop); a != 0 {
+		t.Errorf("%v allocations per batch", a)
+	}
+}
+
+// TestPortShortMeta: a Read with fewer Meta than buffers returns at most
+// that many frames and keeps the rest queued (their buffers neither in the
+// kernel's ring nor returned) for the next Reads, in order, the caller's
+// buffers staying a permutation of themselves.
+func TestPortShortMeta(t *testing.T) {
+	_, pa, pb := portPair(t)
+	bufs, set := buffers(16, iofloor.Headroom+2048)
+	meta := make([]port.Meta, 5)
+	out, _ := iofloor.Buffers(40, 64)
+	for round := range 3 {
+		if n, err := pa.Write(out, metas(out, nil), iofloor.Headroom); n != len(out) || err != nil {
+			t.Fatalf("wrote %d: %v", n, err)
+		}
+		for got := 0; got < len(out); {
+			n, err := pb.Read(bufs, meta, iofloor.Headroom)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > len(meta) {
+				t.Fatalf("%d frames for %d Meta", n, len(meta))
+			}
+			seen := map[*byte]bool{}
+			for _, b := range bufs {
+				if p := unsafe.SliceData(b); !set[p] || seen[p] {
+					t.Fatal("bufs is no longer a permutation of the caller's buffers")
+				} else {
+					seen[p] = true
+				}
+			}
+			for i := range n {
+				if !bytes.Equal(bufs[i][iofloor.Headroom:iofloor.Headroom+meta[i].Size], out[got][iofloor.Headroom:]) {
+					t.Fatalf("round %d: frame %d differs", round, got)
+				}
+				got++
+			}
+		}
+	}
+}
+
+// TestPortQuietFewBuffers: frames that come one at a time land in a few
+// buffers (the ring holds 8 while the port is quiet, one more is lent), not in every one of
+// the caller's 64 in turn, so a quiet pod dirties a few pages; a burst
+// grows the ring.
+func TestPortQuietFewBuffers(t *testing.T) {
+	_, pa, pb := portPair(t)
+	bufs, _ := buffers(64, iofloor.Headroom+2048)
+	meta := make([]port.Meta, len(bufs))
+	one, _ := iofloor.Buffers(1, 64)
+	used := map[*byte]bool{}
+	for range 100 {
+		if n, err := pa.Write(one, metas(one, nil), iofloor.Headroom); n != 1 || err != nil {
+			t.Fatalf("wrote %d: %v", n, err)
+		}
+		n, err := pb.Read(bufs, meta, iofloor.Headroom)
+		if err != nil || n != 1 {
+			t.Fatalf("read %d: %v", n, err)
+		}
+		used[unsafe.SliceData(bufs[0])] = true
+	}
+	if len(used) > 9 { // 8 in the ring, 1 lent
+		t.Errorf("100 single frames landed in %d buffers, want at most 9", len(used))
+	}
+	burst, _ := iofloor.Buffers(60, 64)
+	if n, err := pa.Write(burst, metas(burst, nil), iofloor.Headroom); n != len(burst) || err != nil {
+		t.Fatalf("wrote %d: %v", n, err)
+	}
+	reads := 0
+	for got := 0; got < len(burst); reads++ {
+		n, err := pb.Read(bufs, meta, iofloor.Headroom)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	if reads > 6 {
+		t.Errorf("a burst of 60 took %d reads: the ring did not grow", reads)
+	}
+}
