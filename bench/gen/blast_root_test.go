@@ -61,10 +61,21 @@ func inNS[T any](t *testing.T, ns string, f func() (T, error)) T {
 // results.
 func blastOnce(t *testing.T, a, b string, cfg BlastConfig) (BlastResult, ReceiveResult) {
 	t.Helper()
-	rx := inNS(t, b, func() (*Receiver, error) { return NewReceiver(ReceiverConfig{Dev: "blb", Port: cfg.DstPort}) })
-	defer rx.Close()
+	stop := receive(t, b, cfg.DstPort)
 	bl := inNS(t, a, func() (*Blaster, error) { return NewBlaster(cfg) })
 	defer bl.Close()
+	sent, err := bl.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sent, stop()
+}
+
+// receive starts a Receiver on blb in namespace b for the blast port; stop
+// waits 200 ms for stragglers, ends it and returns what it counted.
+func receive(t *testing.T, b string, port uint16) (stop func() ReceiveResult) {
+	t.Helper()
+	rx := inNS(t, b, func() (*Receiver, error) { return NewReceiver(ReceiverConfig{Dev: "blb", Port: port}) })
 	ctx, cancel := context.WithCancel(context.Background())
 	rc := make(chan ReceiveResult, 1)
 	go func() {
@@ -74,13 +85,13 @@ func blastOnce(t *testing.T, a, b string, cfg BlastConfig) (BlastResult, Receive
 		}
 		rc <- r
 	}()
-	sent, err := bl.Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	return func() ReceiveResult {
+		time.Sleep(200 * time.Millisecond)
+		cancel()
+		r := <-rc
+		rx.Close()
+		return r
 	}
-	time.Sleep(200 * time.Millisecond)
-	cancel()
-	return sent, <-rc
 }
 
 // TestBlastVeth blasts through a veth pair between two namespaces at a set
@@ -221,17 +232,7 @@ func mustMAC(t *testing.T, ns string) net.HardwareAddr {
 func TestReceiverCountsGSO(t *testing.T) {
 	a, b := vethPair(t)
 	const port, seg, flow = 9400, 100, 3
-	rx := inNS(t, b, func() (*Receiver, error) { return NewReceiver(ReceiverConfig{Dev: "blb", Port: port}) })
-	defer rx.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	rc := make(chan ReceiveResult, 1)
-	go func() {
-		r, err := rx.Run(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		rc <- r
-	}()
+	stop := receive(t, b, port)
 	// Five datagrams in one UDP_SEGMENT send (the last 60 bytes), then
 	// one plain datagram; only the first payload of each send names the
 	// flow, as in a merged super-frame.
@@ -262,9 +263,7 @@ func TestReceiverCountsGSO(t *testing.T) {
 		_, err = c.WriteToUDP(payload(seg, 1), dst)
 		return struct{}{}, err
 	})
-	time.Sleep(300 * time.Millisecond)
-	cancel()
-	r := <-rc
+	r := stop()
 	const hdr = ethLen + ipv4Len + udpLen
 	if r.Frames != 6 || r.Bytes != 5*hdr+4*seg+60+hdr+seg || r.Flows != 1 || r.FlowMax != 6 {
 		t.Errorf("counted %+v; want 6 frames of %d bytes in flow %d", r, 5*hdr+4*seg+60+hdr+seg, flow)

@@ -59,7 +59,7 @@ const (
 const (
 	portTxEntries = 64
 	portRxEntries = 8
-	portRxCQ      = 256
+	portRxCQ      = 128
 )
 
 // ErrBuffers is what Port.Read returns when it is given buffers other than
