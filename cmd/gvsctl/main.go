@@ -271,6 +271,9 @@ func printShow(w io.Writer, r control.ShowResult) {
 		fmt.Fprintf(w, "  subnet changes: %d (lost %s to another node)\n", r.SubnetChanges, r.PreviousSubnet)
 	}
 	fmt.Fprintf(w, "  ports: %d  pods: %d  rules: %d  table generation: %d\n", r.Ports, r.Pods, r.Rules, r.Generation)
+	if r.IOEngine != "" {
+		fmt.Fprintf(w, "  pod TAP I/O: %s\n", r.IOEngine)
+	}
 	for _, rm := range r.Remotes {
 		fmt.Fprintf(w, "  remote %s %s subnet %s\n", rm.Name, rm.IP, rm.Subnet)
 	}

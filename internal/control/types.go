@@ -11,15 +11,18 @@ type ShowResult struct {
 	Subnet string `json:"subnet"`
 	// SubnetChanges counts the times the registry gave this node another
 	// subnet since the daemon started; PreviousSubnet is the one it lost.
-	SubnetChanges  int      `json:"subnetChanges,omitempty"`
-	PreviousSubnet string   `json:"previousSubnet,omitempty"`
-	Mode           string   `json:"mode"`
-	Version        string   `json:"version"`
-	Ports          int      `json:"ports"`
-	Pods           int      `json:"pods"`
-	Rules          int      `json:"rules"`
-	Generation     uint64   `json:"generation"`
-	Remotes        []Remote `json:"remotes"`
+	SubnetChanges  int    `json:"subnetChanges,omitempty"`
+	PreviousSubnet string `json:"previousSubnet,omitempty"`
+	Mode           string `json:"mode"`
+	Version        string `json:"version"`
+	Ports          int    `json:"ports"`
+	Pods           int    `json:"pods"`
+	Rules          int    `json:"rules"`
+	Generation     uint64 `json:"generation"`
+	// IOEngine is how pod TAPs move frames: "uring" or "tap" (the
+	// daemon's ioEngine, resolved on this kernel).
+	IOEngine string   `json:"ioEngine,omitempty"`
+	Remotes  []Remote `json:"remotes"`
 	// Registry is how the node reaches the control plane (nil without one).
 	Registry *Registry `json:"registry,omitempty"`
 }

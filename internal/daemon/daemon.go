@@ -435,3 +435,12 @@ func (d *Daemon) tapIO(dev *tap.Device) vswitch.Port {
 	}
 	return dev
 }
+
+// ioEngineName is the I/O engine of the daemon's TAPs (Config.IOEngine as
+// resolved on this kernel).
+func (d *Daemon) ioEngineName() string {
+	if d.uring {
+		return IOEngineUring
+	}
+	return IOEngineTAP
+}

@@ -10,12 +10,14 @@ import (
 
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/tap/uring"
 )
 
 // TestQueues: with "queues": 2, vxlan0 listens on two sockets sharing the
 // VXLAN port, each static pod's eth0 is a TAP with two queues, the pod's
 // kernel sends its flows over both queues (so both workers of the pod port
-// read), and traffic crosses nodes intact.
+// read), and traffic crosses nodes intact. Each queue goes through the I/O
+// engine the daemon reports (io_uring where the kernel has it).
 func TestQueues(t *testing.T) {
 	c := up(t, "qu", cluster.Spec{
 		Lab:    lab.Spec{Nodes: 2, PodsPerNode: 1, Projects: []string{"default"}},
@@ -23,6 +25,13 @@ func TestQueues(t *testing.T) {
 		Queues: 2,
 	})
 	a, b := c.Nodes[0].Pods[0], c.Nodes[1].Pods[0]
+	want := "uring"
+	if uring.Supported() != nil {
+		want = "tap"
+	}
+	if got := showJSON(t, c, 0).IOEngine; got != want {
+		t.Errorf("show: pod TAP I/O engine %q, want %q (ioEngine auto on this kernel)", got, want)
+	}
 
 	out, err := c.Lab.Exec(ctx(t), a.NS, "ip", "-d", "link", "show", "eth0")
 	if err != nil {
