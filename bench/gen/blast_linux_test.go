@@ -2,6 +2,7 @@ package gen
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net/netip"
 	"sync/atomic"
@@ -152,4 +153,43 @@ func TestNewBlasterRejects(t *testing.T) {
 			t.Errorf("%+v: err %v, want %v", c.cfg, err, c.want)
 		}
 	}
+}
+
+// FuzzBlastSegments: whatever virtio_net_hdr and length the kernel reports
+// for a frame ParseBlastFrame accepted, the receiver counts at least one
+// datagram, and a GSO super-frame's datagrams cover its payload at the
+// segment size (the last one shorter) and count their headers each.
+func FuzzBlastSegments(f *testing.F) {
+	fb, _ := NewFrameBuilder(testSpec(64, 4))
+	good := make([]byte, 64)
+	fb.Build(good, 3, 42)
+	f.Add(make([]byte, rxVnet), good, 64)
+	gso := make([]byte, rxVnet)
+	gso[1], gso[4] = 5, 100 // VIRTIO_NET_HDR_GSO_UDP_L4, 100-byte segments
+	f.Add(gso, good, 502)
+	f.Add(gso, good, 0)
+	f.Fuzz(func(t *testing.T, vnet, b []byte, l int) {
+		if len(vnet) < rxVnet {
+			return
+		}
+		if _, ok := ParseBlastFrame(b); !ok || l < 0 || l > 1<<18 {
+			return
+		}
+		segs, bytes := blastSegments(vnet, b, l)
+		if segs < 1 {
+			t.Fatalf("%d datagrams", segs)
+		}
+		gsoType, gsoSize := vnet[1]&^0x80, uint64(binary.LittleEndian.Uint16(vnet[4:6]))
+		if gsoType == 0 || gsoSize == 0 {
+			if segs != 1 {
+				t.Fatalf("a plain frame counted as %d", segs)
+			}
+			return
+		}
+		hdr := uint64(ethLen + int(b[ethLen]&0x0f)*4 + udpLen)
+		payload := bytes - segs*hdr
+		if bytes < segs*hdr || payload > segs*gsoSize || (payload > 0 && payload <= (segs-1)*gsoSize) {
+			t.Fatalf("%d datagrams of %d bytes for a %d-byte frame, segment size %d", segs, bytes, l, gsoSize)
+		}
+	})
 }

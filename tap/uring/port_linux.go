@@ -323,6 +323,7 @@ func (p *Port) setupRx(bufs [][]byte, offset int) (err error) {
 	}
 	runtime.LockOSThread()
 	rx.tapFd, rx.wakeFd = -1, -1
+	rx.err, rx.woken, rx.full = nil, false, false
 	defer func() {
 		if err != nil {
 			p.teardown()
