@@ -101,8 +101,7 @@ type Port struct {
 
 // rxState is the receive side, touched only by the reading goroutine.
 type rxState struct {
-	r     *ring
-	plain bool // the receive ring could not be made: the device reads
+	r *ring
 	// tapFd and wakeFd are the ring's own duplicates of the TAP queue's
 	// and the eventfd's descriptors: Close may close the originals while
 	// the reader still arms operations, and a reused number must never
@@ -251,7 +250,7 @@ func (p *Port) Close() error {
 // Wake, tap.ErrClosed after Close.
 func (p *Port) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 	rx := &p.rx
-	if rx.plain {
+	if p.plainRx.Load() {
 		return p.Device.Read(bufs, meta, offset)
 	}
 	if rx.r == nil {
@@ -260,7 +259,6 @@ func (p *Port) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 		}
 		if err := p.setupRx(bufs, offset); err != nil {
 			// Fall back to the device's own reads, for good.
-			rx.plain = true
 			p.plainRx.Store(true)
 			return p.Device.Read(bufs, meta, offset)
 		}
