@@ -150,29 +150,42 @@ func (t *Tracker) hash(k key) uint64 {
 // latency of a large table's lookups overlaps instead of adding up. It
 // goes in two passes over each group of 32 packets, first their buckets,
 // then the chains they lead to, so that more misses are in flight at
-// once. It reads the packets and changes nothing; a packet may be
-// anything (nothing is fetched for what is not an unfragmented or
-// first-fragment IPv4 packet). It does not allocate.
+// once. Each pass is a loop of loads and little else, so that the CPU
+// can issue many of them before the first one returns. It reads the
+// packets and changes nothing; a packet may be anything (nothing is
+// fetched for what is not an unfragmented or first-fragment IPv4
+// packet). It does not allocate.
 func (t *Tracker) Prefetch(pkts ...[]byte) {
 	const group = 32
-	var keys [group]uint64  // key word a (addresses), 0 for nothing to fetch
-	var heads [group]uint32 // chain heads
+	var bis [group]uint64   // bucket indexes of the packets with a key
+	var keys [group]uint64  // their key words a (addresses)
+	var heads [group]uint32 // their chain heads
 	for len(pkts) > 0 {
 		n := min(len(pkts), group)
-		for j, b := range pkts[:n] {
-			keys[j], heads[j] = 0, 0
-			k, ok := prefetchKey(b)
-			if !ok {
-				continue
+		m := 0
+		for _, b := range pkts[:n] {
+			if k, ok := prefetchKey(b); ok {
+				bis[m], keys[m] = t.hash(k)&t.bmask, k.a
+				m++
 			}
-			bi := t.hash(k) & t.bmask
-			t.stripes[bi&t.smask].seq.Load()
-			keys[j], heads[j] = k.a, t.buckets[bi].Load()
 		}
-		for j := range n {
-			// Walk the chain as lookup does (the zone is unknown: any
-			// zone's entry with these addresses will do), touching each
-			// node.
+		// The buckets and their stripes' sequences.
+		for j := range m {
+			heads[j] = t.buckets[bis[j]].Load()
+			t.stripes[bis[j]&t.smask].seq.Load()
+		}
+		// The first line of each chain's first node (its second line
+		// comes with the walk below; asking for it here as well was slower).
+		for j := range m {
+			if r := heads[j]; r >= 2 {
+				t.entries[r>>1-1].gen.Load()
+			}
+		}
+		// The rest of a chain whose first node is not the packet's
+		// (rare: chains hold half an entry on average), walked as lookup
+		// does (the zone is unknown: any zone's entry with these addresses
+		// will do).
+		for j := range m {
 			r := heads[j]
 			for range 4 {
 				if r < 2 {
