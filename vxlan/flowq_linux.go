@@ -125,9 +125,15 @@ func newEpoll(socks []rxSocket) (*os.File, syscall.RawConn, error) {
 }
 
 // fairShare divides a batch among the sockets of a round with more than
-// one ready: each gets len(msgs)/fairShare messages (at least one) per
-// turn.
-const fairShare = 4
+// one ready: a socket whose last read was bulk (at least bulkBytes) gets
+// len(msgs)/fairShare messages (at least one) per turn, the others a
+// whole batch. (A message is a datagram, or with UDP GRO up to 64 KiB of
+// one outer flow's datagrams; small ones keep the batch whole, so that
+// many small flows do not cost more reads.)
+const (
+	fairShare = 4
+	bulkBytes = 64 << 10
+)
 
 // fill reads the next messages into st: from the next ready socket of
 // the current round, polling for a new round when it is used up and
@@ -139,7 +145,7 @@ func (st *rxState) fill() error {
 			s := int(st.events[st.ei].Fd)
 			st.ei++
 			st.vlen = len(st.msgs)
-			if st.nev > 1 {
+			if st.nev > 1 && st.bulk[s] {
 				st.vlen = max(1, len(st.msgs)/fairShare)
 			}
 			if err := st.socks[s].rc.Read(st.fn); err != nil {
@@ -149,6 +155,11 @@ func (st *rxState) fill() error {
 				return st.rerr
 			}
 			if st.rn > 0 {
+				var n uint32
+				for i := range st.rn {
+					n += st.msgs[i].len
+				}
+				st.bulk[s] = n >= bulkBytes
 				return nil
 			}
 		}

@@ -61,6 +61,7 @@ type rxState struct {
 	nev    int               // how many
 	ei     int               // the next one to read
 	vlen   int               // messages the next recvmmsg may take
+	bulk   []bool            // per socket: its last read was bulk (fill)
 	pollFn func(fd uintptr) bool
 
 	msgs  []mmsghdr
@@ -94,6 +95,7 @@ func (p *Port) initRx(readers int, gro bool) error {
 		}
 		st.ep, st.eprc = ep, eprc
 		st.events = make([]unix.EpollEvent, per)
+		st.bulk = make([]bool, per)
 		p.rxs = append(p.rxs, st)
 	}
 	return nil
