@@ -21,10 +21,10 @@ package vxlan
 // buffers stays for the next call.
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -54,7 +54,16 @@ type mmsghdr struct {
 
 // rxState is the raw receive path's state, owned by the reader.
 type rxState struct {
-	rc    syscall.RawConn
+	socks  []rxSocket // the reader's sockets (Config.FlowQueues)
+	ep     *os.File   // epoll set of socks, in the netpoller
+	eprc   syscall.RawConn
+	events []unix.EpollEvent // the current round's ready sockets
+	nev    int               // how many
+	ei     int               // the next one to read
+	vlen   int               // messages the next recvmmsg may take
+	bulk   []bool            // per socket: its last read was bulk (fill)
+	pollFn func(fd uintptr) bool
+
 	msgs  []mmsghdr
 	iovs  []unix.Iovec
 	names []unix.RawSockaddrInet4
@@ -73,49 +82,31 @@ type rxState struct {
 	coalesceUDP atomic.Bool
 }
 
-// listenRx opens a receive socket on laddr, with SO_REUSEPORT if shared.
-func listenRx(laddr *net.UDPAddr, shared bool) (*net.UDPConn, error) {
-	var lc net.ListenConfig
-	if shared {
-		lc.Control = func(_, _ string, c syscall.RawConn) error {
-			var serr error
-			if err := c.Control(func(fd uintptr) {
-				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
-			}); err != nil {
-				return err
-			}
-			if serr != nil {
-				return fmt.Errorf("SO_REUSEPORT: %w", serr)
-			}
-			return nil
-		}
-	}
-	c, err := lc.ListenPacket(context.Background(), "udp4", laddr.String())
-	if err != nil {
-		return nil, err
-	}
-	return c.(*net.UDPConn), nil
-}
-
-// initRx sets up a receive state for every receive socket.
-func (p *Port) initRx(gro bool) error {
-	for _, rx := range p.rx {
-		rc, err := rx.SyscallConn()
+// initRx sets up each reader's receive state: its share of the receive
+// sockets and an epoll set of them.
+func (p *Port) initRx(readers int, gro bool) error {
+	per := len(p.rx) / readers
+	for r := range readers {
+		st := p.newRxState(gro)
+		st.socks = p.rx[r*per : (r+1)*per]
+		ep, eprc, err := newEpoll(st.socks)
 		if err != nil {
 			return fmt.Errorf("vxlan: %w", err)
 		}
-		p.rxs = append(p.rxs, p.newRxState(rc, gro))
+		st.ep, st.eprc = ep, eprc
+		st.events = make([]unix.EpollEvent, per)
+		st.bulk = make([]bool, per)
+		p.rxs = append(p.rxs, st)
 	}
 	return nil
 }
 
-func (p *Port) newRxState(rc syscall.RawConn, gro bool) *rxState {
+func (p *Port) newRxState(gro bool) *rxState {
 	n, size := p.batch, plainBufLen
 	if gro {
 		n, size = min(p.batch, groMsgs), groBufLen
 	}
 	st := &rxState{
-		rc:    rc,
 		msgs:  make([]mmsghdr, n),
 		iovs:  make([]unix.Iovec, n),
 		names: make([]unix.RawSockaddrInet4, n),
@@ -134,30 +125,31 @@ func (p *Port) newRxState(rc syscall.RawConn, gro bool) *rxState {
 		h.Control = &st.ctrl[i*ctrlLen]
 	}
 	st.fn = st.recv
+	st.pollFn = st.poll
 	return st
 }
 
-// recv is the RawConn callback: one recvmmsg; false means wait.
+// recv is a receive socket's RawConn callback: one recvmmsg of at most
+// st.vlen messages that does not wait (st.rn is 0 if the socket had
+// nothing).
 func (st *rxState) recv(fd uintptr) bool {
-	for i := range st.msgs {
+	for i := range st.vlen {
 		h := &st.msgs[i].hdr
 		h.Namelen = unix.SizeofSockaddrInet4
 		h.SetControllen(ctrlLen)
 		h.Flags = 0
 	}
 	for {
-		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&st.msgs[0])), uintptr(len(st.msgs)), 0, 0, 0)
-		if e == unix.EINTR {
+		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&st.msgs[0])), uintptr(st.vlen), unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case unix.EINTR:
 			continue
-		}
-		if e == unix.EAGAIN {
-			st.waits.Add(1)
-			return false
-		}
-		if e != 0 {
-			st.rn, st.rerr = 0, e
-		} else {
+		case unix.EAGAIN:
+			st.rn, st.rerr = 0, nil
+		case 0:
 			st.rn, st.rerr = int(r), nil
+		default:
+			st.rn, st.rerr = 0, e
 		}
 		return true
 	}
@@ -208,13 +200,12 @@ func (p *Port) read(st *rxState, bufs [][]byte, meta []port.Meta, offset int) (i
 			// Count this batch's drops before blocking for the next one.
 			p.addRx(0, 0, &drops)
 			drops = [NumDropReasons]uint64{}
-			err := st.rc.Read(st.fn)
-			if err == nil {
-				err = st.rerr
-			}
-			if err != nil {
+			if err := st.fill(); err != nil {
 				st.got, st.mi, st.moff = 0, 0, 0
 				p.addRx(k, nbytes, &drops)
+				if p.closed.Load() {
+					err = net.ErrClosed
+				}
 				return 0, fmt.Errorf("vxlan: read: %w", err)
 			}
 			st.got, st.mi, st.moff = st.rn, 0, 0
@@ -318,21 +309,13 @@ func completeCsum(frame []byte, g packet.GSO) {
 func (p *Port) probeOffloads() (gro, gso bool) {
 	gro = true
 	for _, rx := range p.rx {
-		ok := false
-		if rc, err := rx.SyscallConn(); err == nil {
-			_ = rc.Control(func(fd uintptr) {
-				ok = unix.SetsockoptInt(int(fd), unix.SOL_UDP, udpGRO, 1) == nil
-			})
-		}
-		gro = gro && ok
+		gro = gro && rx.control(func(fd int) error { return unix.SetsockoptInt(fd, unix.SOL_UDP, udpGRO, 1) }) == nil
 	}
 	if !gro {
 		// All or none: a socket left with GRO would hand its reader
 		// batches larger than the plain buffers.
 		for _, rx := range p.rx {
-			if rc, err := rx.SyscallConn(); err == nil {
-				_ = rc.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_UDP, udpGRO, 0) })
-			}
+			_ = rx.control(func(fd int) error { return unix.SetsockoptInt(fd, unix.SOL_UDP, udpGRO, 0) })
 		}
 	}
 	if len(p.tx) > 0 {

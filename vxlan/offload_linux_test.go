@@ -65,7 +65,7 @@ func TestOffloadRoundTrip(t *testing.T) {
 		for i := range bb.bufs {
 			bb.bufs[i] = make([]byte, headroom+packet.MaxSuperFrame)
 		}
-		if err := b.rx[0].SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		if err := b.setReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.Read(bb.bufs, bb.meta, headroom); err != nil {
@@ -360,7 +360,7 @@ func TestOffloadRoundTripUDP(t *testing.T) {
 		if _, err := a.Write(warm, metas(warm, ep), headroom); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.rx[0].SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		if err := b.setReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.Read(bb.bufs, bb.meta, headroom); err != nil {

@@ -61,6 +61,10 @@ const (
 	maxBatch           = 1024
 	maxSendSockets     = 256
 	maxReaders         = 64
+	// DefaultFlowQueues is Config.FlowQueues left zero.
+	DefaultFlowQueues = 8
+	// MaxFlowQueues is the most Config.FlowQueues may be.
+	MaxFlowQueues = 64
 )
 
 // ErrHeadroom is returned by Read and Write when offset leaves less than
@@ -97,6 +101,14 @@ type Config struct {
 	// through a Queue of its own (Queues), so several goroutines can
 	// receive in parallel.
 	Readers int
+	// FlowQueues is the number of receive sockets of each reader, all in
+	// the SO_REUSEPORT group: the kernel puts each datagram in the socket
+	// its outer flow hashes to (one per inner flow of a peer), and the
+	// reader drains the sockets in round robin, so that a sparse flow (a
+	// ping, a DNS query) does not wait behind a bulk flow's backlog
+	// (flowq_linux.go). 0 means DefaultFlowQueues; 1 gives one socket per
+	// reader.
+	FlowQueues int
 	// Offload enables UDP GRO on the receive sockets and UDP GSO
 	// (UDP_SEGMENT) on the send sockets, each where the kernel has it
 	// (probed at Listen; see Offloads), and makes Read merge consecutive
@@ -136,6 +148,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("vxlan: Config.ReadBuffer %d is negative", c.ReadBuffer)
 	case c.Readers < 0 || c.Readers > maxReaders:
 		return fmt.Errorf("vxlan: Config.Readers %d out of range 0..%d", c.Readers, maxReaders)
+	case c.FlowQueues < 0 || c.FlowQueues > MaxFlowQueues:
+		return fmt.Errorf("vxlan: Config.FlowQueues %d out of range 0..%d", c.FlowQueues, MaxFlowQueues)
 	}
 	return nil
 }
@@ -155,7 +169,7 @@ type Port struct {
 	log      *slog.Logger
 	coalesce bool // Config.Offload: Read merges segments into super-frames
 
-	rx []*net.UDPConn // receive sockets (Config.Readers)
+	rx []rxSocket // receive sockets, Config.FlowQueues per reader
 	tx []txSocket
 
 	rxs      []*rxState // one per receive socket, each owned by its reader
@@ -163,6 +177,7 @@ type Port struct {
 	gso      atomic.Bool
 	groOn    bool
 	stats    counters
+	closed   atomic.Bool
 	closeMu  sync.Once
 	closeErr error
 }
@@ -207,27 +222,29 @@ func Listen(cfg Config) (*Port, error) {
 	}
 	laddr := &net.UDPAddr{IP: net.IP(local[:]), Port: int(cfg.Port)}
 	readers := max(cfg.Readers, 1)
-	if readers > 1 {
+	flowQueues := cfg.FlowQueues
+	if flowQueues == 0 {
+		flowQueues = DefaultFlowQueues
+	}
+	shared := readers*flowQueues > 1
+	if shared {
 		// With SO_REUSEPORT the bind would join a group that another
 		// process of the same user holds (a second daemon) and share its
 		// traffic; a plain bind first fails on a port in use, as with one
-		// reader.
+		// socket.
 		probe, err := net.ListenUDP("udp4", laddr)
 		if err != nil {
 			return nil, fmt.Errorf("vxlan: listen %v: %w", laddr, err)
 		}
 		probe.Close()
 	}
-	for range readers {
-		rx, err := listenRx(laddr, readers > 1)
+	for range readers * flowQueues {
+		rx, err := openRx(laddr, shared, cfg.ReadBuffer)
 		if err != nil {
 			p.Close()
 			return nil, fmt.Errorf("vxlan: listen %v: %w", laddr, err)
 		}
 		p.rx = append(p.rx, rx)
-		if err := rx.SetReadBuffer(cfg.ReadBuffer); err != nil {
-			log.Warn("vxlan: cannot set receive buffer", "size", cfg.ReadBuffer, "err", err)
-		}
 	}
 	for range cfg.SendSockets {
 		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IP(local[:])})
@@ -254,13 +271,13 @@ func Listen(cfg Config) (*Port, error) {
 		p.groOn, gso = p.probeOffloads()
 		p.gso.Store(gso)
 	}
-	if err := p.initRx(p.groOn); err != nil {
+	if err := p.initRx(readers, p.groOn); err != nil {
 		p.Close()
 		return nil, err
 	}
 	p.SetCoalesceUDP(cfg.CoalesceUDP)
 	p.txPool.New = func() any { return p.newTxScratch() }
-	log.Info("vxlan: tunnel port open", "local", laddr.String(), "readers", readers, "send_sockets", len(p.tx), "batch", cfg.Batch,
+	log.Info("vxlan: tunnel port open", "local", laddr.String(), "readers", readers, "flow_queues", flowQueues, "send_sockets", len(p.tx), "batch", cfg.Batch,
 		"udp_gro", p.groOn, "udp_gso", p.gso.Load(), "coalesce_udp", cfg.CoalesceUDP)
 	return p, nil
 }
@@ -335,9 +352,13 @@ func (p *Port) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 // idempotent.
 func (p *Port) Close() error {
 	p.closeMu.Do(func() {
+		p.closed.Store(true)
 		var errs []error
+		for _, st := range p.rxs {
+			errs = append(errs, st.ep.Close())
+		}
 		for _, rx := range p.rx {
-			errs = append(errs, rx.Close())
+			errs = append(errs, rx.f.Close())
 		}
 		for _, s := range p.tx {
 			errs = append(errs, s.conn.Close())

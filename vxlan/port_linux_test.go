@@ -228,7 +228,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // readFrames reads until it has want frames or the deadline passes.
 func readFrames(t *testing.T, p *Port, b *batch, want int) []port.Endpoint {
 	t.Helper()
-	if err := p.rx[0].SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+	if err := p.setReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	var eps []port.Endpoint
@@ -593,4 +593,15 @@ func TestReadAllocs(t *testing.T) {
 	if perFrame > 0.05 {
 		t.Errorf("Read: %.2f allocs per datagram, want 0", perFrame)
 	}
+}
+
+// setReadDeadline sets the read deadline of every reader of p (on its
+// epoll set, where a read waits).
+func (p *Port) setReadDeadline(t time.Time) error {
+	for _, st := range p.rxs {
+		if err := st.ep.SetReadDeadline(t); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -57,6 +57,8 @@ type Spec struct {
 	// them out.
 	Queues       int
 	VXLANReaders int
+	// FlowQueues is the daemons' vxlanFlowQueues (0: the default).
+	FlowQueues int
 	// ConntrackMax is the daemons' conntrackMax (0: the default).
 	ConntrackMax int
 	// IOEngine is the daemons' ioEngine ("": the default, auto).
@@ -244,6 +246,7 @@ func (c *Cluster) writeConfig(i int) error {
 		MetricsAddr:     "127.0.0.1:9101",
 		Queues:          c.Spec.Queues,
 		VXLANReaders:    c.Spec.VXLANReaders,
+		VXLANFlowQueues: c.Spec.FlowQueues,
 		ConntrackMax:    c.Spec.ConntrackMax,
 		IOEngine:        c.Spec.IOEngine,
 	}

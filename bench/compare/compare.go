@@ -60,6 +60,9 @@ type Config struct {
 	// GVSVXLANReaders, if not 0, sets vxlan0's receive sockets apart
 	// (gvs-switchd's vxlanReaders).
 	GVSVXLANReaders int
+	// GVSVXLANFlowQueues, if not 0, is gvs-switchd's vxlanFlowQueues:
+	// receive sockets each vxlan0 reader drains in round robin.
+	GVSVXLANFlowQueues int
 	// GVSIOEngine is gvs-switchd's ioEngine: how pod TAPs move frames
 	// ("auto", "uring", "tap"; "" is auto).
 	GVSIOEngine string
@@ -178,6 +181,8 @@ type Report struct {
 	// vxlanReaders settings (Config).
 	GVSQueues       int `json:"gvs_queues,omitempty"`
 	GVSVXLANReaders int `json:"gvs_vxlan_readers,omitempty"`
+	// GVSVXLANFlowQueues is gvs-switchd's vxlanFlowQueues (0: its default).
+	GVSVXLANFlowQueues int `json:"gvs_vxlan_flow_queues,omitempty"`
 	// GVSIOEngine is gvs-switchd's ioEngine setting ("" is auto).
 	GVSIOEngine string `json:"gvs_io_engine,omitempty"`
 	// NetpolPolicies is the policies of the networkpolicy row (0: not
@@ -258,7 +263,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Time: time.Now().UTC(), Machine: machine(), Runs: cfg.Runs, Duration: cfg.Duration, Flows: cfg.Flows, BlastThreads: cfg.BlastThreads,
-		GVSQueues: cfg.GVSQueues, GVSVXLANReaders: cfg.GVSVXLANReaders, GVSIOEngine: cfg.GVSIOEngine}
+		GVSQueues: cfg.GVSQueues, GVSVXLANReaders: cfg.GVSVXLANReaders, GVSVXLANFlowQueues: cfg.GVSVXLANFlowQueues, GVSIOEngine: cfg.GVSIOEngine}
 	if cfg.NetworkPolicy {
 		rep.NetpolPolicies = cfg.NetpolPolicies
 	}
@@ -294,6 +299,7 @@ func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Resul
 		Dataplanes:   []string{dp, dp},
 		Queues:       cfg.GVSQueues,
 		VXLANReaders: cfg.GVSVXLANReaders,
+		FlowQueues:   cfg.GVSVXLANFlowQueues,
 		IOEngine:     cfg.GVSIOEngine,
 	})
 	cancel()

@@ -87,6 +87,7 @@ func runNetpol(ctx context.Context, cfg Config, p *progress) ([]float64, error) 
 		BinDir:       cfg.BinDir,
 		Queues:       cfg.GVSQueues,
 		VXLANReaders: cfg.GVSVXLANReaders,
+		FlowQueues:   cfg.GVSVXLANFlowQueues,
 		IOEngine:     cfg.GVSIOEngine,
 	})
 	cancel()

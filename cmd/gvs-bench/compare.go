@@ -30,6 +30,7 @@ func compareCmd(ctx context.Context, args []string) error {
 	blastThreads := fs.Int("blast-threads", 2, "sending threads of the frame blaster workloads")
 	queues := fs.Int("queues", 1, "gvs-switchd queues: queues of each pod TAP and receive sockets of vxlan0, a worker each")
 	readers := fs.Int("vxlan-readers", 0, "gvs-switchd vxlanReaders: receive sockets of vxlan0 (0: as -queues)")
+	flowQueues := fs.Int("vxlan-flow-queues", 0, "gvs-switchd vxlanFlowQueues: receive sockets each vxlan0 reader drains in round robin (0: its default, 8; 1: off)")
 	engine := fs.String("io-engine", "auto", "gvs-switchd ioEngine: how pod TAPs move frames (auto, uring, tap)")
 	prefix := fs.String("prefix", "gvc", "namespace prefix (at most 9 characters)")
 	ct := fs.Bool("conntrack", false, "add the connection-tracking rows (a stateful rule set on every dataplane: TCP 1 stream, new connections/s)")
@@ -48,22 +49,23 @@ func compareCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg := compare.Config{
-		BinDir:            filepath.Dir(self),
-		Dataplanes:        strings.Split(*dps, ","),
-		Runs:              *runs,
-		Duration:          *dur,
-		Prefix:            *prefix,
-		Flows:             *flows,
-		BlastThreads:      *blastThreads,
-		GVSQueues:         *queues,
-		GVSVXLANReaders:   *readers,
-		GVSIOEngine:       *engine,
-		Conntrack:         *ct || *ctOnly,
-		ConntrackOnly:     *ctOnly,
-		NetworkPolicy:     *netpol,
-		NetworkPolicyOnly: *netpolOnly,
-		NetpolPolicies:    *netpolN,
-		Progress:          os.Stderr,
+		BinDir:             filepath.Dir(self),
+		Dataplanes:         strings.Split(*dps, ","),
+		Runs:               *runs,
+		Duration:           *dur,
+		Prefix:             *prefix,
+		Flows:              *flows,
+		BlastThreads:       *blastThreads,
+		GVSQueues:          *queues,
+		GVSVXLANReaders:    *readers,
+		GVSVXLANFlowQueues: *flowQueues,
+		GVSIOEngine:        *engine,
+		Conntrack:          *ct || *ctOnly,
+		ConntrackOnly:      *ctOnly,
+		NetworkPolicy:      *netpol,
+		NetworkPolicyOnly:  *netpolOnly,
+		NetpolPolicies:     *netpolN,
+		Progress:           os.Stderr,
 	}
 	rep, err := compare.Run(ctx, cfg)
 	if err != nil {

@@ -28,7 +28,7 @@ commands:
   tcp-client -c ADDR [-bytes N | -t DURATION]
                           send to a tcp-server, check the digest, print throughput and the address seen
   compare [-o FILE.json] [-plot FILE.svg] [-runs N] [-t DURATION] [-dataplanes gvs,kernel,ovs]
-          [-flows N] [-blast-threads T] [-queues Q] [-vxlan-readers R] [-io-engine E] [-conntrack | -conntrack-only]
+          [-flows N] [-blast-threads T] [-queues Q] [-vxlan-readers R] [-vxlan-flow-queues F] [-io-engine E] [-conntrack | -conntrack-only]
                           measure gvs, the kernel and Open vSwitch on the same topology (as root):
                           TCP, UDP pps from sockets and from the frame blaster, UDP-probe and ping RTT
   udp-sink -l ADDR -t D   count UDP datagrams for D, print JSON

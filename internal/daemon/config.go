@@ -21,6 +21,7 @@ import (
 	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
 	"github.com/gvswitch/gvs/tap/uring"
+	"github.com/gvswitch/gvs/vxlan"
 )
 
 // Config is gvs-switchd's configuration file (JSON). Until the control
@@ -93,6 +94,12 @@ type Config struct {
 	// VXLANReaders is how many receive sockets vxlan0 has, each read by a
 	// worker of its own (1..MaxQueues); 0 means Queues.
 	VXLANReaders int `json:"vxlanReaders,omitempty"`
+	// VXLANFlowQueues is how many receive sockets each vxlan0 reader
+	// drains in round robin, the kernel putting each peer flow in one of
+	// them, so that a ping or a DNS query does not wait behind a bulk
+	// flow's backlog (1..64; 0 means vxlan.DefaultFlowQueues, 8; 1 turns
+	// it off).
+	VXLANFlowQueues int `json:"vxlanFlowQueues,omitempty"`
 	// ConntrackMax is the connection tracker's entry limit (0:
 	// conntrack.DefaultMaxEntries, 262 144, as Linux's nf_conntrack_max on
 	// a node of 2 cores and 24 GiB); its storage is allocated at start.
@@ -314,6 +321,9 @@ func (c *Config) Validate() error {
 	}
 	if c.VXLANReaders < 0 || c.VXLANReaders > MaxQueues {
 		return fmt.Errorf("vxlanReaders: %d out of range 0..%d", c.VXLANReaders, MaxQueues)
+	}
+	if c.VXLANFlowQueues < 0 || c.VXLANFlowQueues > vxlan.MaxFlowQueues {
+		return fmt.Errorf("vxlanFlowQueues: %d out of range 0..%d", c.VXLANFlowQueues, vxlan.MaxFlowQueues)
 	}
 	if _, err := c.vnidWait(); err != nil {
 		return err

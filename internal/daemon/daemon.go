@@ -323,7 +323,7 @@ func (d *Daemon) setup(ctx context.Context) error {
 	// vxlan0, port 1. UDP datagrams are merged toward the pods once a pod
 	// TAP shows that the kernel takes UDP super-frames (usoSeen).
 	vx, err := vxlan.Listen(vxlan.Config{Local: n.NodeIP, Port: d.cfg.VXLANPort, Peers: d.peers,
-		Offload: d.offload(), Readers: d.vxlanReaders(), Logger: d.log})
+		Offload: d.offload(), Readers: d.vxlanReaders(), FlowQueues: d.cfg.VXLANFlowQueues, Logger: d.log})
 	if err != nil {
 		return fmt.Errorf("vxlan0: %w", err)
 	}

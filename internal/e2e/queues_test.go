@@ -11,10 +11,12 @@ import (
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/tap/uring"
+	"github.com/gvswitch/gvs/vxlan"
 )
 
-// TestQueues: with "queues": 2, vxlan0 listens on two sockets sharing the
-// VXLAN port, each static pod's eth0 is a TAP with two queues, the pod's
+// TestQueues: with "queues": 2, vxlan0 has two readers (each with its flow
+// queues' sockets, all sharing the
+// VXLAN port), each static pod's eth0 is a TAP with two queues, the pod's
 // kernel sends its flows over both queues (so both workers of the pod port
 // read), and traffic crosses nodes intact. Each queue goes through the I/O
 // engine the daemon reports (io_uring where the kernel has it).
@@ -45,8 +47,9 @@ func TestQueues(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ss: %v\n%s", err, out)
 		}
-		if n := len(strings.Split(strings.TrimSpace(string(out)), "\n")); n != 2 {
-			t.Errorf("node %d: %d sockets on the VXLAN port, want 2:\n%s", i, n, out)
+		// Two readers, each with its flow queues' sockets.
+		if n, want := len(strings.Split(strings.TrimSpace(string(out)), "\n")), 2*vxlan.DefaultFlowQueues; n != want {
+			t.Errorf("node %d: %d sockets on the VXLAN port, want %d:\n%s", i, n, want, out)
 		}
 	}
 

@@ -1,0 +1,191 @@
+//go:build linux
+
+package vxlan
+
+// Flow queues: per-flow fairness on the tunnel's receive side.
+//
+// A bulk TCP flow fills whatever queue sits in front of its bottleneck;
+// with one receive socket that is the socket (SO_RCVBUF, megabytes), and
+// a ping or a DNS query that lands behind it waits until the reader has
+// drained everything ahead of it. So each reader (Config.Readers) has
+// Config.FlowQueues receive sockets instead of one, all in one
+// SO_REUSEPORT group on Local:Port:
+//
+//   - The kernel puts each datagram in the socket its outer addresses
+//     and ports hash to (with a secret of its own). A peer sends each
+//     inner flow from one outer source port (gvs picks one of its
+//     SendSockets by the flow's hash, the kernel's vxlan hashes the flow
+//     into its port range), so one inner flow always lands in one socket
+//     and keeps its order, while flows spread over the sockets. (Steering
+//     by the inner flow instead, with a reuseport BPF program, breaks
+//     that order: UDP GRO and GSO trains carry several inner flows of one
+//     outer source port, and the program sees only the first.)
+//   - The reader waits on an epoll set of its sockets (the epoll
+//     descriptor is in Go's netpoller; the sockets are not, so a datagram
+//     wakes at most one waiter) and drains the ready ones in round robin:
+//     while several are ready, each gets a share of a batch per turn, so
+//     a sparse flow's datagram waits behind at most a share of each busy
+//     socket's backlog, not behind all of it.
+//
+// Flows that hash to the same socket still share its queue, as in any
+// hashed fair queue (fq_codel's included): from a gvs peer, a sparse flow
+// meets a given bulk flow in one socket if both left through the same
+// send socket (1 in SendSockets) or their ports hash alike (1 in
+// FlowQueues).
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// rxSocket is one receive socket. Its descriptor is blocking and not in
+// the netpoller (the reader's epoll set watches it; reads pass
+// MSG_DONTWAIT); the os.File keeps the descriptor alive while a read
+// uses it.
+type rxSocket struct {
+	f  *os.File
+	rc syscall.RawConn
+}
+
+// openRx opens a receive socket bound to laddr, in the SO_REUSEPORT group
+// of laddr if shared, with SO_RCVBUF rcvbuf (0: the system's default).
+func openRx(laddr *net.UDPAddr, shared bool, rcvbuf int) (rxSocket, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return rxSocket{}, fmt.Errorf("socket: %w", err)
+	}
+	sa := &unix.SockaddrInet4{Port: laddr.Port}
+	copy(sa.Addr[:], laddr.IP.To4())
+	if shared {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+			unix.Close(fd)
+			return rxSocket{}, fmt.Errorf("SO_REUSEPORT: %w", err)
+		}
+	}
+	if rcvbuf > 0 {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcvbuf); err != nil {
+			unix.Close(fd)
+			return rxSocket{}, fmt.Errorf("SO_RCVBUF: %w", err)
+		}
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return rxSocket{}, fmt.Errorf("bind: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "vxlan-rx")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return rxSocket{}, err
+	}
+	return rxSocket{f: f, rc: rc}, nil
+}
+
+// control runs fn on the socket's descriptor.
+func (s rxSocket) control(fn func(fd int) error) error {
+	var ferr error
+	if err := s.rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// newEpoll returns an epoll set (nonblocking, so in the netpoller) of
+// socks, each registered level-triggered with its index as data.
+func newEpoll(socks []rxSocket) (*os.File, syscall.RawConn, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	for i, s := range socks {
+		err := s.control(func(fd int) error {
+			ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(i)}
+			return unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev)
+		})
+		if err != nil {
+			unix.Close(epfd)
+			return nil, nil, fmt.Errorf("epoll_ctl: %w", err)
+		}
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, nil, err
+	}
+	f := os.NewFile(uintptr(epfd), "vxlan-rx-epoll")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, rc, nil
+}
+
+// fairShare divides a batch among the sockets of a round with more than
+// one ready: a socket whose last read was bulk (at least bulkBytes) gets
+// len(msgs)/fairShare messages (at least one) per turn, the others a
+// whole batch. (A message is a datagram, or with UDP GRO up to 64 KiB of
+// one outer flow's datagrams; small ones keep the batch whole, so that
+// many small flows do not cost more reads.)
+const (
+	fairShare = 4
+	bulkBytes = 64 << 10
+)
+
+// fill reads the next messages into st: from the next ready socket of
+// the current round, polling for a new round when it is used up and
+// waiting (in the netpoller) when nothing is ready. It returns with
+// st.rn > 0 messages, or an error.
+func (st *rxState) fill() error {
+	for {
+		for st.ei < st.nev {
+			s := int(st.events[st.ei].Fd)
+			st.ei++
+			st.vlen = len(st.msgs)
+			if st.nev > 1 && st.bulk[s] {
+				st.vlen = max(1, len(st.msgs)/fairShare)
+			}
+			if err := st.socks[s].rc.Read(st.fn); err != nil {
+				return err
+			}
+			if st.rerr != nil {
+				return st.rerr
+			}
+			if st.rn > 0 {
+				var n uint32
+				for i := range st.rn {
+					n += st.msgs[i].len
+				}
+				st.bulk[s] = n >= bulkBytes
+				return nil
+			}
+		}
+		if err := st.eprc.Read(st.pollFn); err != nil {
+			return err
+		}
+	}
+}
+
+// poll is the epoll descriptor's RawConn callback: which sockets are
+// ready; false (wait) if none.
+func (st *rxState) poll(fd uintptr) bool {
+	for {
+		n, err := unix.EpollWait(int(fd), st.events, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			st.nev, st.ei, st.rerr = 0, 0, err
+			return true
+		}
+		if n == 0 {
+			st.waits.Add(1)
+			return false
+		}
+		st.nev, st.ei = n, 0
+		return true
+	}
+}

@@ -1,0 +1,97 @@
+package vxlan
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// TestFlowQueuesFair: a peer's bulk flow has a deep backlog in one
+// receive socket when a few datagrams of sparse flows (other outer source
+// ports) arrive; with flow queues the reader hands a sparse datagram over
+// within its first reads, with one socket only after the whole backlog.
+func TestFlowQueuesFair(t *testing.T) {
+	requireRoot(t)
+	const bulk, sparse, batch = 1000, 8, 16
+	for _, tc := range []struct {
+		flowQueues int
+		fair       bool
+	}{{0, true}, {1, false}} {
+		tn := newTestNet(t, false)
+		peers, _ := NewPeers(addrB)
+		p := listenIn(t, tn.a, Config{Local: addrA, Peers: peers, Batch: batch, FlowQueues: tc.flowQueues})
+		dst := netip.AddrPortFrom(addrA, UDPPort)
+		vx := func(frame []byte) []byte {
+			b := make([]byte, HeaderLen+len(frame))
+			PutHeader(b, 5)
+			copy(b[HeaderLen:], frame)
+			return b
+		}
+		heavy := udpIn(t, tn.b, "192.0.2.2:0")
+		bulkDG := vx(udpFrame(gvsMAC, vx0MAC, overlayB, overlayA, 1000, 2000, []byte("bulk")))
+		for range bulk {
+			if _, err := heavy.WriteToUDPAddrPort(bulkDG, dst); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Sparse flows, each from an outer source port of its own: with 8
+		// sockets at least one lands beside the bulk one's but for a chance
+		// of 1 in 8^8.
+		for i := range sparse {
+			c := udpIn(t, tn.b, "192.0.2.2:0")
+			dg := vx(udpFrame(gvsMAC, vx0MAC, overlayB, overlayA, uint16(3000+i), 53, []byte("ping")))
+			if _, err := c.WriteToUDPAddrPort(dg, dst); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // all queued
+		if err := p.setReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		b := newBatch(batch)
+		firstSparse, frames, reads := -1, 0, 0
+		for frames < bulk+sparse {
+			n, err := p.Read(b.bufs, b.meta, headroom)
+			if err != nil {
+				t.Fatalf("flowQueues %d: Read after %d of %d frames: %v (stats %+v)", tc.flowQueues, frames, bulk+sparse, err, p.Stats())
+			}
+			for k := range n {
+				f := b.frame(k)
+				if firstSparse < 0 && string(f[len(f)-4:]) == "ping" {
+					firstSparse = frames + k
+				}
+			}
+			frames += n
+			reads++
+		}
+		t.Logf("flowQueues %d: first sparse datagram was frame %d of %d (%d reads)", tc.flowQueues, firstSparse, frames, reads)
+		if tc.fair && (firstSparse < 0 || firstSparse >= 4*batch) {
+			t.Errorf("flowQueues %d: the first sparse datagram came as frame %d, want within the first %d", tc.flowQueues, firstSparse, 4*batch)
+		}
+		if !tc.fair && firstSparse < bulk {
+			t.Errorf("one socket: a sparse datagram came as frame %d, before the bulk backlog of %d (is the test still sound?)", firstSparse, bulk)
+		}
+		if s := p.Stats(); s.RxPackets != bulk+sparse {
+			t.Errorf("flowQueues %d: RxPackets %d, want %d", tc.flowQueues, s.RxPackets, bulk+sparse)
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Read(b.bufs, b.meta, headroom); !errors.Is(err, net.ErrClosed) {
+			t.Errorf("Read after Close: %v, want net.ErrClosed", err)
+		}
+	}
+}
+
+// TestFlowQueuesConfig: FlowQueues out of range is refused.
+func TestFlowQueuesConfig(t *testing.T) {
+	peers, _ := NewPeers(addrB)
+	for _, n := range []int{-1, MaxFlowQueues + 1} {
+		c := Config{Local: addrA, Peers: peers, FlowQueues: n}
+		if err := c.Validate(); err == nil {
+			t.Errorf("FlowQueues %d accepted", n)
+		}
+	}
+}
