@@ -14,9 +14,8 @@ import (
 	"github.com/gvswitch/gvs/vxlan"
 )
 
-// TestQueues: with "queues": 2, vxlan0 has two readers (each with its flow
-// queues' sockets, all sharing the
-// VXLAN port), each static pod's eth0 is a TAP with two queues, the pod's
+// TestQueues: with "queues": 2, vxlan0 has two readers (each with its
+// flow queues' sockets, all sharing the VXLAN port), each static pod's eth0 is a TAP with two queues, the pod's
 // kernel sends its flows over both queues (so both workers of the pod port
 // read), and traffic crosses nodes intact. Each queue goes through the I/O
 // engine the daemon reports (io_uring where the kernel has it).
