@@ -15,9 +15,10 @@ import (
 )
 
 // TestQueues: with "queues": 2, vxlan0 has two readers (each with its
-// flow queues' sockets, all sharing the VXLAN port), each static pod's eth0 is a TAP with two queues, the pod's
-// kernel sends its flows over both queues (so both workers of the pod port
-// read), and traffic crosses nodes intact. Each queue goes through the I/O
+// flow queues' sockets, all sharing the VXLAN port), each static pod's
+// eth0 is a TAP with two queues, the pod's kernel sends its flows over
+// both queues (so both workers of the pod port read), and traffic crosses
+// nodes intact. Each queue goes through the I/O
 // engine the daemon reports (io_uring where the kernel has it).
 func TestQueues(t *testing.T) {
 	c := up(t, "qu", cluster.Spec{
