@@ -12,6 +12,7 @@ import (
 // receive socket when a few datagrams of sparse flows (other outer source
 // ports) arrive; with flow queues the reader hands a sparse datagram over
 // within its first reads, with one socket only after the whole backlog.
+// Reading allocates nothing either way.
 func TestFlowQueuesFair(t *testing.T) {
 	requireRoot(t)
 	const bulk, sparse, batch = 1000, 8, 16
@@ -52,7 +53,7 @@ func TestFlowQueuesFair(t *testing.T) {
 		}
 		b := newBatch(batch)
 		firstSparse, frames, reads := -1, 0, 0
-		for frames < bulk+sparse {
+		read := func() {
 			n, err := p.Read(b.bufs, b.meta, headroom)
 			if err != nil {
 				t.Fatalf("flowQueues %d: Read after %d of %d frames: %v (stats %+v)", tc.flowQueues, frames, bulk+sparse, err, p.Stats())
@@ -65,6 +66,16 @@ func TestFlowQueuesFair(t *testing.T) {
 			}
 			frames += n
 			reads++
+		}
+		if !raceEnabled {
+			// Reads of queued datagrams, from one socket or several,
+			// allocate nothing (the first frames are counted as well).
+			if allocs := testing.AllocsPerRun(10, read); allocs != 0 {
+				t.Errorf("flowQueues %d: Read: %v allocs per call, want 0", tc.flowQueues, allocs)
+			}
+		}
+		for frames < bulk+sparse {
+			read()
 		}
 		t.Logf("flowQueues %d: first sparse datagram was frame %d of %d (%d reads)", tc.flowQueues, firstSparse, frames, reads)
 		if tc.fair && (firstSparse < 0 || firstSparse >= 4*batch) {
