@@ -3,7 +3,7 @@
 package vxlan
 
 // The receive path of the tunnel port and its offloads: a raw recvmmsg
-// that allocates nothing, UDP GRO on the receive socket with GRO-style
+// that allocates nothing, UDP GRO on the receive sockets with GRO-style
 // coalescing of the inner TCP segments (UDP datagrams with CoalesceUDP),
 // and the probe of UDP GRO and UDP GSO (UDP_SEGMENT, used by the send path
 // in send_linux.go).
@@ -178,7 +178,7 @@ func (st *rxState) groSize(i int) int {
 	return 0
 }
 
-// read reads from the receive socket whose state is st.
+// read reads from the receive sockets of the reader whose state is st.
 func (p *Port) read(st *rxState, bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 	if offset < HeaderLen {
 		return 0, ErrHeadroom

@@ -6,7 +6,8 @@ package vxlan
 // whose Caps have Tunnel and Offload.
 //
 // Receive path (Read, one goroutine at a time per queue):
-//  1. A raw recvmmsg on the socket bound to Local:4789 reads up to
+//  1. A raw recvmmsg on one of the reader's sockets bound to Local:4789
+//     (the next ready one in round robin: flowq_linux.go) reads up to
 //     Batch datagrams into the port's own buffers, the source addresses
 //     into preallocated sockaddrs (offload_linux.go).
 //  2. Each datagram is checked: not truncated, source in Peers, header
@@ -94,12 +95,12 @@ type Config struct {
 	// ReadBuffer is SO_RCVBUF for each receive socket (the kernel caps it
 	// at net.core.rmem_max); 0 means DefaultReadBuffer.
 	ReadBuffer int
-	// Readers is the number of receive sockets; 0 means 1. With more than
-	// one, they share Local:Port with SO_REUSEPORT, the kernel hashing each
-	// datagram's outer addresses and ports to one of them (a peer's send
-	// sockets give its flows different source ports), and each is read
-	// through a Queue of its own (Queues), so several goroutines can
-	// receive in parallel.
+	// Readers is the number of readers, each with FlowQueues receive
+	// sockets; 0 means 1. All the sockets share Local:Port with
+	// SO_REUSEPORT, the kernel hashing each datagram's outer addresses and
+	// ports to one of them (a peer's send sockets give its flows different
+	// source ports), and each reader is a Queue of its own (Queues), so
+	// several goroutines can receive in parallel.
 	Readers int
 	// FlowQueues is the number of receive sockets of each reader, all in
 	// the SO_REUSEPORT group: the kernel puts each datagram in the socket
@@ -156,7 +157,7 @@ func (c *Config) Validate() error {
 
 // Port is the VXLAN tunnel port. It implements vswitch.Port (Caps: Tunnel
 // and Offload) and vswitch.Framer; its reads are those of its first
-// receive socket (Queues()[0]).
+// reader (Queues()[0]).
 //
 // Read must be called by one goroutine at a time (per Queue, with
 // Config.Readers > 1); Write, Stats, SourcePortFor and the other methods
@@ -172,7 +173,7 @@ type Port struct {
 	rx []rxSocket // receive sockets, Config.FlowQueues per reader
 	tx []txSocket
 
-	rxs      []*rxState // one per receive socket, each owned by its reader
+	rxs      []*rxState // one per reader, each owned by it
 	txPool   sync.Pool  // of *txScratch (send_linux.go)
 	gso      atomic.Bool
 	groOn    bool
@@ -188,7 +189,7 @@ type txSocket struct {
 	port uint16
 }
 
-// Listen opens the tunnel port: the receive socket on Local:Port and
+// Listen opens the tunnel port: the receive sockets on Local:Port and
 // SendSockets send sockets on Local:0. The sockets are created in the
 // calling thread's network namespace and stay there.
 func Listen(cfg Config) (*Port, error) {

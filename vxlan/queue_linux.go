@@ -2,8 +2,9 @@ package vxlan
 
 import "github.com/gvswitch/gvs/port"
 
-// Queue is one receive queue of a Port: it reads from one of the port's
-// receive sockets (Config.Readers) and sends through the port's send
+// Queue is one receive queue of a Port: one of its readers
+// (Config.Readers), which reads from its own receive sockets
+// (Config.FlowQueues), and it sends through the port's send
 // sockets, which all queues share. It is a vswitch.Port (and
 // vswitch.Framer) of its own, so a switch runs one reading worker per
 // queue (vswitch.Switch.AddPortQueues); frames the switch spreads over the
@@ -17,8 +18,8 @@ type Queue struct {
 	st *rxState
 }
 
-// Queues returns the port's receive queues, one per receive socket, in
-// socket order. Queue 0 reads what the Port's own Read reads, so use
+// Queues returns the port's receive queues, one per reader, in reader
+// order. Queue 0 reads what the Port's own Read reads, so use
 // either the Port or its queues, not both.
 func (p *Port) Queues() []*Queue {
 	qs := make([]*Queue, len(p.rxs))
@@ -51,7 +52,7 @@ func (q *Queue) Close() error {
 	return err
 }
 
-// Read is Port.Read on this queue's receive socket.
+// Read is Port.Read on this queue's receive sockets.
 func (q *Queue) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 	return q.p.read(q.st, bufs, meta, offset)
 }
