@@ -87,12 +87,14 @@ type Config struct {
 	TapPool int `json:"tapPool,omitempty"`
 	// Queues is how many queues vxlan0 and each new pod TAP have, each
 	// read by a worker of its own (0 or 1: one; at most MaxQueues). vxlan0
-	// gets that many receive sockets (SO_REUSEPORT), pods multi-queue TAPs.
+	// gets that many readers (each with VXLANFlowQueues sockets, all
+	// sharing the port with SO_REUSEPORT), pods multi-queue TAPs.
 	// A restarted daemon adopts a CNI pod's TAP as it is: a single-queue
 	// TAP stays single-queue, a multi-queue one gets Queues queues.
 	Queues int `json:"queues,omitempty"`
-	// VXLANReaders is how many receive sockets vxlan0 has, each read by a
-	// worker of its own (1..MaxQueues); 0 means Queues.
+	// VXLANReaders is how many readers vxlan0 has, each a worker of its
+	// own with VXLANFlowQueues receive sockets (1..MaxQueues); 0 means
+	// Queues.
 	VXLANReaders int `json:"vxlanReaders,omitempty"`
 	// VXLANFlowQueues is how many receive sockets each vxlan0 reader
 	// drains in round robin, the kernel putting each peer flow in one of
