@@ -145,6 +145,12 @@ type Metrics struct {
 	// short TCP connections per second (gvs-bench conn-rate, 16 at a time).
 	TCP1CTGbps   float64 `json:"tcp1_ct_gbps"`
 	ConnPerSecCT float64 `json:"conn_per_s_ct"`
+	// ConnPerSecBare is the same generator between the two nodes'
+	// namespaces on the underlay. On gvs and kernel nodes that is veths
+	// and a bridge that no dataplane touches: the ceiling of the
+	// connection rate on this machine. On OVS nodes eth0 is a port of
+	// OVS's userspace bridge br-ul, so it goes through OVS again.
+	ConnPerSecBare float64 `json:"conn_per_s_bare"`
 	// TCP 1 stream in the networkpolicy mode with NetpolPolicies policies
 	// (Config.NetworkPolicy; gvs only).
 	TCP1NetpolGbps float64 `json:"tcp1_netpol_gbps"`

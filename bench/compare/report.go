@@ -51,6 +51,7 @@ var rows = []row{
 	{"CPU s per Gbit (dataplane procs)", func(m Metrics) float64 { return m.DataplaneCPUSecPerGbit }, true, "", false},
 	{"TCP 1 stream, stateful rules, Gbit/s", func(m Metrics) float64 { return m.TCP1CTGbps }, false, "≥0.9× gvs without", true},
 	{"new TCP connections/s, stateful rules", func(m Metrics) float64 { return m.ConnPerSecCT }, false, "≥3× ovs", true},
+	{"new TCP connections/s, node to node on the underlay", func(m Metrics) float64 { return m.ConnPerSecBare }, false, "", true},
 	{"TCP 1 stream, networkpolicy mode, N policies, Gbit/s", func(m Metrics) float64 { return m.TCP1NetpolGbps }, false, "≥0.9× gvs subnet", true},
 }
 

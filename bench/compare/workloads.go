@@ -175,16 +175,25 @@ func (e *env) conntrack(ctx context.Context, m *Metrics, step func(string)) (err
 		return err
 	}
 	step("new TCP connections per second, stateful rules")
-	m.ConnPerSecCT, err = e.connRate(ctx, src, dst, e.cfg.Duration)
+	if m.ConnPerSecCT, err = e.connRate(ctx, src.NS, dst.NS, dst.IP, e.cfg.Duration); err != nil {
+		return err
+	}
+	// The generator's ceiling: the same connections between the nodes'
+	// own namespaces, over the underlay's veths and bridge, which neither
+	// gvs nor the kernel dataplane touches (OVS's underlay runs through
+	// its br-ul).
+	step("new TCP connections per second, node to node on the underlay")
+	n0, n1 := e.c.Nodes[0], e.c.Nodes[1]
+	m.ConnPerSecBare, err = e.connRate(ctx, n0.NS, n1.NS, n1.IP, e.cfg.Duration)
 	return err
 }
 
-// connRate measures short TCP connections per second from src to a
-// conn-server in dst.
-func (e *env) connRate(ctx context.Context, src, dst cluster.Pod, d time.Duration) (float64, error) {
+// connRate measures short TCP connections per second from namespace
+// srcNS to a conn-server on dstIP in namespace dstNS.
+func (e *env) connRate(ctx context.Context, srcNS, dstNS string, dstIP netip.Addr, d time.Duration) (float64, error) {
 	sctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
-	srv, err := e.c.Lab.Start(sctx, dst.NS, filepath.Join(e.c.Lab.StateDir(), "conn-server.log"), e.bin(), "conn-server", "-l", ":"+strconv.Itoa(connPort))
+	srv, err := e.c.Lab.Start(sctx, dstNS, filepath.Join(e.c.Lab.StateDir(), "conn-server.log"), e.bin(), "conn-server", "-l", ":"+strconv.Itoa(connPort))
 	if err != nil {
 		return 0, err
 	}
@@ -192,16 +201,16 @@ func (e *env) connRate(ctx context.Context, src, dst cluster.Pod, d time.Duratio
 	var r gen.ConnRateResult
 	for try := 0; try < 30; try++ {
 		time.Sleep(100 * time.Millisecond)
-		out, err := e.c.Lab.Exec(sctx, src.NS, e.bin(), "conn-rate", "-c", netip.AddrPortFrom(dst.IP, connPort).String(),
+		out, err := e.c.Lab.Exec(sctx, srcNS, e.bin(), "conn-rate", "-c", netip.AddrPortFrom(dstIP, connPort).String(),
 			"-t", d.String(), "-workers", strconv.Itoa(connWorkers))
 		if err = decode(out, err, &r); err == nil {
 			return r.PerSec, nil
 		}
 		if !bytes.Contains(out, []byte("refused")) {
-			return 0, fmt.Errorf("conn-rate %s → %s: %w", src.Name, dst.IP, err)
+			return 0, fmt.Errorf("conn-rate %s → %s: %w", srcNS, dstIP, err)
 		}
 	}
-	return 0, fmt.Errorf("conn-rate %s → %s: the server never listened", src.Name, dst.IP)
+	return 0, fmt.Errorf("conn-rate %s → %s: the server never listened", srcNS, dstIP)
 }
 
 // connPort is the conn-server's port in the conntrack rows.
