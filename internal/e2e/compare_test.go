@@ -13,8 +13,9 @@ import (
 	"github.com/gvswitch/gvs/bench/compare"
 )
 
-// TestCompare runs a short `gvs-bench compare` (one run, 1 s per workload)
-// on gvs and the kernel, and on OVS when it is installed, and checks that
+// TestCompare runs a short `gvs-bench compare` (one run, 1 s per workload,
+// the conntrack rows included) on gvs and the kernel, and on OVS when it
+// is installed, and checks that
 // every present dataplane has positive numbers in the JSON report and an
 // absent one is reported missing.
 func TestCompare(t *testing.T) {
@@ -31,6 +32,7 @@ func TestCompare(t *testing.T) {
 		Prefix:     "gvtcmp",
 		Underlay:   netip.MustParsePrefix("192.168.246.0/24"),
 		Progress:   &progress,
+		Conntrack:  true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +66,7 @@ func TestCompare(t *testing.T) {
 		for _, k := range []string{"tcp1_gbps", "tcp4_gbps", "udp64_kpps", "udp1400_kpps", "udp1400_gso_kpps", "rtt_idle_p50_us", "rtt_idle_p99_us",
 			"udp64_blast_kpps", "udp64_blast_offered_kpps", "udp1400_blast_kpps", "udp1400_blast_offered_kpps",
 			"rtt_ping_idle_p50_us", "rtt_ping_idle_p99_us", "rtt_ping_load_p50_us", "rtt_ping_load_p99_us",
-			"rtt_ping_sparse_p50_us", "rtt_ping_sparse_p99_us"} {
+			"rtt_ping_sparse_p50_us", "rtt_ping_sparse_p99_us", "tcp1_ct_gbps", "conn_per_s_ct", "conn_per_s_bare"} {
 			if v, ok := d[k].(float64); !ok || v <= 0 {
 				t.Errorf("%s: %s = %v, want > 0", name, k, d[k])
 			}
