@@ -9,14 +9,24 @@ import (
 // its queue's Read and read by the outputs it calls, both on the worker's
 // goroutine, so only the worker may give their pages back: the trimmer
 // finds workers idle for TrimIdle whose buffers hold more than a page or
-// two, and wakes them (Waker); a woken worker releases its buffers
-// (release, trim_linux.go) and reads on.
+// two, or whose queue holds resources of its own (Holder), and wakes them
+// (Waker); a woken worker releases its buffers (release, trim_linux.go)
+// and reads on, the queue having given up its own.
 
 // Waker is an optional interface of a port queue whose blocked Read can be
 // woken: Wake makes the Read in progress, or the next, return
 // port.ErrWoken without frames. tap.Device implements it.
 type Waker interface {
 	Wake()
+}
+
+// Holder is an optional interface of a port queue that holds resources of
+// its own while it is busy (package tap/uring: io_uring rings and the OS
+// thread its reader is locked to) and gives them up when its reader is
+// woken idle (Waker). While Holds reports true, the trimmer wakes the
+// queue's idle worker even when the worker's buffers are clean.
+type Holder interface {
+	Holds() bool
 }
 
 // smallFrame is the largest frame a batch of one may carry without making
@@ -49,7 +59,7 @@ func (s *Switch) trimIdle(idle time.Duration) {
 			s.trim.now.Store(now)
 			for _, e := range *s.ports.Load() {
 				for i, w := range e.workers {
-					if !w.dirty.Load() || now-w.lastBatch.Load() < int64(idle) {
+					if now-w.lastBatch.Load() < int64(idle) || !w.dirty.Load() && !holds(e.q[i]) {
 						continue
 					}
 					if wk, ok := e.q[i].(Waker); ok {
@@ -85,4 +95,10 @@ func (w *worker) release() {
 	}
 	w.dirty.Store(false)
 	w.s.trim.releases.Add(1)
+}
+
+// holds reports whether q holds resources it gives up when woken idle.
+func holds(q Port) bool {
+	h, ok := q.(Holder)
+	return ok && h.Holds()
 }

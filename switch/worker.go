@@ -88,7 +88,7 @@ func (s *Switch) frameSize() int {
 }
 
 // worker reads queue qi of e until its context is cancelled or the queue
-// fails.
+// fails, or hands its reading on to a new goroutine (port.ErrMoveReader).
 func (s *Switch) worker(ctx context.Context, e *portEntry, qi int, wg *sync.WaitGroup) {
 	defer wg.Done()
 	q := e.q[qi]
@@ -105,6 +105,13 @@ func (s *Switch) worker(ctx context.Context, e *portEntry, qi int, wg *sync.Wait
 		}
 		if errors.Is(err, port.ErrWoken) {
 			w.release()
+			if errors.Is(err, port.ErrMoveReader) {
+				// The port left this goroutine locked to a thread it no
+				// longer needs: end here, so the thread ends too.
+				wg.Add(1)
+				go s.worker(ctx, e, qi, wg)
+				return
+			}
 			continue
 		}
 		if err != nil {
