@@ -465,6 +465,7 @@ func (p *Port) setupRx(bufs [][]byte, offset int) (err error) {
 	}
 	rx.pbufs = unsafe.Slice((*pbuf)(unsafe.Pointer(&rx.pbr[0])), entries)
 	rx.mask = entries - 1
+	rx.pbTail = 0 // a new ring starts at 0; the one before this may have left its tail anywhere
 	reg := bufReg{ringAddr: uint64(uintptr(unsafe.Pointer(&rx.pbr[0]))), ringEntries: uint32(entries)}
 	if err := register(rx.r.fd, registerPbufRing, unsafe.Pointer(&reg), 1); err != nil {
 		return fmt.Errorf("uring: IORING_REGISTER_PBUF_RING: %w", err)

@@ -365,13 +365,25 @@ func TestPortOnDemand(t *testing.T) {
 	}
 	go reader()
 	defer close(reqs)
+	// recv waits for a Read's result, failing fast rather than hanging on
+	// a ring that lost its buffers.
+	recv := func() result {
+		t.Helper()
+		select {
+		case r := <-res:
+			return r
+		case <-time.After(5 * time.Second):
+			t.Fatal("a Read did not return within 5 s")
+			return result{}
+		}
+	}
 	read := func(want int) result {
 		t.Helper()
 		got := 0
 		var r result
 		for got < want {
 			reqs <- struct{}{}
-			if r = <-res; r.err != nil {
+			if r = recv(); r.err != nil {
 				t.Fatalf("read after %d of %d frames: %v", got, want, r.err)
 			}
 			got += r.n
@@ -417,7 +429,7 @@ func TestPortOnDemand(t *testing.T) {
 	reqs <- struct{}{}
 	time.Sleep(50 * time.Millisecond)
 	pb.Wake()
-	if r := <-res; !errors.Is(r.err, port.ErrMoveReader) || !errors.Is(r.err, port.ErrWoken) || r.n != 0 {
+	if r := recv(); !errors.Is(r.err, port.ErrMoveReader) || !errors.Is(r.err, port.ErrWoken) || r.n != 0 {
 		t.Fatalf("woken with the ring up: %d, %v", r.n, r.err)
 	}
 	if rx, _ := pb.Rings(); rx || pb.Holds() {
@@ -454,5 +466,35 @@ func TestPortOnDemand(t *testing.T) {
 	}
 	if !bytes.Equal(bufs[0][iofloor.Headroom:iofloor.Headroom+meta[0].Size], one[0][iofloor.Headroom:]) {
 		t.Error("the frame after the move differs")
+	}
+
+	// Busy again, twice over: a new receive ring each time, and every
+	// frame intact and in order through it.
+	for cycle := range 2 {
+		for round := range 3 {
+			if n, err := pa.Write(burst, metas(burst, nil), iofloor.Headroom); n != len(burst) || err != nil {
+				t.Fatalf("cycle %d: wrote %d: %v", cycle, n, err)
+			}
+			for got := 0; got < len(burst); {
+				reqs <- struct{}{}
+				r := recv()
+				if r.err != nil {
+					t.Fatalf("cycle %d round %d: read after %d frames: %v", cycle, round, got, r.err)
+				}
+				for i := range r.n {
+					if !bytes.Equal(bufs[i][iofloor.Headroom:iofloor.Headroom+meta[i].Size], burst[got][iofloor.Headroom:]) {
+						t.Fatalf("cycle %d round %d: frame %d differs", cycle, round, got)
+					}
+					got++
+				}
+			}
+		}
+		rings(fmt.Sprintf("busy again (%d)", cycle), true, true)
+		reqs <- struct{}{}
+		time.Sleep(20 * time.Millisecond)
+		pb.Wake()
+		if r := recv(); !errors.Is(r.err, port.ErrMoveReader) {
+			t.Fatalf("cycle %d: woken with the ring up: %v", cycle, r.err)
+		}
 	}
 }
