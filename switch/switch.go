@@ -142,6 +142,7 @@ type Switch struct {
 	sweepStop  chan struct{} // closed by Close to end the sweeper, nil without one
 	capTotals  captureTotals // capture.go
 	trim       trimmer       // trim.go
+	slabs      slabs         // the workers' frame buffers (slab.go)
 }
 
 type portMap map[uint32]*portEntry
@@ -285,6 +286,12 @@ func (s *Switch) add(e *portEntry) error {
 	}
 	go func() {
 		workers.Wait()
+		// Nobody uses the workers' buffers any more: a worker ends only
+		// when its queue's Read failed, and a queue that lends them to
+		// the kernel (tap/uring) takes them back before that.
+		for _, w := range e.workers {
+			s.slabs.put(w.slab)
+		}
 		close(e.done)
 		s.wg.Done()
 	}()
@@ -346,6 +353,7 @@ func (s *Switch) Close() error {
 		}
 	}
 	s.wg.Wait()
+	s.slabs.close()
 	return errors.Join(errs...)
 }
 

@@ -3,6 +3,8 @@ package vswitch
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/gvswitch/gvs/flowtable"
 )
 
 // Idle trimming (Config.TrimIdle). A worker's frame buffers are written by
@@ -73,16 +75,19 @@ func (s *Switch) trimIdle(idle time.Duration) {
 
 // used records a batch of n frames: its time, and whether it touched more
 // than the first page of the first buffer (more than one frame, a large
-// one, or a frame a lending port returned in another buffer).
+// one, or a frame a lending port returned in another buffer) or the
+// worker's cache has grown.
 func (w *worker) used(n int) {
 	w.lastBatch.Store(w.s.trim.now.Load())
-	if !w.dirty.Load() && (n > 1 || w.meta[0].Size > smallFrame || &w.bufs[0][0] != w.buf0) {
+	if !w.dirty.Load() && (n > 1 || w.meta[0].Size > smallFrame || &w.bufs[0][0] != w.buf0 ||
+		w.cache != nil && w.cache.Len() > flowtable.MinCacheSize) {
 		w.dirty.Store(true)
 	}
 }
 
 // release gives the pages of the worker's buffers back to the operating
-// system; the worker owns them (it is between batches).
+// system and shrinks its cache; the worker owns them (it is between
+// batches).
 func (w *worker) release() {
 	if !w.dirty.Load() {
 		return
@@ -92,6 +97,9 @@ func (w *worker) release() {
 	}
 	for _, b := range w.spare {
 		releasePages(b)
+	}
+	if w.cache != nil {
+		w.cache.Shrink()
 	}
 	w.dirty.Store(false)
 	w.s.trim.releases.Add(1)
