@@ -68,11 +68,14 @@ const DefaultMaxFrame = 9216
 type Config struct {
 	// Table is the flow table whose snapshots the workers run.
 	Table *flowtable.Table
-	// CacheSize is the number of entries of each worker's exact-match
-	// cache; 0 means 4096, negative disables the cache.
+	// CacheSize is the largest number of entries of each worker's
+	// exact-match cache (it starts at flowtable.MinCacheSize and grows
+	// with its misses; idle trimming shrinks it); 0 means 4096, negative
+	// disables the cache.
 	CacheSize int
 	// MaxFrame is the largest frame a port may deliver; 0 means
-	// DefaultMaxFrame. Each worker keeps BatchSize+8 buffers of this size.
+	// DefaultMaxFrame. Each worker keeps BatchSize+8 buffers of this size
+	// (plus Headroom), in a mapping outside Go's heap on Linux.
 	MaxFrame int
 	// NoOffload makes the switch treat every port as one without
 	// port.Caps.Offload: a super-frame any port reads is dropped
