@@ -24,10 +24,9 @@ func (p wakePort) Wake() {
 	}
 }
 
-// Config.TrimIdle: a worker idle for TrimIdle after a batch that dirtied its
-// buffers is woken, releases them once, and forwards the next frames
-// unharmed; a clean worker is left alone.
-func TestTrimIdle(t *testing.T) {
+// trimSwitch is a switch that trims after 40 ms, forwarding port 1 to 2.
+func trimSwitch(t *testing.T) (*Switch, *flowtable.Table) {
+	t.Helper()
 	tbl := flowtable.New(flowtable.Config{})
 	rs, err := flowtable.ParseRules("table=0, priority=100, in_port=1, actions=output:2")
 	if err != nil {
@@ -41,6 +40,14 @@ func TestTrimIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sw.Close() })
+	return sw, tbl
+}
+
+// Config.TrimIdle: a worker idle for TrimIdle after a batch that dirtied its
+// buffers is woken, releases them once, and forwards the next frames
+// unharmed; a clean worker is left alone.
+func TestTrimIdle(t *testing.T) {
+	sw, tbl := trimSwitch(t)
 	mp := newMemPort("in")
 	mp.wake = make(chan struct{}, 1)
 	in := wakePort{mp}
@@ -119,19 +126,7 @@ func goroutine() string {
 // goroutine and the old one ends; frames still flow, and once the queue
 // holds nothing the idle worker is left alone.
 func TestTrimMovesReader(t *testing.T) {
-	tbl := flowtable.New(flowtable.Config{})
-	rs, err := flowtable.ParseRules("table=0, priority=100, in_port=1, actions=output:2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tbl.Add(rs...); err != nil {
-		t.Fatal(err)
-	}
-	sw, err := New(Config{Table: tbl, TrimIdle: 40 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sw.Close() })
+	sw, _ := trimSwitch(t)
 	mp := newMemPort("in")
 	mp.wake = make(chan struct{}, 1)
 	in := &holdPort{wakePort: wakePort{mp}}
