@@ -13,6 +13,14 @@ const (
 // DefaultCacheSize is the number of entries NewCache uses for size <= 0.
 const DefaultCacheSize = 4096
 
+// MinCacheSize is the number of entries a Cache starts with (or its size,
+// if smaller). A cache grows fourfold, up to its size, each time it has
+// missed as often as it has entries, and Shrink takes it back: an entry is
+// 520 bytes, so a quiet worker's cache stays at 32 KiB instead of the
+// 2 MiB of a busy one (with 250 pods, half a gigabyte of Go heap that the
+// garbage collector would scan at every cycle).
+const MinCacheSize = 64
+
 // Cache is a direct-mapped exact-match cache in front of a Snapshot's
 // pipeline, keyed by the complete Fields given to Run and the table the run
 // starts in (0, or a recirculation's table). The ct_* fields are part of
@@ -27,6 +35,8 @@ const DefaultCacheSize = 4096
 type Cache struct {
 	entries []cacheEntry
 	mask    uint64
+	max     int    // the size it may grow to
+	missed  uint64 // misses since it last changed size
 	snap    *Snapshot
 	epoch   uint32
 	hits    uint64
@@ -57,7 +67,26 @@ func NewCache(size int) *Cache {
 	for n < size {
 		n <<= 1
 	}
-	return &Cache{entries: make([]cacheEntry, n), mask: uint64(n - 1), epoch: 1}
+	c := &Cache{max: n, epoch: 1}
+	c.resize(min(n, MinCacheSize))
+	return c
+}
+
+// resize makes the cache n entries (a power of two), empty.
+func (c *Cache) resize(n int) {
+	c.entries, c.mask, c.missed = make([]cacheEntry, n), uint64(n-1), 0
+}
+
+// Len returns the number of entries the cache has now.
+func (c *Cache) Len() int { return len(c.entries) }
+
+// Shrink takes the cache back to its starting size (MinCacheSize), empty,
+// if it has grown: for a worker that has gone idle, to give the memory
+// back.
+func (c *Cache) Shrink() {
+	if n := min(c.max, MinCacheSize); len(c.entries) > n {
+		c.resize(n)
+	}
 }
 
 // Stats returns the cache's hit and miss counts.
@@ -65,8 +94,9 @@ func (c *Cache) Stats() (hits, misses uint64) { return c.hits, c.misses }
 
 // Run is Snapshot.Run behind the cache: on a hit it copies the cached
 // verdict into v and leaves f untouched; on a miss it runs s's pipeline
-// (modifying f) and caches the verdict. It reports whether it hit. It does
-// not allocate.
+// (modifying f) and caches the verdict. It reports whether it hit. It
+// allocates only when the cache grows (MinCacheSize): a few times after a
+// start or a Shrink, on misses.
 func (c *Cache) Run(s *Snapshot, f *Fields, v *Verdict) (hit bool) { return c.RunFrom(s, 0, f, v) }
 
 // RunFrom is Snapshot.RunFrom behind the cache, as Run.
@@ -94,6 +124,10 @@ func (c *Cache) RunFrom(s *Snapshot, start uint8, f *Fields, v *Verdict) (hit bo
 		return true
 	}
 	c.misses++
+	if c.missed++; c.missed >= uint64(len(c.entries)) && len(c.entries) < c.max {
+		c.resize(min(4*len(c.entries), c.max))
+		e = &c.entries[cacheHash(fw, start)&c.mask]
+	}
 	e.key = *fw
 	s.RunFrom(start, f, v)
 	if v.NOut > cacheOuts || v.NHits > cacheHits || v.NCT > cacheCT {

@@ -2,6 +2,7 @@ package flowtable
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -477,6 +478,53 @@ func TestExtract(t *testing.T) {
 	}
 	if f.EthType != 0 || f.NwSrc != ([4]byte{}) {
 		t.Fatal("fields not zeroed on failure")
+	}
+}
+
+// A cache starts at MinCacheSize entries, grows fourfold each time it has
+// missed as often as it has entries, never past its size, keeps giving
+// the pipeline's verdicts, and Shrink takes it back to its start.
+func TestCacheGrowsAndShrinks(t *testing.T) {
+	tbl := loadProgram(t, 100, 20)
+	s := tbl.Snapshot()
+	c := NewCache(1024)
+	if c.Len() != MinCacheSize {
+		t.Fatalf("a new cache has %d entries, want %d", c.Len(), MinCacheSize)
+	}
+	flow := func(i int) Fields {
+		return fieldsOf(t, podPort(0), udpFrame(podIP(0), [4]byte{10, 129, 5, 7}, uint16(1000+i), 2000))
+	}
+	var v, want Verdict
+	sizes := []int{c.Len()}
+	for i := range 4000 {
+		f := flow(i)
+		c.Run(s, &f, &v)
+		if n := c.Len(); n != sizes[len(sizes)-1] {
+			sizes = append(sizes, n)
+		}
+	}
+	if fmt.Sprint(sizes) != "[64 256 1024]" {
+		t.Errorf("sizes %v, want [64 256 1024]", sizes)
+	}
+	f := flow(7)
+	s.Run(&f, &want)
+	for range 2 {
+		f = flow(7)
+		c.Run(s, &f, &v)
+	}
+	f = flow(7)
+	if hit := c.Run(s, &f, &v); !hit || v.NOut != want.NOut || v.Outputs[0] != want.Outputs[0] {
+		t.Errorf("after growing: hit %v, outputs %+v, want %+v", hit, v.Outputs[:v.NOut], want.Outputs[:want.NOut])
+	}
+	c.Shrink()
+	if c.Len() != MinCacheSize {
+		t.Errorf("after Shrink: %d entries", c.Len())
+	}
+	if f = flow(7); c.Run(s, &f, &v) {
+		t.Error("a hit right after Shrink")
+	}
+	if small := NewCache(16); small.Len() != 16 {
+		t.Errorf("NewCache(16) has %d entries", small.Len())
 	}
 }
 

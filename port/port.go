@@ -15,6 +15,7 @@ package port
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/gvswitch/gvs/packet"
 )
@@ -24,6 +25,17 @@ import (
 // switch wakes an idle port's worker to give its buffers' memory back). The
 // reader goes on reading; the port is fine.
 var ErrWoken = errors.New("port: read woken up")
+
+// ErrMoveReader is what a port's Read returns, with no frames, when its
+// reader should go on reading from a new goroutine and let the calling one
+// end. A port returns it when it had locked the reading goroutine to its OS
+// thread (runtime.LockOSThread) for something of that thread's own (an
+// io_uring ring: package tap/uring), gave that up while the port was idle,
+// and left the goroutine locked so that the thread ends with the goroutine:
+// Go keeps an unlocked thread for good, an idle pod's thread would stay. It
+// is a wake-up too (errors.Is(err, ErrWoken)), so a reader that simply
+// reads on still works, and keeps the thread.
+var ErrMoveReader = fmt.Errorf("%w; read on from a new goroutine", ErrWoken)
 
 // Endpoint is the tunnel end of a frame on a tunnel port (Caps.Tunnel): the
 // remote node's underlay IPv4 address — the frame's outer source when it

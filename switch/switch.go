@@ -68,11 +68,14 @@ const DefaultMaxFrame = 9216
 type Config struct {
 	// Table is the flow table whose snapshots the workers run.
 	Table *flowtable.Table
-	// CacheSize is the number of entries of each worker's exact-match
-	// cache; 0 means 4096, negative disables the cache.
+	// CacheSize is the largest number of entries of each worker's
+	// exact-match cache (it starts at flowtable.MinCacheSize and grows
+	// with its misses; idle trimming shrinks it); 0 means 4096, negative
+	// disables the cache.
 	CacheSize int
 	// MaxFrame is the largest frame a port may deliver; 0 means
-	// DefaultMaxFrame. Each worker keeps BatchSize+8 buffers of this size.
+	// DefaultMaxFrame. Each worker keeps BatchSize+8 buffers of this size
+	// (plus Headroom), in a mapping outside Go's heap on Linux.
 	MaxFrame int
 	// NoOffload makes the switch treat every port as one without
 	// port.Caps.Offload: a super-frame any port reads is dropped
@@ -142,6 +145,7 @@ type Switch struct {
 	sweepStop  chan struct{} // closed by Close to end the sweeper, nil without one
 	capTotals  captureTotals // capture.go
 	trim       trimmer       // trim.go
+	slabs      slabs         // the workers' frame buffers (slab.go)
 }
 
 type portMap map[uint32]*portEntry
@@ -285,6 +289,12 @@ func (s *Switch) add(e *portEntry) error {
 	}
 	go func() {
 		workers.Wait()
+		// Nobody uses the workers' buffers any more: a worker ends only
+		// when its queue's Read failed, and a queue that lends them to
+		// the kernel (tap/uring) takes them back before that.
+		for _, w := range e.workers {
+			s.slabs.put(w.slab)
+		}
 		close(e.done)
 		s.wg.Done()
 	}()
@@ -346,6 +356,7 @@ func (s *Switch) Close() error {
 		}
 	}
 	s.wg.Wait()
+	s.slabs.close()
 	return errors.Join(errs...)
 }
 

@@ -3,20 +3,32 @@ package vswitch
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/gvswitch/gvs/flowtable"
 )
 
 // Idle trimming (Config.TrimIdle). A worker's frame buffers are written by
 // its queue's Read and read by the outputs it calls, both on the worker's
 // goroutine, so only the worker may give their pages back: the trimmer
 // finds workers idle for TrimIdle whose buffers hold more than a page or
-// two, and wakes them (Waker); a woken worker releases its buffers
-// (release, trim_linux.go) and reads on.
+// two, or whose queue holds resources of its own (Holder), and wakes them
+// (Waker); a woken worker releases its buffers (release, trim_linux.go)
+// and reads on, the queue having given up its own.
 
 // Waker is an optional interface of a port queue whose blocked Read can be
 // woken: Wake makes the Read in progress, or the next, return
 // port.ErrWoken without frames. tap.Device implements it.
 type Waker interface {
 	Wake()
+}
+
+// Holder is an optional interface of a port queue that holds resources of
+// its own while it is busy (package tap/uring: io_uring rings and the OS
+// thread its reader is locked to) and gives them up when its reader is
+// woken idle (Waker). While Holds reports true, the trimmer wakes the
+// queue's idle worker even when the worker's buffers are clean.
+type Holder interface {
+	Holds() bool
 }
 
 // smallFrame is the largest frame a batch of one may carry without making
@@ -49,7 +61,7 @@ func (s *Switch) trimIdle(idle time.Duration) {
 			s.trim.now.Store(now)
 			for _, e := range *s.ports.Load() {
 				for i, w := range e.workers {
-					if !w.dirty.Load() || now-w.lastBatch.Load() < int64(idle) {
+					if now-w.lastBatch.Load() < int64(idle) || !w.dirty.Load() && !holds(e.q[i]) {
 						continue
 					}
 					if wk, ok := e.q[i].(Waker); ok {
@@ -63,16 +75,19 @@ func (s *Switch) trimIdle(idle time.Duration) {
 
 // used records a batch of n frames: its time, and whether it touched more
 // than the first page of the first buffer (more than one frame, a large
-// one, or a frame a lending port returned in another buffer).
+// one, or a frame a lending port returned in another buffer) or the
+// worker's cache has grown.
 func (w *worker) used(n int) {
 	w.lastBatch.Store(w.s.trim.now.Load())
-	if !w.dirty.Load() && (n > 1 || w.meta[0].Size > smallFrame || &w.bufs[0][0] != w.buf0) {
+	if !w.dirty.Load() && (n > 1 || w.meta[0].Size > smallFrame || &w.bufs[0][0] != w.buf0 ||
+		w.cache != nil && w.cache.Len() > flowtable.MinCacheSize) {
 		w.dirty.Store(true)
 	}
 }
 
 // release gives the pages of the worker's buffers back to the operating
-// system; the worker owns them (it is between batches).
+// system and shrinks its cache; the worker owns them (it is between
+// batches).
 func (w *worker) release() {
 	if !w.dirty.Load() {
 		return
@@ -83,6 +98,15 @@ func (w *worker) release() {
 	for _, b := range w.spare {
 		releasePages(b)
 	}
+	if w.cache != nil {
+		w.cache.Shrink()
+	}
 	w.dirty.Store(false)
 	w.s.trim.releases.Add(1)
+}
+
+// holds reports whether q holds resources it gives up when woken idle.
+func holds(q Port) bool {
+	h, ok := q.(Holder)
+	return ok && h.Holds()
 }

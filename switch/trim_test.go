@@ -2,10 +2,16 @@ package vswitch
 
 import (
 	"bytes"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/port"
 )
 
 // wakePort is a memPort whose Read can be woken (Waker).
@@ -18,10 +24,9 @@ func (p wakePort) Wake() {
 	}
 }
 
-// Config.TrimIdle: a worker idle for TrimIdle after a batch that dirtied its
-// buffers is woken, releases them once, and forwards the next frames
-// unharmed; a clean worker is left alone.
-func TestTrimIdle(t *testing.T) {
+// trimSwitch is a switch that trims after 40 ms, forwarding port 1 to 2.
+func trimSwitch(t *testing.T) (*Switch, *flowtable.Table) {
+	t.Helper()
 	tbl := flowtable.New(flowtable.Config{})
 	rs, err := flowtable.ParseRules("table=0, priority=100, in_port=1, actions=output:2")
 	if err != nil {
@@ -35,6 +40,14 @@ func TestTrimIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sw.Close() })
+	return sw, tbl
+}
+
+// Config.TrimIdle: a worker idle for TrimIdle after a batch that dirtied its
+// buffers is woken, releases them once, and forwards the next frames
+// unharmed; a clean worker is left alone.
+func TestTrimIdle(t *testing.T) {
+	sw, tbl := trimSwitch(t)
 	mp := newMemPort("in")
 	mp.wake = make(chan struct{}, 1)
 	in := wakePort{mp}
@@ -65,5 +78,96 @@ func TestTrimIdle(t *testing.T) {
 	}
 	if _, err := New(Config{Table: tbl, TrimIdle: -time.Second}); err == nil {
 		t.Error("a negative TrimIdle was taken")
+	}
+}
+
+// holdPort is a wakePort that holds resources of its own (Holder) until
+// its reader is woken, and then asks for the reader to move to a new
+// goroutine (port.ErrMoveReader), as tap/uring.Port does with its rings
+// and locked thread. It records the goroutine of every Read.
+type holdPort struct {
+	wakePort
+	held    atomic.Bool
+	wakes   atomic.Int32
+	mu      sync.Mutex
+	readers []string
+}
+
+func (p *holdPort) Holds() bool { return p.held.Load() }
+
+func (p *holdPort) Wake() {
+	p.wakes.Add(1)
+	p.wakePort.Wake()
+}
+
+func (p *holdPort) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
+	p.mu.Lock()
+	if g := goroutine(); len(p.readers) == 0 || p.readers[len(p.readers)-1] != g {
+		p.readers = append(p.readers, g)
+	}
+	p.mu.Unlock()
+	n, err := p.wakePort.Read(bufs, meta, offset)
+	if errors.Is(err, port.ErrWoken) && p.held.Swap(false) {
+		return 0, port.ErrMoveReader
+	}
+	return n, err
+}
+
+// goroutine returns the calling goroutine's "goroutine N" line head.
+func goroutine() string {
+	var b [64]byte
+	s := string(b[:runtime.Stack(b[:], false)])
+	head, _, _ := strings.Cut(s, " [")
+	return head
+}
+
+// A clean worker whose queue holds resources (Holder) is woken when idle;
+// when the queue answers port.ErrMoveReader the worker goes on from a new
+// goroutine and the old one ends; frames still flow, and once the queue
+// holds nothing the idle worker is left alone.
+func TestTrimMovesReader(t *testing.T) {
+	sw, _ := trimSwitch(t)
+	mp := newMemPort("in")
+	mp.wake = make(chan struct{}, 1)
+	in := &holdPort{wakePort: wakePort{mp}}
+	in.held.Store(true)
+	out := newMemPort("out")
+	if err := sw.AddPort(2, out); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.AddPort(1, in); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the holding queue woken and its reader moved", func() bool {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		return !in.held.Load() && len(in.readers) >= 2
+	})
+	in.mu.Lock()
+	first, second := in.readers[0], in.readers[1]
+	in.mu.Unlock()
+	if first == second {
+		t.Fatalf("the reader did not move: %s", first)
+	}
+	waitFor(t, "the first reader's goroutine to end", func() bool {
+		buf := make([]byte, 1<<20)
+		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), first+" [")
+	})
+	frame := udpFrame(1, 7)
+	in.send(frame)
+	waitFor(t, "a frame read by the new reader", func() bool { return len(out.written()) == 1 })
+	if got := out.written()[0]; !bytes.Equal(got, frame) {
+		t.Fatalf("wrote %x, want %x", got, frame)
+	}
+	// Holding nothing, with clean buffers: no more wake-ups, no more moves.
+	wakes := in.wakes.Load()
+	time.Sleep(300 * time.Millisecond)
+	if w := in.wakes.Load(); w != wakes {
+		t.Errorf("%d wake-ups of a queue that holds nothing", w-wakes)
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.readers) != 2 {
+		t.Errorf("%d readers, want 2", len(in.readers))
 	}
 }

@@ -53,24 +53,23 @@ type worker struct {
 	// buf0 is the worker's first buffer: a port that lends buffers
 	// (Port) may return a frame in any of them.
 	buf0 *byte
+	// slab holds bufs and spare (slab.go); it goes back to the switch
+	// when the port's workers have ended.
+	slab *slab
 	ct   ctWorker // connection tracking (conntrack.go)
 }
 
 func (s *Switch) newWorker(e *portEntry, q Port) *worker {
 	n := max(q.BatchSize(), 1)
+	sl := s.slabs.get(n+spareBuffers, Headroom+s.frameSize())
 	w := &worker{
 		s:     s,
 		in:    e,
 		q:     q,
-		bufs:  make([][]byte, n),
+		bufs:  append([][]byte(nil), sl.bufs[:n]...),
 		meta:  make([]port.Meta, n),
-		spare: make([][]byte, spareBuffers),
-	}
-	for i := range w.bufs {
-		w.bufs[i] = make([]byte, Headroom+s.frameSize())
-	}
-	for i := range w.spare {
-		w.spare[i] = make([]byte, Headroom+s.frameSize())
+		spare: append([][]byte(nil), sl.bufs[n:]...),
+		slab:  sl,
 	}
 	w.buf0 = &w.bufs[0][0]
 	if s.cfg.CacheSize > 0 {
@@ -88,7 +87,7 @@ func (s *Switch) frameSize() int {
 }
 
 // worker reads queue qi of e until its context is cancelled or the queue
-// fails.
+// fails, or hands its reading on to a new goroutine (port.ErrMoveReader).
 func (s *Switch) worker(ctx context.Context, e *portEntry, qi int, wg *sync.WaitGroup) {
 	defer wg.Done()
 	q := e.q[qi]
@@ -105,6 +104,13 @@ func (s *Switch) worker(ctx context.Context, e *portEntry, qi int, wg *sync.Wait
 		}
 		if errors.Is(err, port.ErrWoken) {
 			w.release()
+			if errors.Is(err, port.ErrMoveReader) {
+				// The port left this goroutine locked to a thread it no
+				// longer needs: end here, so the thread ends too.
+				wg.Add(1)
+				go s.worker(ctx, e, qi, wg)
+				return
+			}
 			continue
 		}
 		if err != nil {

@@ -138,9 +138,13 @@ type Config struct {
 	// bulk traffic keeps ~4.7 MB of buffers resident until then.
 	TrimIdle string `json:"trimIdle,omitempty"`
 	// IOEngine is how pod TAPs move frames: "uring" (io_uring: one system
-	// call per batch each way, Linux 6.7+), "tap" (read(2) and write(2)
-	// per frame, every kernel), or "auto" or "" (io_uring where the kernel
-	// has what it needs, else tap).
+	// call per batch each way, Linux 6.7+; a pod's rings, and the OS
+	// thread its receive ring is locked to, are made when the pod gets
+	// busy and given up when it is idle for TrimIdle), "uring-always"
+	// (io_uring with each pod's rings and thread from its first frame to
+	// its removal: for measuring the difference), "tap" (read(2) and
+	// write(2) per frame, every kernel), or "auto" or "" (uring where the
+	// kernel has what it needs, else tap).
 	IOEngine string `json:"ioEngine,omitempty"`
 	// CNINetwork names the installed network configuration ("" means
 	// DefaultCNINetwork); its file is CNIConfDir/80-NAME.conflist.
@@ -164,13 +168,14 @@ const DefaultTrimIdle = 10 * time.Second
 
 // I/O engines of Config.IOEngine.
 const (
-	IOEngineAuto  = "auto"
-	IOEngineUring = "uring"
-	IOEngineTAP   = "tap"
+	IOEngineAuto        = "auto"
+	IOEngineUring       = "uring"
+	IOEngineUringAlways = "uring-always"
+	IOEngineTAP         = "tap"
 )
 
-// ioEngine is Config.IOEngine resolved on this kernel: IOEngineUring or
-// IOEngineTAP, and why auto chose tap.
+// ioEngine is Config.IOEngine resolved on this kernel: IOEngineUring,
+// IOEngineUringAlways or IOEngineTAP, and why auto chose tap.
 func (c *Config) ioEngine() (engine string, why error, err error) {
 	switch c.IOEngine {
 	case "", IOEngineAuto:
@@ -178,15 +183,15 @@ func (c *Config) ioEngine() (engine string, why error, err error) {
 			return IOEngineTAP, err, nil
 		}
 		return IOEngineUring, nil, nil
-	case IOEngineUring:
+	case IOEngineUring, IOEngineUringAlways:
 		if err := uring.Supported(); err != nil {
 			return "", nil, fmt.Errorf("ioEngine %q: %w", c.IOEngine, err)
 		}
-		return IOEngineUring, nil, nil
+		return c.IOEngine, nil, nil
 	case IOEngineTAP:
 		return IOEngineTAP, nil, nil
 	}
-	return "", nil, fmt.Errorf("ioEngine %q: want auto, uring or tap", c.IOEngine)
+	return "", nil, fmt.Errorf("ioEngine %q: want auto, uring, uring-always or tap", c.IOEngine)
 }
 
 // trimIdle is Config.TrimIdle (0: off).

@@ -182,8 +182,8 @@ func TestTrimIdleConfig(t *testing.T) {
 }
 
 // TestIOEngineConfig: auto and "" follow the kernel's answer, tap is always
-// tap, uring is refused where the kernel cannot run it, and anything else
-// is refused.
+// tap, uring and uring-always are refused where the kernel cannot run
+// them, and anything else is refused.
 func TestIOEngineConfig(t *testing.T) {
 	supported := uring.Supported() == nil
 	auto := IOEngineTAP
@@ -196,9 +196,11 @@ func TestIOEngineConfig(t *testing.T) {
 			t.Errorf("ioEngine %q: %q (%v), %v; want %q", v, got, why, err, want)
 		}
 	}
-	c := Config{IOEngine: IOEngineUring}
-	if got, _, err := c.ioEngine(); supported != (err == nil) || (supported && got != IOEngineUring) {
-		t.Errorf("ioEngine uring on a kernel that supports it %v: %q, %v", supported, got, err)
+	for _, v := range []string{IOEngineUring, IOEngineUringAlways} {
+		c := Config{IOEngine: v}
+		if got, _, err := c.ioEngine(); supported != (err == nil) || (supported && got != v) {
+			t.Errorf("ioEngine %s on a kernel that supports it %v: %q, %v", v, supported, got, err)
+		}
 	}
 	for _, v := range []string{"io_uring", "URING", "vhost"} {
 		c := Config{IOEngine: v}

@@ -56,6 +56,9 @@ type Daemon struct {
 	vx    *vxlan.Port
 	// uring: TAP queues move frames through io_uring (Config.IOEngine).
 	uring bool
+	// uringAlways: each TAP queue holds its rings from its first frame
+	// (uring.PortConfig.Always), not only while busy.
+	uringAlways bool
 
 	// prog, pods and vnids are made when the node's configuration is
 	// complete: in New without a control plane, in Run after the
@@ -104,7 +107,8 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.uring = engine == IOEngineUring
+	d.uring = engine == IOEngineUring || engine == IOEngineUringAlways
+	d.uringAlways = engine == IOEngineUringAlways
 	if why != nil {
 		log.Info("pod TAPs use read(2) and write(2) per frame: io_uring is not usable here", "err", why)
 	} else {
@@ -427,7 +431,7 @@ func (d *Daemon) listenLocal(path string, listen func(string) (net.Listener, err
 // (uring.Port) when the daemon uses it, else the device itself.
 func (d *Daemon) tapIO(dev *tap.Device) vswitch.Port {
 	if d.uring {
-		p, err := uring.NewPort(dev)
+		p, err := uring.NewPortConfig(dev, uring.PortConfig{Always: d.uringAlways})
 		if err == nil {
 			return p
 		}
@@ -439,6 +443,9 @@ func (d *Daemon) tapIO(dev *tap.Device) vswitch.Port {
 // ioEngineName is the I/O engine of the daemon's TAPs (Config.IOEngine as
 // resolved on this kernel).
 func (d *Daemon) ioEngineName() string {
+	if d.uringAlways {
+		return IOEngineUringAlways
+	}
 	if d.uring {
 		return IOEngineUring
 	}

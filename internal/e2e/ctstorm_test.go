@@ -102,12 +102,19 @@ func TestConntrackStorm(t *testing.T) {
 // rssKiB returns a process's resident set in KiB.
 func rssKiB(t testing.TB, pid int) int {
 	t.Helper()
+	return procStatus(t, pid, "VmRSS")
+}
+
+// procStatus returns the number of field key of /proc/PID/status (kB for
+// the memory fields).
+func procStatus(t testing.TB, pid int, key string) int {
+	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
 			n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
 			if err != nil {
 				t.Fatal(err)
@@ -115,6 +122,6 @@ func rssKiB(t testing.TB, pid int) int {
 			return n
 		}
 	}
-	t.Fatal("no VmRSS")
+	t.Fatalf("no %s in /proc/%d/status", key, pid)
 	return 0
 }

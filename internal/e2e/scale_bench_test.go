@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,9 +129,15 @@ func benchPodScale(b *testing.B, pods, busy int) {
 	}
 	time.Sleep(time.Second)
 	after := float64(rssKiB(b, pid))
-	// Idle past trimIdle: the busy pods' workers give their buffers back.
-	time.Sleep(max(trimIdle, 10*time.Second) + 3*time.Second)
+	// Idle past trimIdle: the busy pods' workers give their buffers back,
+	// and with io_uring their rings and threads (the transmit ring at the
+	// second wake-up, trimIdle/4 after the first).
+	time.Sleep(max(trimIdle, 10*time.Second)*3/2 + 5*time.Second)
 	trimmed := float64(rssKiB(b, pid))
+	threads := procStatus(b, pid, "Threads")
+	maps, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	b.Logf("idle again: RSS %d kB (anonymous %d, file %d), %d threads, %d io_uring mappings", int(trimmed),
+		procStatus(b, pid, "RssAnon"), procStatus(b, pid, "RssFile"), threads, strings.Count(string(maps), "io_uring"))
 
 	pct := func(lat []time.Duration, p int) float64 {
 		if len(lat) == 0 {
@@ -149,6 +156,7 @@ func benchPodScale(b *testing.B, pods, busy int) {
 	b.ReportMetric(pct(att, 50), "attach-p50-ms")
 	b.ReportMetric(pct(att, 99), "attach-p99-ms")
 	b.ReportMetric(gbps, "tcp-Gbit/s")
+	b.ReportMetric(float64(threads), "threads-idle-again")
 }
 
 var gbpsScaleRE = regexp.MustCompile(`([0-9.]+) Gbit/s, intact=true`)

@@ -5,7 +5,9 @@
 // receive ring's provided buffers are the caller's own buffers (the switch
 // worker's), so Read copies nothing and returns frames by reordering the
 // caller's buffers; its transmit ring takes a batch of writes from any
-// goroutine. Supported probes the kernel once; NewPort fails with
+// goroutine. The rings are made when the port gets busy and given up when
+// its idle reader is woken (Wake), with the OS thread the receive ring
+// needs (port.ErrMoveReader); PortConfig.Always keeps them. Supported probes the kernel once; NewPort fails with
 // ErrUnsupported where the kernel lacks what it needs (Linux 6.7).
 //
 // Engine is the phase-1 prototype the benchmarks in docs/benchmarks.md

@@ -40,6 +40,13 @@ func ExampleNewPort() {
 	meta := make([]port.Meta, len(bufs))
 	for {
 		n, err := p.Read(bufs, meta, offset) // frame i is in bufs[i]
+		if errors.Is(err, port.ErrWoken) {
+			// Only after Wake. port.ErrMoveReader, a wake-up too, asks
+			// for the loop to go on from a new goroutine, so that the
+			// thread the idle port gave up ends with this one; reading
+			// on here works too, and keeps that thread.
+			continue
+		}
 		if err != nil {
 			fmt.Println(err)
 			return

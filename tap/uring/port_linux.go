@@ -18,6 +18,18 @@ package uring
 //     submits a whole batch and collects its completions.
 //
 // Wake and Close write an eventfd the receive ring polls.
+//
+// Rings on demand (the default; PortConfig.Always turns it off): a port
+// makes its rings only while it is busy, because every pod has a port and
+// most pods are idle. Reads go through the device's read(2) (Go's
+// netpoller) until promoteFrames frames came within promoteWindow; then the
+// next Read makes the receive ring. Writes of one frame go through the
+// device's write(2), which costs the same one system call; the transmit
+// ring is made by the first write of a batch. When the switch wakes an idle
+// reader (Wake, to trim its buffers), the port gives both up: the receive
+// ring, the transmit ring unless it was used since the last wake-up, and
+// the OS thread, by returning port.ErrMoveReader with the goroutine still
+// locked, so that the thread ends with it.
 
 import (
 	"errors"
@@ -26,6 +38,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -62,6 +75,12 @@ const (
 	portRxCQ      = 128
 )
 
+// Rings on demand: how busy a port must be to get its receive ring.
+const (
+	promoteFrames = 32
+	promoteWindow = 100 * time.Millisecond
+)
+
 // ErrBuffers is what Port.Read returns when it is given buffers other than
 // those of its first call (in the order it left them), or another offset:
 // the kernel holds them between calls.
@@ -81,16 +100,21 @@ var ErrBuffers = errors.New("uring: Read called with other buffers than its firs
 // them while a Read is in progress.
 type Port struct {
 	*tap.Device
+	always bool     // PortConfig.Always
 	wake   *os.File // eventfd: Wake and Close
 	closed atomic.Bool
 	// plainRx: the receive ring could not be made; the device reads.
 	plainRx atomic.Bool
+	// ringRx: the receive ring is up (Wake kicks it rather than the
+	// device). ringTx: the transmit ring is.
+	ringRx, ringTx atomic.Bool
 
 	rx rxState // the reading goroutine's
 
 	txMu   sync.Mutex
-	tx     *ring // nil until the first Write, and after Close
+	tx     *ring // nil until the first Write of a batch, and after Close
 	txDone bool  // Close has run: no more rings
+	txUsed bool  // the transmit ring has been used since the last wake-up
 	txPend int
 	txOK   int
 	txErr  int32
@@ -99,9 +123,26 @@ type Port struct {
 	txPlain bool
 }
 
+// PortConfig tunes a Port (NewPortConfig). The zero value is NewPort's.
+type PortConfig struct {
+	// Always makes the receive ring at the first Read and the transmit
+	// ring at the first Write and keeps them until Close, with the
+	// reading goroutine locked to its thread all along: for a port that
+	// is never idle, and for measuring the rings themselves. By default
+	// the rings are made on demand (see Port) and an idle port holds
+	// neither rings nor a thread.
+	Always bool
+}
+
 // rxState is the receive side, touched only by the reading goroutine.
 type rxState struct {
 	r *ring
+	// Rings on demand: frames read through the device since windowStart
+	// (nanoseconds since epoch), and whether the next Read makes the
+	// ring.
+	plainFrames int
+	windowStart int64
+	promote     bool
 	// tapFd and wakeFd are the ring's own duplicates of the TAP queue's
 	// and the eventfd's descriptors: Close may close the originals while
 	// the reader still arms operations, and a reused number must never
@@ -132,10 +173,15 @@ type rxState struct {
 	err                 error // the multishot read ended with an error
 }
 
-// NewPort wraps the TAP queue d. It fails with ErrUnsupported when the
-// kernel lacks what the port needs (Supported); d is then still the
-// caller's.
+// NewPort wraps the TAP queue d, with rings on demand (see Port). It fails
+// with ErrUnsupported when the kernel lacks what the port needs
+// (Supported); d is then still the caller's.
 func NewPort(d *tap.Device) (*Port, error) {
+	return NewPortConfig(d, PortConfig{})
+}
+
+// NewPortConfig is NewPort with a configuration.
+func NewPortConfig(d *tap.Device, cfg PortConfig) (*Port, error) {
 	if err := Supported(); err != nil {
 		return nil, err
 	}
@@ -143,8 +189,13 @@ func NewPort(d *tap.Device) (*Port, error) {
 	if err != nil {
 		return nil, fmt.Errorf("uring: eventfd: %w", err)
 	}
-	return &Port{Device: d, wake: os.NewFile(uintptr(fd), "uring-wake")}, nil
+	p := &Port{Device: d, always: cfg.Always, wake: os.NewFile(uintptr(fd), "uring-wake")}
+	p.rx.promote = cfg.Always
+	return p, nil
 }
+
+// epoch is the origin of the rings-on-demand clock.
+var epoch = time.Now()
 
 var probe struct {
 	once sync.Once
@@ -200,6 +251,18 @@ func probeKernel() error {
 	return nil
 }
 
+// Rings reports which rings the port holds now: the receive ring (and
+// with it a locked OS thread) and the transmit ring.
+func (p *Port) Rings() (rx, tx bool) {
+	return p.ringRx.Load(), p.ringTx.Load()
+}
+
+// Holds reports whether the port holds rings it would give up if its
+// reader were woken idle (vswitch.Holder): never with PortConfig.Always.
+func (p *Port) Holds() bool {
+	return !p.always && (p.ringRx.Load() || p.ringTx.Load())
+}
+
 // Fallback reports which sides gave up their ring for the device's own
 // system calls (a ring could not be made: a memory limit, a seccomp
 // filter): receive once a Read has run, transmit once a Write has.
@@ -212,7 +275,10 @@ func (p *Port) Fallback() (rx, tx bool) {
 // Wake makes the Read in progress, or the next, return port.ErrWoken
 // without frames (vswitch.Waker). Any goroutine may call it.
 func (p *Port) Wake() {
-	if p.plainRx.Load() {
+	if !p.ringRx.Load() {
+		// Between reads through the device (or about to make the ring:
+		// then the wake-up is reported later, by the device, which is
+		// harmless).
 		p.Device.Wake()
 		return
 	}
@@ -236,6 +302,7 @@ func (p *Port) Close() error {
 	if p.tx != nil {
 		p.tx.close()
 		p.tx = nil
+		p.ringTx.Store(false)
 	}
 	p.txDone = true
 	p.txMu.Unlock()
@@ -247,7 +314,9 @@ func (p *Port) Close() error {
 // Read waits for at least one frame and returns the frames received so
 // far, up to len(bufs), as tap.Device.Read does, reordering bufs' entries
 // so that frame i is in bufs[i] (see Port). It returns port.ErrWoken after
-// Wake, tap.ErrClosed after Close.
+// Wake — port.ErrMoveReader when it gave up its rings and the calling
+// goroutine's thread, which ends with the goroutine (rings on demand) — and
+// tap.ErrClosed after Close.
 func (p *Port) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 	rx := &p.rx
 	if p.plainRx.Load() {
@@ -256,6 +325,9 @@ func (p *Port) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 	if rx.r == nil {
 		if p.closed.Load() {
 			return 0, tap.ErrClosed
+		}
+		if !rx.promote {
+			return p.readDevice(bufs, meta, offset)
 		}
 		if err := p.setupRx(bufs, offset); err != nil {
 			// Fall back to the device's own reads, for good.
@@ -272,18 +344,24 @@ func (p *Port) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 			return p.take(bufs, meta, limit), nil
 		}
 		if p.closed.Load() {
-			p.teardown()
+			p.teardown(true)
 			return 0, tap.ErrClosed
 		}
 		if rx.err != nil {
 			err := rx.err
-			p.teardown()
+			p.teardown(true)
 			return 0, err
 		}
 		if rx.woken {
 			rx.woken = false
 			var b [8]byte
 			_, _ = unix.Read(rx.wakeFd, b[:]) // non-blocking
+			if !p.always {
+				p.teardown(false)
+				rx.promote = false
+				p.dropIdleTx()
+				return 0, port.ErrMoveReader
+			}
 			if err := rx.armWake(); err != nil {
 				rx.err = err
 				continue
@@ -307,6 +385,39 @@ func (p *Port) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 	}
 }
 
+// readDevice reads through the device while the port has no receive ring,
+// counting frames toward making one (rings on demand).
+func (p *Port) readDevice(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
+	n, err := p.Device.Read(bufs, meta, offset)
+	rx := &p.rx
+	if n > 0 {
+		now := int64(time.Since(epoch))
+		if now-rx.windowStart > int64(promoteWindow) {
+			rx.windowStart, rx.plainFrames = now, 0
+		}
+		if rx.plainFrames += n; rx.plainFrames >= promoteFrames {
+			rx.promote, rx.plainFrames = true, 0
+		}
+	}
+	if errors.Is(err, port.ErrWoken) {
+		p.dropIdleTx()
+	}
+	return n, err
+}
+
+// dropIdleTx closes the transmit ring unless it was used since the last
+// call (rings on demand; the reader calls it when woken).
+func (p *Port) dropIdleTx() {
+	p.txMu.Lock()
+	defer p.txMu.Unlock()
+	if p.tx != nil && !p.txUsed {
+		p.tx.close()
+		p.tx = nil
+		p.ringTx.Store(false)
+	}
+	p.txUsed = false
+}
+
 // setupRx makes the receive ring on this goroutine's thread, with bufs as
 // its buffers.
 func (p *Port) setupRx(bufs [][]byte, offset int) (err error) {
@@ -324,7 +435,7 @@ func (p *Port) setupRx(bufs [][]byte, offset int) (err error) {
 	rx.err, rx.woken, rx.full = nil, false, false
 	defer func() {
 		if err != nil {
-			p.teardown()
+			p.teardown(true)
 		}
 	}()
 	if rx.tapFd, err = unix.Dup(p.Fd()); err != nil {
@@ -354,6 +465,7 @@ func (p *Port) setupRx(bufs [][]byte, offset int) (err error) {
 	}
 	rx.pbufs = unsafe.Slice((*pbuf)(unsafe.Pointer(&rx.pbr[0])), entries)
 	rx.mask = entries - 1
+	rx.pbTail = 0 // a new ring starts at 0; the one before this may have left its tail anywhere
 	reg := bufReg{ringAddr: uint64(uintptr(unsafe.Pointer(&rx.pbr[0]))), ringEntries: uint32(entries)}
 	if err := register(rx.r.fd, registerPbufRing, unsafe.Pointer(&reg), 1); err != nil {
 		return fmt.Errorf("uring: IORING_REGISTER_PBUF_RING: %w", err)
@@ -370,7 +482,15 @@ func (p *Port) setupRx(bufs [][]byte, offset int) (err error) {
 		rx.release(uint16(i))
 	}
 	rx.publish()
-	return rx.armWake()
+	// A wake-up left from before the ring (or from the last one) would
+	// only end the first wait at once.
+	var b [8]byte
+	_, _ = unix.Read(rx.wakeFd, b[:])
+	if err := rx.armWake(); err != nil {
+		return err
+	}
+	p.ringRx.Store(true)
+	return nil
 }
 
 // check verifies that bufs are the registered buffers in the order the
@@ -555,9 +675,11 @@ func (p *Port) take(bufs [][]byte, meta []port.Meta, limit int) int {
 }
 
 // teardown ends the multishot read, waits for its last completion and
-// releases the receive ring; the thread is unlocked.
-func (p *Port) teardown() {
+// releases the receive ring. With unlock the thread is unlocked; without,
+// the goroutine stays locked, for the thread to end with it.
+func (p *Port) teardown(unlock bool) {
 	rx := &p.rx
+	p.ringRx.Store(false)
 	if rx.r != nil {
 		if rx.armed && rx.r.fd >= 0 {
 			if s := rx.r.get(); s != nil {
@@ -586,7 +708,9 @@ func (p *Port) teardown() {
 		}
 	}
 	rx.queue, rx.armed, rx.nLent = rx.queue[:0], false, 0
-	runtime.UnlockOSThread()
+	if unlock {
+		runtime.UnlockOSThread()
+	}
 }
 
 // Write writes the frames as tap.Device.Write does, in one io_uring_enter
@@ -605,13 +729,19 @@ func (p *Port) Write(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 		return p.Device.Write(bufs, meta, offset)
 	}
 	if p.tx == nil {
+		if !p.always && min(len(bufs), len(meta)) < 2 {
+			// One frame: write(2) is the same one system call.
+			return p.Device.Write(bufs, meta, offset)
+		}
 		r, err := newRing(portTxEntries, portTxEntries, true)
 		if err != nil {
 			p.txPlain = true
 			return p.Device.Write(bufs, meta, offset)
 		}
 		p.tx = r
+		p.ringTx.Store(true)
 	}
+	p.txUsed = true
 	bufs = bufs[:min(len(bufs), len(meta))]
 	var err error
 	for i, b := range bufs {

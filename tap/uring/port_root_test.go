@@ -3,20 +3,38 @@ package uring_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"testing"
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gvswitch/gvs/internal/iofloor"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
+	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
 	"github.com/gvswitch/gvs/tap/uring"
 )
 
-// portPair makes TAPs a → b (mirred), TSO on both, as Ports.
+// A Port is what the switch's idle trimming looks for: it can be woken and
+// says whether it holds rings.
+var (
+	_ vswitch.Port   = (*uring.Port)(nil)
+	_ vswitch.Waker  = (*uring.Port)(nil)
+	_ vswitch.Holder = (*uring.Port)(nil)
+)
+
+// portPair makes TAPs a → b (mirred), TSO on both, as Ports that hold
+// their rings from the start (PortConfig.Always): what most tests look at.
 func portPair(tb testing.TB) (*iofloor.Lab, *uring.Port, *uring.Port) {
+	return portPairConfig(tb, uring.PortConfig{Always: true})
+}
+
+func portPairConfig(tb testing.TB, cfg uring.PortConfig) (*iofloor.Lab, *uring.Port, *uring.Port) {
 	tb.Helper()
 	if err := uring.Supported(); err != nil {
 		tb.Skip(err)
@@ -25,11 +43,11 @@ func portPair(tb testing.TB) (*iofloor.Lab, *uring.Port, *uring.Port) {
 	a := l.TAP("gvspa", tap.OffloadsTSO)
 	b := l.TAP("gvspb", tap.OffloadsTSO)
 	l.Mirror("gvspa", "gvspb")
-	pa, err := uring.NewPort(a)
+	pa, err := uring.NewPortConfig(a, cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	pb, err := uring.NewPort(b)
+	pb, err := uring.NewPortConfig(b, cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -312,5 +330,171 @@ func TestPortQuietFewBuffers(t *testing.T) {
 	}
 	if reads > 6 {
 		t.Errorf("a burst of 60 took %d reads: the ring did not grow", reads)
+	}
+}
+
+// TestPortOnDemand: a port with rings on demand (NewPort's default) reads
+// and writes single frames through the device and holds no ring; a batch
+// written makes the transmit ring, promoteFrames frames read make the
+// receive ring (and lock the reader's thread); woken while idle, the
+// reader gives the receive ring up with port.ErrMoveReader, its thread
+// ending with its goroutine, and keeps the transmit ring only if it was
+// used since the last wake-up; frames flow on from a new goroutine.
+func TestPortOnDemand(t *testing.T) {
+	_, pa, pb := portPairConfig(t, uring.PortConfig{})
+	bufs, _ := buffers(64, iofloor.Headroom+2048)
+	meta := make([]port.Meta, len(bufs))
+	type result struct {
+		n   int
+		err error
+		tid int
+	}
+	// The reader runs on one goroutine until a Read says to move, as the
+	// switch's worker does.
+	reqs, res := make(chan struct{}), make(chan result)
+	var reader func()
+	reader = func() {
+		for range reqs {
+			n, err := pb.Read(bufs, meta, iofloor.Headroom)
+			res <- result{n, err, unix.Gettid()}
+			if errors.Is(err, port.ErrMoveReader) {
+				go reader()
+				return
+			}
+		}
+	}
+	go reader()
+	defer close(reqs)
+	// recv waits for a Read's result, failing fast rather than hanging on
+	// a ring that lost its buffers.
+	recv := func() result {
+		t.Helper()
+		select {
+		case r := <-res:
+			return r
+		case <-time.After(5 * time.Second):
+			t.Fatal("a Read did not return within 5 s")
+			return result{}
+		}
+	}
+	read := func(want int) result {
+		t.Helper()
+		got := 0
+		var r result
+		for got < want {
+			reqs <- struct{}{}
+			if r = recv(); r.err != nil {
+				t.Fatalf("read after %d of %d frames: %v", got, want, r.err)
+			}
+			got += r.n
+		}
+		return r
+	}
+	rings := func(what string, rx, tx bool) {
+		t.Helper()
+		if r, _ := pb.Rings(); r != rx {
+			t.Errorf("%s: receive ring %v, want %v", what, r, rx)
+		}
+		if _, w := pa.Rings(); w != tx {
+			t.Errorf("%s: sender's transmit ring %v, want %v", what, w, tx)
+		}
+	}
+	one, _ := iofloor.Buffers(1, 64)
+	for range 5 {
+		if n, err := pa.Write(one, metas(one, nil), iofloor.Headroom); n != 1 || err != nil {
+			t.Fatalf("wrote %d: %v", n, err)
+		}
+		read(1)
+	}
+	rings("single frames", false, false)
+	if pb.Holds() {
+		t.Error("a port without rings says it holds some")
+	}
+	burst, _ := iofloor.Buffers(40, 64)
+	if n, err := pa.Write(burst, metas(burst, nil), iofloor.Headroom); n != len(burst) || err != nil {
+		t.Fatalf("wrote %d: %v", n, err)
+	}
+	read(len(burst))
+	rings("a batch written, 45 frames read", false, true)
+	if n, err := pa.Write(burst, metas(burst, nil), iofloor.Headroom); n != len(burst) || err != nil {
+		t.Fatalf("wrote %d: %v", n, err)
+	}
+	ringTid := read(len(burst)).tid
+	rings("busy", true, true)
+	if !pb.Holds() {
+		t.Error("a port with its receive ring says it holds none")
+	}
+
+	// Woken idle: the receive ring and the thread go.
+	reqs <- struct{}{}
+	time.Sleep(50 * time.Millisecond)
+	pb.Wake()
+	if r := recv(); !errors.Is(r.err, port.ErrMoveReader) || !errors.Is(r.err, port.ErrWoken) || r.n != 0 {
+		t.Fatalf("woken with the ring up: %d, %v", r.n, r.err)
+	}
+	if rx, _ := pb.Rings(); rx || pb.Holds() {
+		t.Errorf("after the move: receive ring %v, holds %v", rx, pb.Holds())
+	}
+	task := fmt.Sprintf("/proc/self/task/%d", ringTid)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(task); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the ring's thread %d is still there", ringTid)
+		}
+	}
+	// The sender's transmit ring was used since its last wake-up (never):
+	// kept the first time, given up the second.
+	pa.Wake() // no reader on pa: its next Read reports it
+	if _, err := pa.Read(bufs[:1], meta[:1], iofloor.Headroom); !errors.Is(err, port.ErrWoken) || errors.Is(err, port.ErrMoveReader) {
+		t.Fatalf("pa woken without a receive ring: %v", err)
+	}
+	rings("the sender woken once", false, true)
+	pa.Wake()
+	if _, err := pa.Read(bufs[:1], meta[:1], iofloor.Headroom); !errors.Is(err, port.ErrWoken) {
+		t.Fatalf("pa woken: %v", err)
+	}
+	rings("the sender woken twice", false, false)
+
+	// Frames flow on, read by the new goroutine.
+	if n, err := pa.Write(one, metas(one, nil), iofloor.Headroom); n != 1 || err != nil {
+		t.Fatalf("wrote %d: %v", n, err)
+	}
+	if r := read(1); r.tid == ringTid {
+		t.Errorf("read on thread %d, the one that should have ended", r.tid)
+	}
+	if !bytes.Equal(bufs[0][iofloor.Headroom:iofloor.Headroom+meta[0].Size], one[0][iofloor.Headroom:]) {
+		t.Error("the frame after the move differs")
+	}
+
+	// Busy again, twice over: a new receive ring each time, and every
+	// frame intact and in order through it.
+	for cycle := range 2 {
+		for round := range 3 {
+			if n, err := pa.Write(burst, metas(burst, nil), iofloor.Headroom); n != len(burst) || err != nil {
+				t.Fatalf("cycle %d: wrote %d: %v", cycle, n, err)
+			}
+			for got := 0; got < len(burst); {
+				reqs <- struct{}{}
+				r := recv()
+				if r.err != nil {
+					t.Fatalf("cycle %d round %d: read after %d frames: %v", cycle, round, got, r.err)
+				}
+				for i := range r.n {
+					if !bytes.Equal(bufs[i][iofloor.Headroom:iofloor.Headroom+meta[i].Size], burst[got][iofloor.Headroom:]) {
+						t.Fatalf("cycle %d round %d: frame %d differs", cycle, round, got)
+					}
+					got++
+				}
+			}
+		}
+		rings(fmt.Sprintf("busy again (%d)", cycle), true, true)
+		reqs <- struct{}{}
+		time.Sleep(20 * time.Millisecond)
+		pb.Wake()
+		if r := recv(); !errors.Is(r.err, port.ErrMoveReader) {
+			t.Fatalf("cycle %d: woken with the ring up: %v", cycle, r.err)
+		}
 	}
 }

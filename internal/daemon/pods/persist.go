@@ -65,6 +65,15 @@ func (p *podTAP) Close() error {
 	return p.tapIO.Close()
 }
 
+// Holds is the engine's vswitch.Holder, which the embedded interface
+// does not carry: an io_uring port gives its rings and thread up when its
+// idle reader is woken, and the switch wakes it only if it says it holds
+// them.
+func (p *podTAP) Holds() bool {
+	h, ok := p.tapIO.(vswitch.Holder)
+	return ok && h.Holds()
+}
+
 // portOf is what Add puts on the switch for a pod: a CNI pod's TAP
 // wrapped as a podTAP, a static pod's as it is.
 func (m *Manager) portOf(s Spec, dev *tap.Device) vswitch.Port {

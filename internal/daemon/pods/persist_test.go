@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gvswitch/gvs/packet"
+	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/vishvananda/netlink"
 )
 
@@ -67,5 +68,39 @@ func TestOurTAP(t *testing.T) {
 	}
 	if ok, _ := ourTAP(&netlink.Veth{}, ip); ok {
 		t.Error("a veth is ours")
+	}
+}
+
+// holdingIO is a tapIO that holds resources (vswitch.Holder) while held.
+type holdingIO struct {
+	tapIO
+	held bool
+}
+
+func (h *holdingIO) Holds() bool { return h.held }
+
+// plainIO is a tapIO without Holds.
+type plainIO struct{ tapIO }
+
+// A CNI pod's TAP, wrapped for the switch, still tells the switch whether
+// its engine holds rings (so that idle trimming wakes it to give them up):
+// the wrapper forwards vswitch.Holder, and says false for an engine
+// without it.
+func TestPodTAPForwardsHolder(t *testing.T) {
+	h := &holdingIO{held: true}
+	var q vswitch.Port = &podTAP{tapIO: h}
+	hq, ok := q.(vswitch.Holder)
+	if !ok {
+		t.Fatal("a pod TAP is not a vswitch.Holder")
+	}
+	if !hq.Holds() {
+		t.Error("Holds false while the engine holds")
+	}
+	h.held = false
+	if hq.Holds() {
+		t.Error("Holds true while the engine holds nothing")
+	}
+	if (&podTAP{tapIO: plainIO{}}).Holds() {
+		t.Error("Holds true for an engine that is no Holder")
 	}
 }
