@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -496,5 +497,203 @@ func TestPortOnDemand(t *testing.T) {
 		if r := recv(); !errors.Is(r.err, port.ErrMoveReader) {
 			t.Fatalf("cycle %d: woken with the ring up: %v", cycle, r.err)
 		}
+	}
+}
+
+// TestPortWakesLoseNothing: a stream of numbered frames read while the
+// reader is woken every few milliseconds (each wake-up with the receive
+// ring up gives it up, port.ErrMoveReader, and the stream makes it again)
+// arrives whole and in order: frames the ring had taken when it was given
+// up are returned, not dropped.
+func TestPortWakesLoseNothing(t *testing.T) {
+	_, pa, pb := portPairConfig(t, uring.PortConfig{})
+	const batches, per = 1500, 4
+	bufs, _ := buffers(64, iofloor.Headroom+2048)
+	meta := make([]port.Meta, len(bufs))
+	var mu sync.Mutex
+	var seqs []uint64
+	moves := 0
+	var reader func()
+	reader = func() {
+		for {
+			n, err := pb.Read(bufs, meta, iofloor.Headroom)
+			mu.Lock()
+			for i := range n {
+				seqs = append(seqs, iofloor.Seq(bufs[i][iofloor.Headroom:iofloor.Headroom+meta[i].Size]))
+			}
+			if errors.Is(err, port.ErrMoveReader) {
+				moves++
+			}
+			mu.Unlock()
+			switch {
+			case errors.Is(err, port.ErrMoveReader):
+				go reader()
+				return
+			case errors.Is(err, port.ErrWoken):
+			case err != nil:
+				return // closed
+			}
+		}
+	}
+	go reader()
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(3 * time.Millisecond):
+				pb.Wake()
+			}
+		}
+	}()
+	out := make([][]byte, per)
+	for i := range out {
+		out[i] = make([]byte, iofloor.Headroom+64+1)
+	}
+	om := metas(out, nil)
+	for b := range batches {
+		for i := range out {
+			iofloor.Frame(out[i][iofloor.Headroom:], 64, uint64(b*per+i))
+			om[i].Size = 64
+		}
+		if n, err := pa.Write(out, om, iofloor.Headroom); n != per || err != nil {
+			t.Fatalf("wrote %d: %v", n, err)
+		}
+		time.Sleep(300 * time.Microsecond)
+	}
+	close(done)
+	want := batches * per
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		got := len(seqs)
+		mu.Unlock()
+		if got >= want {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if moves < 5 {
+		t.Errorf("the reader moved %d times: the test did not exercise giving the ring up", moves)
+	}
+	for i, s := range seqs {
+		if s != uint64(i) {
+			t.Fatalf("frame %d of %d has sequence number %d (moves %d, drops %v)", i, len(seqs), s, moves, pb.Stats().RxDrops)
+		}
+	}
+	if len(seqs) != want {
+		t.Fatalf("%d of %d frames arrived (moves %d)", len(seqs), want, moves)
+	}
+	t.Logf("%d frames, the reader moved %d times", want, moves)
+}
+
+// TestPortFramesDuringGiveUp: frames that reach the TAP while a woken
+// idle reader is ending its read are returned or read later, never lost;
+// when the ring took them, the port keeps it and still sees Close.
+func TestPortFramesDuringGiveUp(t *testing.T) {
+	_, pa, pb := portPairConfig(t, uring.PortConfig{})
+	bufs, _ := buffers(64, iofloor.Headroom+2048)
+	meta := make([]port.Meta, len(bufs))
+	burst, _ := iofloor.Buffers(40, 64)
+	type result struct {
+		seqs []uint64
+		err  error
+	}
+	reqs, res := make(chan struct{}), make(chan result)
+	var reader func()
+	reader = func() {
+		for range reqs {
+			n, err := pb.Read(bufs, meta, iofloor.Headroom)
+			r := result{err: err}
+			for i := range n {
+				r.seqs = append(r.seqs, iofloor.Seq(bufs[i][iofloor.Headroom:iofloor.Headroom+meta[i].Size]))
+			}
+			res <- r
+			if errors.Is(err, port.ErrMoveReader) {
+				go reader()
+				return
+			}
+		}
+	}
+	go reader()
+	defer close(reqs)
+	recv := func() result {
+		t.Helper()
+		select {
+		case r := <-res:
+			return r
+		case <-time.After(5 * time.Second):
+			t.Fatal("a Read did not return within 5 s")
+			return result{}
+		}
+	}
+	for range 2 { // busy: the receive ring is made
+		if n, err := pa.Write(burst, metas(burst, nil), iofloor.Headroom); n != len(burst) || err != nil {
+			t.Fatalf("wrote %d: %v", n, err)
+		}
+		for got := 0; got < len(burst); {
+			reqs <- struct{}{}
+			r := recv()
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			got += len(r.seqs)
+		}
+	}
+	if rx, _ := pb.Rings(); !rx {
+		t.Fatal("no receive ring after two bursts")
+	}
+	three := burst[:3]
+	uring.SetHookBeforeCancel(func() {
+		if n, err := pa.Write(three, metas(three, nil), iofloor.Headroom); n != 3 || err != nil {
+			t.Errorf("wrote %d: %v", n, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	})
+	t.Cleanup(func() { uring.SetHookBeforeCancel(nil) })
+	reqs <- struct{}{}
+	time.Sleep(20 * time.Millisecond)
+	pb.Wake()
+	r := recv()
+	uring.SetHookBeforeCancel(nil)
+	var got []uint64
+	switch {
+	case r.err == nil:
+		// The ring took them: it stays, and sees the next wake-up.
+		t.Logf("the ring returned %d frames written while it was ending its read", len(r.seqs))
+		got = r.seqs
+		if rx, _ := pb.Rings(); !rx {
+			t.Error("frames returned but the ring is gone")
+		}
+		for len(got) < 3 {
+			reqs <- struct{}{}
+			r = recv()
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			got = append(got, r.seqs...)
+		}
+		reqs <- struct{}{}
+		time.Sleep(20 * time.Millisecond)
+		pb.Wake()
+		if r = recv(); !errors.Is(r.err, port.ErrMoveReader) {
+			t.Fatalf("the kept ring's next wake-up: %v", r.err)
+		}
+	case errors.Is(r.err, port.ErrMoveReader):
+		t.Log("the frames stayed in the TAP; read through the device")
+		for len(got) < 3 {
+			reqs <- struct{}{}
+			r = recv()
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			got = append(got, r.seqs...)
+		}
+	default:
+		t.Fatalf("woken: %v", r.err)
+	}
+	if fmt.Sprint(got) != "[0 1 2]" {
+		t.Fatalf("frames %v, want [0 1 2]", got)
 	}
 }
