@@ -334,6 +334,51 @@ func TestPortQuietFewBuffers(t *testing.T) {
 	}
 }
 
+// readResult is one Read of a movingReader: its frames' sequence numbers,
+// its error and the thread it ran on.
+type readResult struct {
+	n    int
+	seqs []uint64
+	err  error
+	tid  int
+}
+
+// movingReader runs p's Reads on one goroutine, as the switch's worker
+// does, going on from a new goroutine after port.ErrMoveReader. ask starts
+// a Read; recv waits for its result, failing in 5 s rather than hanging.
+func movingReader(t *testing.T, p *uring.Port, bufs [][]byte, meta []port.Meta) (ask func(), recv func() readResult) {
+	reqs, res := make(chan struct{}), make(chan readResult, 1)
+	var loop func()
+	loop = func() {
+		for range reqs {
+			n, err := p.Read(bufs, meta, iofloor.Headroom)
+			r := readResult{n: n, err: err, tid: unix.Gettid()}
+			for i := range n {
+				r.seqs = append(r.seqs, iofloor.Seq(bufs[i][iofloor.Headroom:iofloor.Headroom+meta[i].Size]))
+			}
+			res <- r
+			if errors.Is(err, port.ErrMoveReader) {
+				go loop()
+				return
+			}
+		}
+	}
+	go loop()
+	t.Cleanup(func() { close(reqs) })
+	ask = func() { reqs <- struct{}{} }
+	recv = func() readResult {
+		t.Helper()
+		select {
+		case r := <-res:
+			return r
+		case <-time.After(5 * time.Second):
+			t.Fatal("a Read did not return within 5 s")
+			return readResult{}
+		}
+	}
+	return ask, recv
+}
+
 // TestPortOnDemand: a port with rings on demand (NewPort's default) reads
 // and writes single frames through the device and holds no ring; a batch
 // written makes the transmit ring, promoteFrames frames read make the
@@ -345,45 +390,13 @@ func TestPortOnDemand(t *testing.T) {
 	_, pa, pb := portPairConfig(t, uring.PortConfig{})
 	bufs, _ := buffers(64, iofloor.Headroom+2048)
 	meta := make([]port.Meta, len(bufs))
-	type result struct {
-		n   int
-		err error
-		tid int
-	}
-	// The reader runs on one goroutine until a Read says to move, as the
-	// switch's worker does.
-	reqs, res := make(chan struct{}), make(chan result)
-	var reader func()
-	reader = func() {
-		for range reqs {
-			n, err := pb.Read(bufs, meta, iofloor.Headroom)
-			res <- result{n, err, unix.Gettid()}
-			if errors.Is(err, port.ErrMoveReader) {
-				go reader()
-				return
-			}
-		}
-	}
-	go reader()
-	defer close(reqs)
-	// recv waits for a Read's result, failing fast rather than hanging on
-	// a ring that lost its buffers.
-	recv := func() result {
-		t.Helper()
-		select {
-		case r := <-res:
-			return r
-		case <-time.After(5 * time.Second):
-			t.Fatal("a Read did not return within 5 s")
-			return result{}
-		}
-	}
-	read := func(want int) result {
+	ask, recv := movingReader(t, pb, bufs, meta)
+	read := func(want int) readResult {
 		t.Helper()
 		got := 0
-		var r result
+		var r readResult
 		for got < want {
-			reqs <- struct{}{}
+			ask()
 			if r = recv(); r.err != nil {
 				t.Fatalf("read after %d of %d frames: %v", got, want, r.err)
 			}
@@ -427,7 +440,7 @@ func TestPortOnDemand(t *testing.T) {
 	}
 
 	// Woken idle: the receive ring and the thread go.
-	reqs <- struct{}{}
+	ask()
 	time.Sleep(50 * time.Millisecond)
 	pb.Wake()
 	if r := recv(); !errors.Is(r.err, port.ErrMoveReader) || !errors.Is(r.err, port.ErrWoken) || r.n != 0 {
@@ -477,7 +490,7 @@ func TestPortOnDemand(t *testing.T) {
 				t.Fatalf("cycle %d: wrote %d: %v", cycle, n, err)
 			}
 			for got := 0; got < len(burst); {
-				reqs <- struct{}{}
+				ask()
 				r := recv()
 				if r.err != nil {
 					t.Fatalf("cycle %d round %d: read after %d frames: %v", cycle, round, got, r.err)
@@ -491,7 +504,7 @@ func TestPortOnDemand(t *testing.T) {
 			}
 		}
 		rings(fmt.Sprintf("busy again (%d)", cycle), true, true)
-		reqs <- struct{}{}
+		ask()
 		time.Sleep(20 * time.Millisecond)
 		pb.Wake()
 		if r := recv(); !errors.Is(r.err, port.ErrMoveReader) {
@@ -596,44 +609,13 @@ func TestPortFramesDuringGiveUp(t *testing.T) {
 	bufs, _ := buffers(64, iofloor.Headroom+2048)
 	meta := make([]port.Meta, len(bufs))
 	burst, _ := iofloor.Buffers(40, 64)
-	type result struct {
-		seqs []uint64
-		err  error
-	}
-	reqs, res := make(chan struct{}), make(chan result)
-	var reader func()
-	reader = func() {
-		for range reqs {
-			n, err := pb.Read(bufs, meta, iofloor.Headroom)
-			r := result{err: err}
-			for i := range n {
-				r.seqs = append(r.seqs, iofloor.Seq(bufs[i][iofloor.Headroom:iofloor.Headroom+meta[i].Size]))
-			}
-			res <- r
-			if errors.Is(err, port.ErrMoveReader) {
-				go reader()
-				return
-			}
-		}
-	}
-	go reader()
-	defer close(reqs)
-	recv := func() result {
-		t.Helper()
-		select {
-		case r := <-res:
-			return r
-		case <-time.After(5 * time.Second):
-			t.Fatal("a Read did not return within 5 s")
-			return result{}
-		}
-	}
+	ask, recv := movingReader(t, pb, bufs, meta)
 	for range 2 { // busy: the receive ring is made
 		if n, err := pa.Write(burst, metas(burst, nil), iofloor.Headroom); n != len(burst) || err != nil {
 			t.Fatalf("wrote %d: %v", n, err)
 		}
 		for got := 0; got < len(burst); {
-			reqs <- struct{}{}
+			ask()
 			r := recv()
 			if r.err != nil {
 				t.Fatal(r.err)
@@ -652,48 +634,40 @@ func TestPortFramesDuringGiveUp(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	})
 	t.Cleanup(func() { uring.SetHookBeforeCancel(nil) })
-	reqs <- struct{}{}
+	ask()
 	time.Sleep(20 * time.Millisecond)
 	pb.Wake()
 	r := recv()
 	uring.SetHookBeforeCancel(nil)
-	var got []uint64
+	got := r.seqs
+	kept := r.err == nil
 	switch {
-	case r.err == nil:
-		// The ring took them: it stays, and sees the next wake-up.
+	case kept:
 		t.Logf("the ring returned %d frames written while it was ending its read", len(r.seqs))
-		got = r.seqs
 		if rx, _ := pb.Rings(); !rx {
 			t.Error("frames returned but the ring is gone")
 		}
-		for len(got) < 3 {
-			reqs <- struct{}{}
-			r = recv()
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-			got = append(got, r.seqs...)
+	case errors.Is(r.err, port.ErrMoveReader):
+		t.Log("the frames stayed in the TAP; read through the device")
+	default:
+		t.Fatalf("woken: %v", r.err)
+	}
+	for len(got) < 3 {
+		ask()
+		if r = recv(); r.err != nil {
+			t.Fatal(r.err)
 		}
-		reqs <- struct{}{}
+		got = append(got, r.seqs...)
+	}
+	if fmt.Sprint(got) != "[0 1 2]" {
+		t.Fatalf("frames %v, want [0 1 2]", got)
+	}
+	if kept { // the kept ring still sees a wake-up
+		ask()
 		time.Sleep(20 * time.Millisecond)
 		pb.Wake()
 		if r = recv(); !errors.Is(r.err, port.ErrMoveReader) {
 			t.Fatalf("the kept ring's next wake-up: %v", r.err)
 		}
-	case errors.Is(r.err, port.ErrMoveReader):
-		t.Log("the frames stayed in the TAP; read through the device")
-		for len(got) < 3 {
-			reqs <- struct{}{}
-			r = recv()
-			if r.err != nil {
-				t.Fatal(r.err)
-			}
-			got = append(got, r.seqs...)
-		}
-	default:
-		t.Fatalf("woken: %v", r.err)
-	}
-	if fmt.Sprint(got) != "[0 1 2]" {
-		t.Fatalf("frames %v, want [0 1 2]", got)
 	}
 }
