@@ -194,6 +194,10 @@ func NewPortConfig(d *tap.Device, cfg PortConfig) (*Port, error) {
 	return p, nil
 }
 
+// hookBeforeCancel, when set (tests), runs when a woken idle reader is
+// about to end its read and give its ring up.
+var hookBeforeCancel func()
+
 // epoch is the origin of the rings-on-demand clock.
 var epoch = time.Now()
 
@@ -357,6 +361,19 @@ func (p *Port) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 			var b [8]byte
 			_, _ = unix.Read(rx.wakeFd, b[:]) // non-blocking
 			if !p.always {
+				if hookBeforeCancel != nil {
+					hookBeforeCancel()
+				}
+				if p.cancelRx(); len(rx.queue) > 0 {
+					// Frames came while the read was being ended:
+					// not idle after all. Return them and keep the
+					// ring, watching for wake-ups (and Close) again;
+					// the next Read arms the read again.
+					if err := rx.armWake(); err != nil {
+						rx.err = err
+					}
+					return p.take(bufs, meta, limit), nil
+				}
 				p.teardown(false)
 				rx.promote = false
 				p.dropIdleTx()
@@ -674,6 +691,26 @@ func (p *Port) take(bufs [][]byte, meta []port.Meta, limit int) int {
 	return n
 }
 
+// cancelRx ends the multishot read and waits for its last completion; the
+// frames it completed before that are queued (rx.queue).
+func (p *Port) cancelRx() {
+	rx := &p.rx
+	if !rx.armed || rx.r == nil || rx.r.fd < 0 {
+		return
+	}
+	if s, err := rx.sqe(); err == nil {
+		s.opcode, s.addr, s.userData = opAsyncCancel, tagRx, tagCancel
+	}
+	// The read's last completion (ECANCELED) frees its hold on the TAP
+	// now rather than in the ring's deferred teardown.
+	for i := 0; rx.armed && i < 100; i++ {
+		if rx.r.submit(1) != nil {
+			break
+		}
+		rx.reap()
+	}
+}
+
 // teardown ends the multishot read, waits for its last completion and
 // releases the receive ring. With unlock the thread is unlocked; without,
 // the goroutine stays locked, for the thread to end with it.
@@ -681,19 +718,7 @@ func (p *Port) teardown(unlock bool) {
 	rx := &p.rx
 	p.ringRx.Store(false)
 	if rx.r != nil {
-		if rx.armed && rx.r.fd >= 0 {
-			if s := rx.r.get(); s != nil {
-				s.opcode, s.addr, s.userData = opAsyncCancel, tagRx, tagCancel
-			}
-			// The read's last completion (ECANCELED) frees its hold on
-			// the TAP now rather than in the ring's deferred teardown.
-			for i := 0; rx.armed && i < 100; i++ {
-				if rx.r.submit(1) != nil {
-					break
-				}
-				rx.reap()
-			}
-		}
+		p.cancelRx()
 		rx.r.close()
 		rx.r = nil
 	}

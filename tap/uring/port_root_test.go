@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -333,6 +334,51 @@ func TestPortQuietFewBuffers(t *testing.T) {
 	}
 }
 
+// readResult is one Read of a movingReader: its frames' sequence numbers,
+// its error and the thread it ran on.
+type readResult struct {
+	n    int
+	seqs []uint64
+	err  error
+	tid  int
+}
+
+// movingReader runs p's Reads on one goroutine, as the switch's worker
+// does, going on from a new goroutine after port.ErrMoveReader. ask starts
+// a Read; recv waits for its result, failing in 5 s rather than hanging.
+func movingReader(t *testing.T, p *uring.Port, bufs [][]byte, meta []port.Meta) (ask func(), recv func() readResult) {
+	reqs, res := make(chan struct{}), make(chan readResult, 1)
+	var loop func()
+	loop = func() {
+		for range reqs {
+			n, err := p.Read(bufs, meta, iofloor.Headroom)
+			r := readResult{n: n, err: err, tid: unix.Gettid()}
+			for i := range n {
+				r.seqs = append(r.seqs, iofloor.Seq(bufs[i][iofloor.Headroom:iofloor.Headroom+meta[i].Size]))
+			}
+			res <- r
+			if errors.Is(err, port.ErrMoveReader) {
+				go loop()
+				return
+			}
+		}
+	}
+	go loop()
+	t.Cleanup(func() { close(reqs) })
+	ask = func() { reqs <- struct{}{} }
+	recv = func() readResult {
+		t.Helper()
+		select {
+		case r := <-res:
+			return r
+		case <-time.After(5 * time.Second):
+			t.Fatal("a Read did not return within 5 s")
+			return readResult{}
+		}
+	}
+	return ask, recv
+}
+
 // TestPortOnDemand: a port with rings on demand (NewPort's default) reads
 // and writes single frames through the device and holds no ring; a batch
 // written makes the transmit ring, promoteFrames frames read make the
@@ -344,45 +390,13 @@ func TestPortOnDemand(t *testing.T) {
 	_, pa, pb := portPairConfig(t, uring.PortConfig{})
 	bufs, _ := buffers(64, iofloor.Headroom+2048)
 	meta := make([]port.Meta, len(bufs))
-	type result struct {
-		n   int
-		err error
-		tid int
-	}
-	// The reader runs on one goroutine until a Read says to move, as the
-	// switch's worker does.
-	reqs, res := make(chan struct{}), make(chan result)
-	var reader func()
-	reader = func() {
-		for range reqs {
-			n, err := pb.Read(bufs, meta, iofloor.Headroom)
-			res <- result{n, err, unix.Gettid()}
-			if errors.Is(err, port.ErrMoveReader) {
-				go reader()
-				return
-			}
-		}
-	}
-	go reader()
-	defer close(reqs)
-	// recv waits for a Read's result, failing fast rather than hanging on
-	// a ring that lost its buffers.
-	recv := func() result {
-		t.Helper()
-		select {
-		case r := <-res:
-			return r
-		case <-time.After(5 * time.Second):
-			t.Fatal("a Read did not return within 5 s")
-			return result{}
-		}
-	}
-	read := func(want int) result {
+	ask, recv := movingReader(t, pb, bufs, meta)
+	read := func(want int) readResult {
 		t.Helper()
 		got := 0
-		var r result
+		var r readResult
 		for got < want {
-			reqs <- struct{}{}
+			ask()
 			if r = recv(); r.err != nil {
 				t.Fatalf("read after %d of %d frames: %v", got, want, r.err)
 			}
@@ -426,7 +440,7 @@ func TestPortOnDemand(t *testing.T) {
 	}
 
 	// Woken idle: the receive ring and the thread go.
-	reqs <- struct{}{}
+	ask()
 	time.Sleep(50 * time.Millisecond)
 	pb.Wake()
 	if r := recv(); !errors.Is(r.err, port.ErrMoveReader) || !errors.Is(r.err, port.ErrWoken) || r.n != 0 {
@@ -476,7 +490,7 @@ func TestPortOnDemand(t *testing.T) {
 				t.Fatalf("cycle %d: wrote %d: %v", cycle, n, err)
 			}
 			for got := 0; got < len(burst); {
-				reqs <- struct{}{}
+				ask()
 				r := recv()
 				if r.err != nil {
 					t.Fatalf("cycle %d round %d: read after %d frames: %v", cycle, round, got, r.err)
@@ -490,11 +504,170 @@ func TestPortOnDemand(t *testing.T) {
 			}
 		}
 		rings(fmt.Sprintf("busy again (%d)", cycle), true, true)
-		reqs <- struct{}{}
+		ask()
 		time.Sleep(20 * time.Millisecond)
 		pb.Wake()
 		if r := recv(); !errors.Is(r.err, port.ErrMoveReader) {
 			t.Fatalf("cycle %d: woken with the ring up: %v", cycle, r.err)
+		}
+	}
+}
+
+// TestPortWakesLoseNothing: a stream of numbered frames read while the
+// reader is woken every few milliseconds (each wake-up with the receive
+// ring up gives it up, port.ErrMoveReader, and the stream makes it again)
+// arrives whole and in order: frames the ring had taken when it was given
+// up are returned, not dropped.
+func TestPortWakesLoseNothing(t *testing.T) {
+	_, pa, pb := portPairConfig(t, uring.PortConfig{})
+	const batches, per = 1500, 4
+	bufs, _ := buffers(64, iofloor.Headroom+2048)
+	meta := make([]port.Meta, len(bufs))
+	var mu sync.Mutex
+	var seqs []uint64
+	moves := 0
+	var reader func()
+	reader = func() {
+		for {
+			n, err := pb.Read(bufs, meta, iofloor.Headroom)
+			mu.Lock()
+			for i := range n {
+				seqs = append(seqs, iofloor.Seq(bufs[i][iofloor.Headroom:iofloor.Headroom+meta[i].Size]))
+			}
+			if errors.Is(err, port.ErrMoveReader) {
+				moves++
+			}
+			mu.Unlock()
+			switch {
+			case errors.Is(err, port.ErrMoveReader):
+				go reader()
+				return
+			case errors.Is(err, port.ErrWoken):
+			case err != nil:
+				return // closed
+			}
+		}
+	}
+	go reader()
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(3 * time.Millisecond):
+				pb.Wake()
+			}
+		}
+	}()
+	out := make([][]byte, per)
+	for i := range out {
+		out[i] = make([]byte, iofloor.Headroom+64+1)
+	}
+	om := metas(out, nil)
+	for b := range batches {
+		for i := range out {
+			iofloor.Frame(out[i][iofloor.Headroom:], 64, uint64(b*per+i))
+			om[i].Size = 64
+		}
+		if n, err := pa.Write(out, om, iofloor.Headroom); n != per || err != nil {
+			t.Fatalf("wrote %d: %v", n, err)
+		}
+		time.Sleep(300 * time.Microsecond)
+	}
+	close(done)
+	want := batches * per
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		got := len(seqs)
+		mu.Unlock()
+		if got >= want {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if moves < 5 {
+		t.Errorf("the reader moved %d times: the test did not exercise giving the ring up", moves)
+	}
+	for i, s := range seqs {
+		if s != uint64(i) {
+			t.Fatalf("frame %d of %d has sequence number %d (moves %d, drops %v)", i, len(seqs), s, moves, pb.Stats().RxDrops)
+		}
+	}
+	if len(seqs) != want {
+		t.Fatalf("%d of %d frames arrived (moves %d)", len(seqs), want, moves)
+	}
+	t.Logf("%d frames, the reader moved %d times", want, moves)
+}
+
+// TestPortFramesDuringGiveUp: frames that reach the TAP while a woken
+// idle reader is ending its read are returned or read later, never lost;
+// when the ring took them, the port keeps it and still sees Close.
+func TestPortFramesDuringGiveUp(t *testing.T) {
+	_, pa, pb := portPairConfig(t, uring.PortConfig{})
+	bufs, _ := buffers(64, iofloor.Headroom+2048)
+	meta := make([]port.Meta, len(bufs))
+	burst, _ := iofloor.Buffers(40, 64)
+	ask, recv := movingReader(t, pb, bufs, meta)
+	for range 2 { // busy: the receive ring is made
+		if n, err := pa.Write(burst, metas(burst, nil), iofloor.Headroom); n != len(burst) || err != nil {
+			t.Fatalf("wrote %d: %v", n, err)
+		}
+		for got := 0; got < len(burst); {
+			ask()
+			r := recv()
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			got += len(r.seqs)
+		}
+	}
+	if rx, _ := pb.Rings(); !rx {
+		t.Fatal("no receive ring after two bursts")
+	}
+	three := burst[:3]
+	uring.SetHookBeforeCancel(func() {
+		if n, err := pa.Write(three, metas(three, nil), iofloor.Headroom); n != 3 || err != nil {
+			t.Errorf("wrote %d: %v", n, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	})
+	t.Cleanup(func() { uring.SetHookBeforeCancel(nil) })
+	ask()
+	time.Sleep(20 * time.Millisecond)
+	pb.Wake()
+	r := recv()
+	uring.SetHookBeforeCancel(nil)
+	got := r.seqs
+	kept := r.err == nil
+	switch {
+	case kept:
+		t.Logf("the ring returned %d frames written while it was ending its read", len(r.seqs))
+		if rx, _ := pb.Rings(); !rx {
+			t.Error("frames returned but the ring is gone")
+		}
+	case errors.Is(r.err, port.ErrMoveReader):
+		t.Log("the frames stayed in the TAP; read through the device")
+	default:
+		t.Fatalf("woken: %v", r.err)
+	}
+	for len(got) < 3 {
+		ask()
+		if r = recv(); r.err != nil {
+			t.Fatal(r.err)
+		}
+		got = append(got, r.seqs...)
+	}
+	if fmt.Sprint(got) != "[0 1 2]" {
+		t.Fatalf("frames %v, want [0 1 2]", got)
+	}
+	if kept { // the kept ring still sees a wake-up
+		ask()
+		time.Sleep(20 * time.Millisecond)
+		pb.Wake()
+		if r = recv(); !errors.Is(r.err, port.ErrMoveReader) {
+			t.Fatalf("the kept ring's next wake-up: %v", r.err)
 		}
 	}
 }
