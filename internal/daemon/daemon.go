@@ -54,11 +54,9 @@ type Daemon struct {
 	sw    *vswitch.Switch
 	peers *vxlan.Peers
 	vx    *vxlan.Port
-	// uring: TAP queues move frames through io_uring (Config.IOEngine).
-	uring bool
-	// uringAlways: each TAP queue holds its rings from its first frame
-	// (uring.PortConfig.Always), not only while busy.
-	uringAlways bool
+	// engine is Config.IOEngine resolved on this kernel: IOEngineUring,
+	// IOEngineUringAlways or IOEngineTAP.
+	engine string
 
 	// prog, pods and vnids are made when the node's configuration is
 	// complete: in New without a control plane, in Run after the
@@ -107,8 +105,7 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.uring = engine == IOEngineUring || engine == IOEngineUringAlways
-	d.uringAlways = engine == IOEngineUringAlways
+	d.engine = engine
 	if why != nil {
 		log.Info("pod TAPs use read(2) and write(2) per frame: io_uring is not usable here", "err", why)
 	} else {
@@ -430,8 +427,8 @@ func (d *Daemon) listenLocal(path string, listen func(string) (net.Listener, err
 // tapIO is how the switch drives a TAP queue: through io_uring
 // (uring.Port) when the daemon uses it, else the device itself.
 func (d *Daemon) tapIO(dev *tap.Device) vswitch.Port {
-	if d.uring {
-		p, err := uring.NewPortConfig(dev, uring.PortConfig{Always: d.uringAlways})
+	if d.engine == IOEngineUring || d.engine == IOEngineUringAlways {
+		p, err := uring.NewPortConfig(dev, uring.PortConfig{Always: d.engine == IOEngineUringAlways})
 		if err == nil {
 			return p
 		}
@@ -442,12 +439,4 @@ func (d *Daemon) tapIO(dev *tap.Device) vswitch.Port {
 
 // ioEngineName is the I/O engine of the daemon's TAPs (Config.IOEngine as
 // resolved on this kernel).
-func (d *Daemon) ioEngineName() string {
-	if d.uringAlways {
-		return IOEngineUringAlways
-	}
-	if d.uring {
-		return IOEngineUring
-	}
-	return IOEngineTAP
-}
+func (d *Daemon) ioEngineName() string { return d.engine }
