@@ -63,6 +63,8 @@ type Spec struct {
 	ConntrackMax int
 	// IOEngine is the daemons' ioEngine ("": the default, auto).
 	IOEngine string
+	// SchedSlice is the daemons' schedSlice ("": the default).
+	SchedSlice string
 	// Configure, if set, adjusts node i's daemon configuration last.
 	Configure func(c *Cluster, i int, cfg *daemon.Config)
 }
@@ -249,6 +251,7 @@ func (c *Cluster) writeConfig(i int) error {
 		VXLANFlowQueues: c.Spec.FlowQueues,
 		ConntrackMax:    c.Spec.ConntrackMax,
 		IOEngine:        c.Spec.IOEngine,
+		SchedSlice:      c.Spec.SchedSlice,
 	}
 	if c.Lab.External == nil {
 		cfg.NAT = &off

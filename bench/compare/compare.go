@@ -66,6 +66,9 @@ type Config struct {
 	// GVSIOEngine is gvs-switchd's ioEngine: how pod TAPs move frames
 	// ("auto", "uring", "tap"; "" is auto).
 	GVSIOEngine string
+	// GVSSchedSlice is gvs-switchd's schedSlice: the scheduler time slice
+	// of its threads ("" is its default, "0" the kernel's).
+	GVSSchedSlice string
 	// Conntrack adds the connection-tracking rows: the same stateful rule
 	// set on every dataplane (cluster.StatefulRules), TCP 1 stream and new
 	// TCP connections per second through it. ConntrackOnly runs only
@@ -191,6 +194,8 @@ type Report struct {
 	GVSVXLANFlowQueues int `json:"gvs_vxlan_flow_queues,omitempty"`
 	// GVSIOEngine is gvs-switchd's ioEngine setting ("" is auto).
 	GVSIOEngine string `json:"gvs_io_engine,omitempty"`
+	// GVSSchedSlice is gvs-switchd's schedSlice setting ("" is its default).
+	GVSSchedSlice string `json:"gvs_sched_slice,omitempty"`
 	// NetpolPolicies is the policies of the networkpolicy row (0: not
 	// run).
 	NetpolPolicies int      `json:"netpol_policies,omitempty"`
@@ -269,7 +274,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Time: time.Now().UTC(), Machine: machine(), Runs: cfg.Runs, Duration: cfg.Duration, Flows: cfg.Flows, BlastThreads: cfg.BlastThreads,
-		GVSQueues: cfg.GVSQueues, GVSVXLANReaders: cfg.GVSVXLANReaders, GVSVXLANFlowQueues: cfg.GVSVXLANFlowQueues, GVSIOEngine: cfg.GVSIOEngine}
+		GVSQueues: cfg.GVSQueues, GVSVXLANReaders: cfg.GVSVXLANReaders, GVSVXLANFlowQueues: cfg.GVSVXLANFlowQueues, GVSIOEngine: cfg.GVSIOEngine, GVSSchedSlice: cfg.GVSSchedSlice}
 	if cfg.NetworkPolicy {
 		rep.NetpolPolicies = cfg.NetpolPolicies
 	}
@@ -307,6 +312,7 @@ func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Resul
 		VXLANReaders: cfg.GVSVXLANReaders,
 		FlowQueues:   cfg.GVSVXLANFlowQueues,
 		IOEngine:     cfg.GVSIOEngine,
+		SchedSlice:   cfg.GVSSchedSlice,
 	})
 	cancel()
 	if err != nil {

@@ -89,6 +89,7 @@ func runNetpol(ctx context.Context, cfg Config, p *progress) ([]float64, error) 
 		VXLANReaders: cfg.GVSVXLANReaders,
 		FlowQueues:   cfg.GVSVXLANFlowQueues,
 		IOEngine:     cfg.GVSIOEngine,
+		SchedSlice:   cfg.GVSSchedSlice,
 	})
 	cancel()
 	if err != nil {

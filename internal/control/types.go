@@ -21,8 +21,11 @@ type ShowResult struct {
 	Generation     uint64 `json:"generation"`
 	// IOEngine is how pod TAPs move frames: "uring" or "tap" (the
 	// daemon's ioEngine, resolved on this kernel).
-	IOEngine string   `json:"ioEngine,omitempty"`
-	Remotes  []Remote `json:"remotes"`
+	IOEngine string `json:"ioEngine,omitempty"`
+	// SchedSlice is the scheduler time slice the daemon's threads run
+	// with: a duration, or "kernel default (why)".
+	SchedSlice string   `json:"schedSlice,omitempty"`
+	Remotes    []Remote `json:"remotes"`
 	// Registry is how the node reaches the control plane (nil without one).
 	Registry *Registry `json:"registry,omitempty"`
 }

@@ -181,6 +181,25 @@ func TestTrimIdleConfig(t *testing.T) {
 	}
 }
 
+func TestSchedSliceConfig(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": DefaultSchedSlice, "0": 0, "0s": 0, "100us": 100 * time.Microsecond, "2ms": 2 * time.Millisecond} {
+		c := Config{SchedSlice: v}
+		if got, err := c.schedSlice(); err != nil || got != want {
+			t.Errorf("schedSlice %q: %v, %v; want %v", v, got, err, want)
+		}
+	}
+	// The kernel would clamp these; a typo must not become a slice.
+	for _, v := range []string{"-1ms", "50us", "1s", "fast"} {
+		c := Config{SchedSlice: v}
+		if _, err := c.schedSlice(); err == nil {
+			t.Errorf("schedSlice %q taken", v)
+		}
+		if _, err := New(&c, nil); err == nil {
+			t.Errorf("New with schedSlice %q succeeded", v)
+		}
+	}
+}
+
 // TestIOEngineConfig: auto and "" follow the kernel's answer, tap is always
 // tap, uring and uring-always are refused where the kernel cannot run
 // them, and anything else is refused.

@@ -30,6 +30,7 @@ import (
 	"github.com/gvswitch/gvs/internal/daemon/etcdsource"
 	"github.com/gvswitch/gvs/internal/daemon/kubesource"
 	"github.com/gvswitch/gvs/internal/daemon/pods"
+	"github.com/gvswitch/gvs/internal/sched"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/gateway"
 	"github.com/gvswitch/gvs/sdn/nat"
@@ -57,6 +58,11 @@ type Daemon struct {
 	// engine is Config.IOEngine resolved on this kernel: IOEngineUring,
 	// IOEngineUringAlways or IOEngineTAP.
 	engine string
+	// slice is Config.SchedSlice (0: the threads keep the kernel's);
+	// sliceState is what the threads got, for gvsctl show (set in Run
+	// before the control socket opens).
+	slice      time.Duration
+	sliceState string
 
 	// prog, pods and vnids are made when the node's configuration is
 	// complete: in New without a control plane, in Run after the
@@ -99,6 +105,9 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 	}
 	trim, err := cfg.trimIdle()
 	if err != nil {
+		return nil, err
+	}
+	if d.slice, err = cfg.schedSlice(); err != nil {
 		return nil, err
 	}
 	engine, why, err := cfg.ioEngine()
@@ -163,6 +172,7 @@ func (d *Daemon) init(n sdn.NodeConfig, projects map[string]uint32, implicitDefa
 // the node's network namespace.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.closeSwitch() // the CNI pods' TAPs stay
+	d.startSched(ctx)
 	if d.cfg.FromRegistry() {
 		if err := d.startRegistry(ctx); err != nil {
 			return err
@@ -435,6 +445,22 @@ func (d *Daemon) tapIO(dev *tap.Device) vswitch.Port {
 		d.log.Warn("TAP queue without io_uring", "name", dev.Name(), "err", err)
 	}
 	return dev
+}
+
+// startSched gives the daemon's threads Config.SchedSlice, new threads
+// within a quarter of a second, until ctx ends.
+func (d *Daemon) startSched(ctx context.Context) {
+	if d.slice == 0 {
+		d.sliceState = "kernel default (schedSlice 0)"
+		return
+	}
+	if _, err := sched.Keep(ctx, d.slice, 250*time.Millisecond, d.log); err != nil {
+		d.sliceState = "kernel default (" + err.Error() + ")"
+		d.log.Info("threads keep the kernel's default time slice", "err", err)
+		return
+	}
+	d.sliceState = d.slice.String()
+	d.log.Info("threads run with a scheduler time slice of " + d.sliceState)
 }
 
 // ioEngineName is the I/O engine of the daemon's TAPs (Config.IOEngine as
