@@ -148,14 +148,20 @@ type Config struct {
 	// kernel has what it needs, else tap).
 	IOEngine string `json:"ioEngine,omitempty"`
 	// SchedSlice is the kernel scheduler time slice gvs-switchd asks for
-	// each of its threads (a Go duration from 100us to 100ms; "" means
-	// DefaultSchedSlice; "0" leaves the threads as they are). A thread
-	// with a short slice preempts the task running when a frame wakes it,
-	// instead of waiting up to the default slice (1.4 ms on 2 CPUs), so a
-	// probe crossing a node busy with bulk traffic waits less; CPU shares
-	// stay as they are (docs/operations.md). Linux 6.12 and later; on an
-	// older kernel the daemon logs that it has no effect.
-	SchedSlice string `json:"schedSlice,omitempty"`
+	// its threads while tasks wait for the node's CPUs (a Go duration from
+	// 100us to 100ms; "" means DefaultSchedSlice; "0" leaves the threads
+	// with the kernel's). A thread with a short slice preempts the task
+	// running when a frame wakes it, instead of waiting up to the default
+	// slice (1.4 ms on 2 CPUs), so a probe crossing a node busy with bulk
+	// traffic waits less; CPU shares stay as they are. SchedSliceWhen
+	// "busy" (or "") gives it while the kernel's CPU pressure is high
+	// (some task waited for a CPU half the time; without PSI, the CPUs
+	// 85 % busy) and takes it back when it falls, "always" keeps it
+	// (docs/operations.md, internal/sched).
+	// Linux 6.12 and later; on an older kernel the daemon logs that it has
+	// no effect.
+	SchedSlice     string `json:"schedSlice,omitempty"`
+	SchedSliceWhen string `json:"schedSliceWhen,omitempty"`
 	// CNINetwork names the installed network configuration ("" means
 	// DefaultCNINetwork); its file is CNIConfDir/80-NAME.conflist.
 	CNINetwork string `json:"cniNetwork,omitempty"`
@@ -219,22 +225,30 @@ func (c *Config) trimIdle() (time.Duration, error) {
 	return d, nil
 }
 
-// schedSlice is Config.SchedSlice (0: leave the threads alone).
-func (c *Config) schedSlice() (time.Duration, error) {
+// schedSlice is Config.SchedSlice and SchedSliceWhen (slice 0: leave the
+// threads alone).
+func (c *Config) schedSlice() (slice time.Duration, always bool, err error) {
+	switch c.SchedSliceWhen {
+	case "", "busy":
+	case "always":
+		always = true
+	default:
+		return 0, false, fmt.Errorf("schedSliceWhen %q: want busy or always", c.SchedSliceWhen)
+	}
 	if c.SchedSlice == "" {
-		return DefaultSchedSlice, nil
+		return DefaultSchedSlice, always, nil
 	}
 	d, err := time.ParseDuration(c.SchedSlice)
 	if err == nil && d == 0 {
-		return 0, nil
+		return 0, false, nil
 	}
 	if err == nil {
 		err = sched.CheckSlice(d)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("schedSlice %q: want 0 (leave the threads alone) or a duration from %v to %v, such as 100us", c.SchedSlice, sched.MinSlice, sched.MaxSlice)
+		return 0, false, fmt.Errorf("schedSlice %q: want 0 (leave the threads alone) or a duration from %v to %v, such as 100us", c.SchedSlice, sched.MinSlice, sched.MaxSlice)
 	}
-	return d, nil
+	return d, always, nil
 }
 
 func (c *Config) vnidWait() (time.Duration, error) {

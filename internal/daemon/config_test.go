@@ -182,20 +182,31 @@ func TestTrimIdleConfig(t *testing.T) {
 }
 
 func TestSchedSliceConfig(t *testing.T) {
-	for v, want := range map[string]time.Duration{"": DefaultSchedSlice, "0": 0, "0s": 0, "100us": 100 * time.Microsecond, "2ms": 2 * time.Millisecond} {
-		c := Config{SchedSlice: v}
-		if got, err := c.schedSlice(); err != nil || got != want {
-			t.Errorf("schedSlice %q: %v, %v; want %v", v, got, err, want)
+	for _, tc := range []struct {
+		slice, when string
+		want        time.Duration
+		always      bool
+	}{
+		{"", "", DefaultSchedSlice, false},
+		{"", "busy", DefaultSchedSlice, false},
+		{"", "always", DefaultSchedSlice, true},
+		{"0", "", 0, false},
+		{"0s", "always", 0, false},
+		{"100us", "", 100 * time.Microsecond, false},
+		{"2ms", "always", 2 * time.Millisecond, true},
+	} {
+		c := Config{SchedSlice: tc.slice, SchedSliceWhen: tc.when}
+		if got, always, err := c.schedSlice(); err != nil || got != tc.want || always != tc.always {
+			t.Errorf("schedSlice %q when %q: %v always %v (%v); want %v always %v", tc.slice, tc.when, got, always, err, tc.want, tc.always)
 		}
 	}
 	// The kernel would clamp these; a typo must not become a slice.
-	for _, v := range []string{"-1ms", "50us", "1s", "fast"} {
-		c := Config{SchedSlice: v}
-		if _, err := c.schedSlice(); err == nil {
-			t.Errorf("schedSlice %q taken", v)
+	for _, c := range []Config{{SchedSlice: "-1ms"}, {SchedSlice: "50us"}, {SchedSlice: "1s"}, {SchedSlice: "fast"}, {SchedSliceWhen: "sometimes"}} {
+		if _, _, err := c.schedSlice(); err == nil {
+			t.Errorf("schedSlice %q when %q taken", c.SchedSlice, c.SchedSliceWhen)
 		}
 		if _, err := New(&c, nil); err == nil {
-			t.Errorf("New with schedSlice %q succeeded", v)
+			t.Errorf("New with schedSlice %q when %q succeeded", c.SchedSlice, c.SchedSliceWhen)
 		}
 	}
 }

@@ -15,6 +15,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -58,11 +59,14 @@ type Daemon struct {
 	// engine is Config.IOEngine resolved on this kernel: IOEngineUring,
 	// IOEngineUringAlways or IOEngineTAP.
 	engine string
-	// slice is Config.SchedSlice (0: the threads keep the kernel's);
-	// sliceState is what the threads got, for gvsctl show (set in Run
-	// before the control socket opens).
-	slice      time.Duration
-	sliceState string
+	// slice and sliceAlways are Config.SchedSlice and SchedSliceWhen
+	// (slice 0: the threads keep the kernel's); keeper gives it (nil
+	// without), sliceErr says why not (both set in Run before the control
+	// socket opens).
+	slice       time.Duration
+	sliceAlways bool
+	keeper      *sched.Keeper
+	sliceErr    error
 
 	// prog, pods and vnids are made when the node's configuration is
 	// complete: in New without a control plane, in Run after the
@@ -107,7 +111,7 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.slice, err = cfg.schedSlice(); err != nil {
+	if d.slice, d.sliceAlways, err = cfg.schedSlice(); err != nil {
 		return nil, err
 	}
 	engine, why, err := cfg.ioEngine()
@@ -447,20 +451,37 @@ func (d *Daemon) tapIO(dev *tap.Device) vswitch.Port {
 	return dev
 }
 
-// startSched gives the daemon's threads Config.SchedSlice, new threads
-// within a quarter of a second, until ctx ends.
+// startSched gives the daemon's threads Config.SchedSlice, while tasks
+// wait for the CPUs or always, until ctx ends.
 func (d *Daemon) startSched(ctx context.Context) {
 	if d.slice == 0 {
-		d.sliceState = "kernel default (schedSlice 0)"
+		d.sliceErr = errors.New("schedSlice 0")
 		return
 	}
-	if _, err := sched.Keep(ctx, d.slice, 250*time.Millisecond, d.log); err != nil {
-		d.sliceState = "kernel default (" + err.Error() + ")"
+	k, err := sched.Keep(ctx, sched.Config{Slice: d.slice, Always: d.sliceAlways, Log: d.log})
+	if err != nil {
+		d.sliceErr = err
 		d.log.Info("threads keep the kernel's default time slice", "err", err)
 		return
 	}
-	d.sliceState = d.slice.String()
-	d.log.Info("threads run with a scheduler time slice of " + d.sliceState)
+	d.keeper = k
+	d.log.Info("threads' scheduler time slice: " + d.sliceState())
+}
+
+// sliceState is the threads' scheduler time slice, for gvsctl show.
+func (d *Daemon) sliceState() string {
+	k := d.keeper
+	switch {
+	case k == nil && d.sliceErr != nil:
+		return "kernel default (" + d.sliceErr.Error() + ")"
+	case k == nil:
+		return ""
+	case d.sliceAlways:
+		return d.slice.String() + " always"
+	case k.Short():
+		return fmt.Sprintf("%v while %s (now: %v; %d changes)", d.slice, k.Follows(), d.slice, k.Switches())
+	}
+	return fmt.Sprintf("%v while %s (now: kernel default; %d changes)", d.slice, k.Follows(), k.Switches())
 }
 
 // ioEngineName is the I/O engine of the daemon's TAPs (Config.IOEngine as

@@ -18,9 +18,10 @@ import (
 	"github.com/gvswitch/gvs/vxlan"
 )
 
-// checkSchedSlice checks that every thread of node i's daemon runs with
-// the default schedSlice, on a kernel with per-thread slices (the test's
-// own thread reports its slice there), and that show says so.
+// checkSchedSlice checks that every thread of node i's daemon, whose
+// schedSliceWhen is "always", runs with the default schedSlice, on a
+// kernel with per-thread slices (the test's own thread reports its slice
+// there), and that show says so.
 func checkSchedSlice(t *testing.T, c *cluster.Cluster, i int) {
 	t.Helper()
 	show := showJSON(t, c, i).SchedSlice
@@ -30,7 +31,7 @@ func checkSchedSlice(t *testing.T, c *cluster.Cluster, i int) {
 		}
 		return
 	}
-	if want := daemon.DefaultSchedSlice.String(); show != want {
+	if want := daemon.DefaultSchedSlice.String() + " always"; show != want {
 		t.Errorf("show: thread time slice %q, want %q", show, want)
 	}
 	pid := c.DataplanePIDs(i)[0]
@@ -61,12 +62,16 @@ func checkSchedSlice(t *testing.T, c *cluster.Cluster, i int) {
 // both queues (so both workers of the pod port read), and traffic crosses
 // nodes intact. Each queue goes through the I/O
 // engine the daemon reports (io_uring where the kernel has it), and every
-// thread of the daemon has the default scheduler slice.
+// thread of the daemon has the default scheduler slice (schedSliceWhen
+// always).
 func TestQueues(t *testing.T) {
 	c := up(t, "qu", cluster.Spec{
 		Lab:    lab.Spec{Nodes: 2, PodsPerNode: 1, Projects: []string{"default"}},
 		Mode:   "subnet",
 		Queues: 2,
+		Configure: func(_ *cluster.Cluster, _ int, cfg *daemon.Config) {
+			cfg.SchedSliceWhen = "always"
+		},
 	})
 	a, b := c.Nodes[0].Pods[0], c.Nodes[1].Pods[0]
 	want := "uring"
