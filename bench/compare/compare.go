@@ -300,6 +300,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
+// gvsSettings returns s with the gvs-switchd settings of c.
+func (c Config) gvsSettings(s cluster.Spec) cluster.Spec {
+	s.Queues, s.VXLANReaders, s.FlowQueues = c.GVSQueues, c.GVSVXLANReaders, c.GVSVXLANFlowQueues
+	s.IOEngine, s.SchedSlice, s.SchedSliceWhen = c.GVSIOEngine, c.GVSSchedSlice, c.GVSSchedSliceWhen
+	return s
+}
+
 func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Result {
 	res := Result{Dataplane: dp, Status: StatusOK}
 	if dp == cluster.DataplaneOVS {
@@ -311,18 +318,12 @@ func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Resul
 	p.printf("%s: bringing up 2 nodes × 2 pods", dp)
 	prefix := fmt.Sprintf("%s%c%d", cfg.Prefix, dp[0], os.Getpid()%100000)
 	uctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	c, err := cluster.Up(uctx, cluster.Spec{
-		Lab:            lab.Spec{Prefix: prefix, Nodes: 2, PodsPerNode: 2, Underlay: cfg.Underlay},
-		Mode:           "subnet",
-		BinDir:         cfg.BinDir,
-		Dataplanes:     []string{dp, dp},
-		Queues:         cfg.GVSQueues,
-		VXLANReaders:   cfg.GVSVXLANReaders,
-		FlowQueues:     cfg.GVSVXLANFlowQueues,
-		IOEngine:       cfg.GVSIOEngine,
-		SchedSlice:     cfg.GVSSchedSlice,
-		SchedSliceWhen: cfg.GVSSchedSliceWhen,
-	})
+	c, err := cluster.Up(uctx, cfg.gvsSettings(cluster.Spec{
+		Lab:        lab.Spec{Prefix: prefix, Nodes: 2, PodsPerNode: 2, Underlay: cfg.Underlay},
+		Mode:       "subnet",
+		BinDir:     cfg.BinDir,
+		Dataplanes: []string{dp, dp},
+	}))
 	cancel()
 	if err != nil {
 		res.Status, res.Error = StatusFailed, err.Error()
