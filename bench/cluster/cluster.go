@@ -63,6 +63,9 @@ type Spec struct {
 	ConntrackMax int
 	// IOEngine is the daemons' ioEngine ("": the default, auto).
 	IOEngine string
+	// SchedSlice and SchedSliceWhen are the daemons' schedSlice and
+	// schedSliceWhen ("": the defaults).
+	SchedSlice, SchedSliceWhen string
 	// Configure, if set, adjusts node i's daemon configuration last.
 	Configure func(c *Cluster, i int, cfg *daemon.Config)
 }
@@ -249,6 +252,8 @@ func (c *Cluster) writeConfig(i int) error {
 		VXLANFlowQueues: c.Spec.FlowQueues,
 		ConntrackMax:    c.Spec.ConntrackMax,
 		IOEngine:        c.Spec.IOEngine,
+		SchedSlice:      c.Spec.SchedSlice,
+		SchedSliceWhen:  c.Spec.SchedSliceWhen,
 	}
 	if c.Lab.External == nil {
 		cfg.NAT = &off

@@ -66,6 +66,10 @@ type Config struct {
 	// GVSIOEngine is gvs-switchd's ioEngine: how pod TAPs move frames
 	// ("auto", "uring", "tap"; "" is auto).
 	GVSIOEngine string
+	// GVSSchedSlice and GVSSchedSliceWhen are gvs-switchd's schedSlice
+	// and schedSliceWhen: the scheduler time slice of its threads ("" is
+	// its default, "0" the kernel's) and when ("busy", "always").
+	GVSSchedSlice, GVSSchedSliceWhen string
 	// Conntrack adds the connection-tracking rows: the same stateful rule
 	// set on every dataplane (cluster.StatefulRules), TCP 1 stream and new
 	// TCP connections per second through it. ConntrackOnly runs only
@@ -126,6 +130,11 @@ type Metrics struct {
 	// highest offered rate found with loss ≤ 0.5 %.
 	UDP64NoDropKpps   float64 `json:"udp64_nodrop_kpps"`
 	UDP1400NoDropKpps float64 `json:"udp1400_nodrop_kpps"`
+	// UDP64NoDropBareKpps is the same search for 64 B frames between the
+	// two nodes' namespaces on the underlay: on gvs and kernel nodes veths
+	// and a bridge that no dataplane touches, the ceiling of the blaster
+	// on this machine (on OVS nodes eth0 is a port of OVS's br-ul).
+	UDP64NoDropBareKpps float64 `json:"udp64_nodrop_bare_kpps"`
 	// ICMP ping round trips.
 	RTTPingIdleP50us float64 `json:"rtt_ping_idle_p50_us"`
 	RTTPingIdleP99us float64 `json:"rtt_ping_idle_p99_us"`
@@ -191,6 +200,10 @@ type Report struct {
 	GVSVXLANFlowQueues int `json:"gvs_vxlan_flow_queues,omitempty"`
 	// GVSIOEngine is gvs-switchd's ioEngine setting ("" is auto).
 	GVSIOEngine string `json:"gvs_io_engine,omitempty"`
+	// GVSSchedSlice and GVSSchedSliceWhen are gvs-switchd's schedSlice
+	// and schedSliceWhen settings ("" is the default).
+	GVSSchedSlice     string `json:"gvs_sched_slice,omitempty"`
+	GVSSchedSliceWhen string `json:"gvs_sched_slice_when,omitempty"`
 	// NetpolPolicies is the policies of the networkpolicy row (0: not
 	// run).
 	NetpolPolicies int      `json:"netpol_policies,omitempty"`
@@ -269,7 +282,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Time: time.Now().UTC(), Machine: machine(), Runs: cfg.Runs, Duration: cfg.Duration, Flows: cfg.Flows, BlastThreads: cfg.BlastThreads,
-		GVSQueues: cfg.GVSQueues, GVSVXLANReaders: cfg.GVSVXLANReaders, GVSVXLANFlowQueues: cfg.GVSVXLANFlowQueues, GVSIOEngine: cfg.GVSIOEngine}
+		GVSQueues: cfg.GVSQueues, GVSVXLANReaders: cfg.GVSVXLANReaders, GVSVXLANFlowQueues: cfg.GVSVXLANFlowQueues, GVSIOEngine: cfg.GVSIOEngine, GVSSchedSlice: cfg.GVSSchedSlice, GVSSchedSliceWhen: cfg.GVSSchedSliceWhen}
 	if cfg.NetworkPolicy {
 		rep.NetpolPolicies = cfg.NetpolPolicies
 	}
@@ -287,6 +300,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
+// gvsSettings returns s with the gvs-switchd settings of c.
+func (c Config) gvsSettings(s cluster.Spec) cluster.Spec {
+	s.Queues, s.VXLANReaders, s.FlowQueues = c.GVSQueues, c.GVSVXLANReaders, c.GVSVXLANFlowQueues
+	s.IOEngine, s.SchedSlice, s.SchedSliceWhen = c.GVSIOEngine, c.GVSSchedSlice, c.GVSSchedSliceWhen
+	return s
+}
+
 func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Result {
 	res := Result{Dataplane: dp, Status: StatusOK}
 	if dp == cluster.DataplaneOVS {
@@ -298,16 +318,12 @@ func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Resul
 	p.printf("%s: bringing up 2 nodes × 2 pods", dp)
 	prefix := fmt.Sprintf("%s%c%d", cfg.Prefix, dp[0], os.Getpid()%100000)
 	uctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	c, err := cluster.Up(uctx, cluster.Spec{
-		Lab:          lab.Spec{Prefix: prefix, Nodes: 2, PodsPerNode: 2, Underlay: cfg.Underlay},
-		Mode:         "subnet",
-		BinDir:       cfg.BinDir,
-		Dataplanes:   []string{dp, dp},
-		Queues:       cfg.GVSQueues,
-		VXLANReaders: cfg.GVSVXLANReaders,
-		FlowQueues:   cfg.GVSVXLANFlowQueues,
-		IOEngine:     cfg.GVSIOEngine,
-	})
+	c, err := cluster.Up(uctx, cfg.gvsSettings(cluster.Spec{
+		Lab:        lab.Spec{Prefix: prefix, Nodes: 2, PodsPerNode: 2, Underlay: cfg.Underlay},
+		Mode:       "subnet",
+		BinDir:     cfg.BinDir,
+		Dataplanes: []string{dp, dp},
+	}))
 	cancel()
 	if err != nil {
 		res.Status, res.Error = StatusFailed, err.Error()

@@ -80,16 +80,12 @@ func runNetpol(ctx context.Context, cfg Config, p *progress) ([]float64, error) 
 	p.printf("gvs networkpolicy: bringing up 2 nodes × 2 pods, gvs-master, %d policies", cfg.NetpolPolicies)
 	prefix := fmt.Sprintf("%sn%d", cfg.Prefix, os.Getpid()%100000)
 	uctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	c, err := cluster.Up(uctx, cluster.Spec{
+	c, err := cluster.Up(uctx, cfg.gvsSettings(cluster.Spec{
 		Lab:          lab.Spec{Prefix: prefix, Nodes: 2, PodsPerNode: 2, Underlay: cfg.Underlay, Projects: []string{netpolProject}},
 		Mode:         "networkpolicy",
 		ControlPlane: cluster.ControlPlaneEmbedded,
 		BinDir:       cfg.BinDir,
-		Queues:       cfg.GVSQueues,
-		VXLANReaders: cfg.GVSVXLANReaders,
-		FlowQueues:   cfg.GVSVXLANFlowQueues,
-		IOEngine:     cfg.GVSIOEngine,
-	})
+	}))
 	cancel()
 	if err != nil {
 		return nil, err

@@ -37,6 +37,7 @@ var rows = []row{
 	{"UDP 1400 B blast, offered kpps", func(m Metrics) float64 { return m.UDP1400BlastOfferedKpps }, false, "", false},
 	{"UDP 1400 B blast, loss %", func(m Metrics) float64 { return 100 * m.UDP1400BlastLoss }, true, "", false},
 	{"UDP 1400 B blast, ≤0.5 % loss, kpps", func(m Metrics) float64 { return m.UDP1400NoDropKpps }, false, "", true},
+	{"UDP 64 B blast, ≤0.5 % loss, node to node on the underlay, kpps", func(m Metrics) float64 { return m.UDP64NoDropBareKpps }, false, "", true},
 	{"RTT UDP probe idle p50, µs", func(m Metrics) float64 { return m.RTTIdleP50us }, true, "≤2× kernel", true},
 	{"RTT UDP probe idle p99, µs", func(m Metrics) float64 { return m.RTTIdleP99us }, true, "", true},
 	{"RTT ping idle p50, µs", func(m Metrics) float64 { return m.RTTPingIdleP50us }, true, "≤2× kernel", true},
@@ -116,12 +117,19 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if engine == "" {
 		engine = "auto"
 	}
+	slice := r.GVSSchedSlice
+	if slice == "" {
+		slice = "default"
+	}
+	if r.GVSSchedSliceWhen != "" {
+		slice += " " + r.GVSSchedSliceWhen
+	}
 	flowQueues := "default"
 	if r.GVSVXLANFlowQueues > 0 {
 		flowQueues = strconv.Itoa(r.GVSVXLANFlowQueues)
 	}
-	_, err := fmt.Fprintf(w, "medians of %d runs, %s per workload, %d UDP flows, %d blaster thread(s), gvs queues %d (vxlan0 readers %d, flow queues %s), gvs ioEngine %s; %d CPUs, %s, kernel %s\n",
-		r.Runs, r.Duration, r.Flows, max(r.BlastThreads, 1), max(r.GVSQueues, 1), readers, flowQueues, engine, r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel)
+	_, err := fmt.Fprintf(w, "medians of %d runs, %s per workload, %d UDP flows, %d blaster thread(s), gvs queues %d (vxlan0 readers %d, flow queues %s), gvs ioEngine %s, schedSlice %s; %d CPUs, %s, kernel %s\n",
+		r.Runs, r.Duration, r.Flows, max(r.BlastThreads, 1), max(r.GVSQueues, 1), readers, flowQueues, engine, slice, r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel)
 	return err
 }
 

@@ -78,7 +78,7 @@ func TestMetricsKeys(t *testing.T) {
 		"udp64_blast_kpps", "udp64_blast_offered_kpps", "udp64_blast_loss", "udp1400_blast_kpps", "udp1400_blast_loss",
 		"rtt_ping_idle_p50_us", "rtt_ping_idle_p99_us", "rtt_ping_load_p50_us", "rtt_ping_load_p99_us",
 		"rtt_ping_sparse_p50_us", "rtt_ping_sparse_p99_us", "cpu_s_per_gbit",
-		"udp64_nodrop_kpps", "udp1400_nodrop_kpps", "tcp1_ct_gbps", "conn_per_s_ct", "conn_per_s_bare"} {
+		"udp64_nodrop_kpps", "udp1400_nodrop_kpps", "udp64_nodrop_bare_kpps", "tcp1_ct_gbps", "conn_per_s_ct", "conn_per_s_bare"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("no key %q in %s", k, j)
 		}

@@ -31,6 +31,8 @@ func compareCmd(ctx context.Context, args []string) error {
 	queues := fs.Int("queues", 1, "gvs-switchd queues: queues of each pod TAP and receive sockets of vxlan0, a worker each")
 	readers := fs.Int("vxlan-readers", 0, "gvs-switchd vxlanReaders: receive sockets of vxlan0 (0: as -queues)")
 	flowQueues := fs.Int("vxlan-flow-queues", 0, "gvs-switchd vxlanFlowQueues: receive sockets each vxlan0 reader drains in round robin (0: its default, 8; 1: off)")
+	slice := fs.String("sched-slice", "", "gvs-switchd schedSlice: the scheduler time slice of its threads while the CPUs are busy (\"\": its default, 100us; 0: the kernel's)")
+	sliceWhen := fs.String("sched-slice-when", "", "gvs-switchd schedSliceWhen: busy (\"\") or always")
 	engine := fs.String("io-engine", "auto", "gvs-switchd ioEngine: how pod TAPs move frames (auto, uring, uring-always, tap)")
 	prefix := fs.String("prefix", "gvc", "namespace prefix (at most 9 characters)")
 	ct := fs.Bool("conntrack", false, "add the connection-tracking rows (a stateful rule set on every dataplane: TCP 1 stream, new connections/s)")
@@ -60,6 +62,8 @@ func compareCmd(ctx context.Context, args []string) error {
 		GVSVXLANReaders:    *readers,
 		GVSVXLANFlowQueues: *flowQueues,
 		GVSIOEngine:        *engine,
+		GVSSchedSlice:      *slice,
+		GVSSchedSliceWhen:  *sliceWhen,
 		Conntrack:          *ct || *ctOnly,
 		ConntrackOnly:      *ctOnly,
 		NetworkPolicy:      *netpol,

@@ -274,6 +274,9 @@ func printShow(w io.Writer, r control.ShowResult) {
 	if r.IOEngine != "" {
 		fmt.Fprintf(w, "  pod TAP I/O: %s\n", r.IOEngine)
 	}
+	if r.SchedSlice != "" {
+		fmt.Fprintf(w, "  thread time slice: %s\n", r.SchedSlice)
+	}
 	for _, rm := range r.Remotes {
 		fmt.Fprintf(w, "  remote %s %s subnet %s\n", rm.Name, rm.IP, rm.Subnet)
 	}

@@ -21,8 +21,12 @@ type ShowResult struct {
 	Generation     uint64 `json:"generation"`
 	// IOEngine is how pod TAPs move frames: "uring" or "tap" (the
 	// daemon's ioEngine, resolved on this kernel).
-	IOEngine string   `json:"ioEngine,omitempty"`
-	Remotes  []Remote `json:"remotes"`
+	IOEngine string `json:"ioEngine,omitempty"`
+	// SchedSlice is the scheduler time slice of the daemon's threads: the
+	// short slice and when they have it (always, or while the CPUs are
+	// busy, and whether they are now), or "kernel default (why)".
+	SchedSlice string   `json:"schedSlice,omitempty"`
+	Remotes    []Remote `json:"remotes"`
 	// Registry is how the node reaches the control plane (nil without one).
 	Registry *Registry `json:"registry,omitempty"`
 }

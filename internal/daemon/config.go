@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/internal/accept"
+	"github.com/gvswitch/gvs/internal/sched"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/master"
 	"github.com/gvswitch/gvs/sdn/pki"
@@ -146,6 +147,21 @@ type Config struct {
 	// write(2) per frame, every kernel), or "auto" or "" (uring where the
 	// kernel has what it needs, else tap).
 	IOEngine string `json:"ioEngine,omitempty"`
+	// SchedSlice is the kernel scheduler time slice gvs-switchd asks for
+	// its threads while tasks wait for the node's CPUs (a Go duration from
+	// 100us to 100ms; "" means DefaultSchedSlice; "0" leaves the threads
+	// with the kernel's). A thread with a short slice preempts the task
+	// running when a frame wakes it, instead of waiting up to the default
+	// slice (1.4 ms on 2 CPUs), so a probe crossing a node busy with bulk
+	// traffic waits less; CPU shares stay as they are. SchedSliceWhen
+	// "busy" (or "") gives it while the kernel's CPU pressure is high
+	// (some task waited for a CPU half the time; without PSI, the CPUs
+	// 85 % busy) and takes it back when it falls, "always" keeps it
+	// (docs/operations.md, internal/sched).
+	// Linux 6.12 and later; on an older kernel the daemon logs that it has
+	// no effect.
+	SchedSlice     string `json:"schedSlice,omitempty"`
+	SchedSliceWhen string `json:"schedSliceWhen,omitempty"`
 	// CNINetwork names the installed network configuration ("" means
 	// DefaultCNINetwork); its file is CNIConfDir/80-NAME.conflist.
 	CNINetwork string `json:"cniNetwork,omitempty"`
@@ -165,6 +181,9 @@ const DefaultVNIDWait = 10 * time.Second
 
 // DefaultTrimIdle is Config.TrimIdle's default.
 const DefaultTrimIdle = 10 * time.Second
+
+// DefaultSchedSlice is Config.SchedSlice's default.
+const DefaultSchedSlice = 100 * time.Microsecond
 
 // I/O engines of Config.IOEngine.
 const (
@@ -204,6 +223,32 @@ func (c *Config) trimIdle() (time.Duration, error) {
 		return 0, fmt.Errorf("trimIdle %q: want 0 (never) or a duration of 100ms or more, such as 10s", c.TrimIdle)
 	}
 	return d, nil
+}
+
+// schedSlice is Config.SchedSlice and SchedSliceWhen (slice 0: leave the
+// threads alone).
+func (c *Config) schedSlice() (slice time.Duration, always bool, err error) {
+	switch c.SchedSliceWhen {
+	case "", "busy":
+	case "always":
+		always = true
+	default:
+		return 0, false, fmt.Errorf("schedSliceWhen %q: want busy or always", c.SchedSliceWhen)
+	}
+	if c.SchedSlice == "" {
+		return DefaultSchedSlice, always, nil
+	}
+	d, err := time.ParseDuration(c.SchedSlice)
+	if err == nil && d == 0 {
+		return 0, false, nil
+	}
+	if err == nil {
+		err = sched.CheckSlice(d)
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("schedSlice %q: want 0 (leave the threads alone) or a duration from %v to %v, such as 100us", c.SchedSlice, sched.MinSlice, sched.MaxSlice)
+	}
+	return d, always, nil
 }
 
 func (c *Config) vnidWait() (time.Duration, error) {

@@ -181,6 +181,36 @@ func TestTrimIdleConfig(t *testing.T) {
 	}
 }
 
+func TestSchedSliceConfig(t *testing.T) {
+	for _, tc := range []struct {
+		slice, when string
+		want        time.Duration
+		always      bool
+	}{
+		{"", "", DefaultSchedSlice, false},
+		{"", "busy", DefaultSchedSlice, false},
+		{"", "always", DefaultSchedSlice, true},
+		{"0", "", 0, false},
+		{"0s", "always", 0, false},
+		{"100us", "", 100 * time.Microsecond, false},
+		{"2ms", "always", 2 * time.Millisecond, true},
+	} {
+		c := Config{SchedSlice: tc.slice, SchedSliceWhen: tc.when}
+		if got, always, err := c.schedSlice(); err != nil || got != tc.want || always != tc.always {
+			t.Errorf("schedSlice %q when %q: %v always %v (%v); want %v always %v", tc.slice, tc.when, got, always, err, tc.want, tc.always)
+		}
+	}
+	// The kernel would clamp these; a typo must not become a slice.
+	for _, c := range []Config{{SchedSlice: "-1ms"}, {SchedSlice: "50us"}, {SchedSlice: "1s"}, {SchedSlice: "fast"}, {SchedSliceWhen: "sometimes"}} {
+		if _, _, err := c.schedSlice(); err == nil {
+			t.Errorf("schedSlice %q when %q taken", c.SchedSlice, c.SchedSliceWhen)
+		}
+		if _, err := New(&c, nil); err == nil {
+			t.Errorf("New with schedSlice %q when %q succeeded", c.SchedSlice, c.SchedSliceWhen)
+		}
+	}
+}
+
 // TestIOEngineConfig: auto and "" follow the kernel's answer, tap is always
 // tap, uring and uring-always are refused where the kernel cannot run
 // them, and anything else is refused.

@@ -15,6 +15,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -30,6 +31,7 @@ import (
 	"github.com/gvswitch/gvs/internal/daemon/etcdsource"
 	"github.com/gvswitch/gvs/internal/daemon/kubesource"
 	"github.com/gvswitch/gvs/internal/daemon/pods"
+	"github.com/gvswitch/gvs/internal/sched"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/gateway"
 	"github.com/gvswitch/gvs/sdn/nat"
@@ -57,6 +59,14 @@ type Daemon struct {
 	// engine is Config.IOEngine resolved on this kernel: IOEngineUring,
 	// IOEngineUringAlways or IOEngineTAP.
 	engine string
+	// slice and sliceAlways are Config.SchedSlice and SchedSliceWhen
+	// (slice 0: the threads keep the kernel's); keeper gives it (nil
+	// without), sliceErr says why not (both set in Run before the control
+	// socket opens).
+	slice       time.Duration
+	sliceAlways bool
+	keeper      *sched.Keeper
+	sliceErr    error
 
 	// prog, pods and vnids are made when the node's configuration is
 	// complete: in New without a control plane, in Run after the
@@ -99,6 +109,9 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 	}
 	trim, err := cfg.trimIdle()
 	if err != nil {
+		return nil, err
+	}
+	if d.slice, d.sliceAlways, err = cfg.schedSlice(); err != nil {
 		return nil, err
 	}
 	engine, why, err := cfg.ioEngine()
@@ -163,6 +176,7 @@ func (d *Daemon) init(n sdn.NodeConfig, projects map[string]uint32, implicitDefa
 // the node's network namespace.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.closeSwitch() // the CNI pods' TAPs stay
+	d.startSched(ctx)
 	if d.cfg.FromRegistry() {
 		if err := d.startRegistry(ctx); err != nil {
 			return err
@@ -435,6 +449,39 @@ func (d *Daemon) tapIO(dev *tap.Device) vswitch.Port {
 		d.log.Warn("TAP queue without io_uring", "name", dev.Name(), "err", err)
 	}
 	return dev
+}
+
+// startSched gives the daemon's threads Config.SchedSlice, while tasks
+// wait for the CPUs or always, until ctx ends.
+func (d *Daemon) startSched(ctx context.Context) {
+	if d.slice == 0 {
+		d.sliceErr = errors.New("schedSlice 0")
+		return
+	}
+	k, err := sched.Keep(ctx, sched.Config{Slice: d.slice, Always: d.sliceAlways, Log: d.log})
+	if err != nil {
+		d.sliceErr = err
+		d.log.Info("threads keep the kernel's default time slice", "err", err)
+		return
+	}
+	d.keeper = k
+	d.log.Info("threads' scheduler time slice: " + d.sliceState())
+}
+
+// sliceState is the threads' scheduler time slice, for gvsctl show.
+func (d *Daemon) sliceState() string {
+	k := d.keeper
+	switch {
+	case k == nil && d.sliceErr != nil:
+		return "kernel default (" + d.sliceErr.Error() + ")"
+	case k == nil:
+		return ""
+	case d.sliceAlways:
+		return d.slice.String() + " always"
+	case k.Short():
+		return fmt.Sprintf("%v while %s (now: %v; %d changes)", d.slice, k.Follows(), d.slice, k.Switches())
+	}
+	return fmt.Sprintf("%v while %s (now: kernel default; %d changes)", d.slice, k.Follows(), k.Switches())
 }
 
 // ioEngineName is the I/O engine of the daemon's TAPs (Config.IOEngine as

@@ -71,7 +71,7 @@ func (d *Daemon) show() control.ShowResult {
 		SubnetChanges: sh.changes, PreviousSubnet: sh.previousString(),
 		Mode: string(node.Mode), Version: Version(), Ports: len(d.sw.Ports()), Pods: npods,
 		Rules: d.table.Len(), Generation: snap.Generation(), Remotes: remotes, Registry: d.registryInfo(),
-		IOEngine: d.ioEngineName(),
+		IOEngine: d.ioEngineName(), SchedSlice: d.sliceState(),
 	}
 }
 

@@ -3,28 +3,75 @@ package e2e
 import (
 	"bufio"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/internal/daemon"
+	"github.com/gvswitch/gvs/internal/sched"
 	"github.com/gvswitch/gvs/tap/uring"
 	"github.com/gvswitch/gvs/vxlan"
 )
+
+// checkSchedSlice checks that every thread of node i's daemon, whose
+// schedSliceWhen is "always", runs with the default schedSlice, on a
+// kernel with per-thread slices (the test's own thread reports its slice
+// there), and that show says so.
+func checkSchedSlice(t *testing.T, c *cluster.Cluster, i int) {
+	t.Helper()
+	show := showJSON(t, c, i).SchedSlice
+	if own, err := sched.Slice(0); err != nil || own == 0 {
+		if !strings.HasPrefix(show, "kernel default") {
+			t.Errorf("show: thread time slice %q on a kernel without per-thread slices", show)
+		}
+		return
+	}
+	if want := daemon.DefaultSchedSlice.String() + " always"; show != want {
+		t.Errorf("show: thread time slice %q, want %q", show, want)
+	}
+	pid := c.DataplanePIDs(i)[0]
+	var wrong []string
+	for range 20 { // new threads get it within a sweep (250 ms)
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrong = wrong[:0]
+		for _, e := range ents {
+			tid, _ := strconv.Atoi(e.Name())
+			if d, err := sched.Slice(tid); err == nil && d != daemon.DefaultSchedSlice {
+				wrong = append(wrong, fmt.Sprintf("%d: %v", tid, d))
+			}
+		}
+		if len(wrong) == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("daemon threads without the %v slice: %v", daemon.DefaultSchedSlice, wrong)
+}
 
 // TestQueues: with "queues": 2, vxlan0 has two readers (each with its
 // flow queues' sockets, all sharing the VXLAN port), each static pod's
 // eth0 is a TAP with two queues, the pod's kernel sends its flows over
 // both queues (so both workers of the pod port read), and traffic crosses
 // nodes intact. Each queue goes through the I/O
-// engine the daemon reports (io_uring where the kernel has it).
+// engine the daemon reports (io_uring where the kernel has it), and every
+// thread of the daemon has the default scheduler slice (schedSliceWhen
+// always).
 func TestQueues(t *testing.T) {
 	c := up(t, "qu", cluster.Spec{
 		Lab:    lab.Spec{Nodes: 2, PodsPerNode: 1, Projects: []string{"default"}},
 		Mode:   "subnet",
 		Queues: 2,
+		Configure: func(_ *cluster.Cluster, _ int, cfg *daemon.Config) {
+			cfg.SchedSliceWhen = "always"
+		},
 	})
 	a, b := c.Nodes[0].Pods[0], c.Nodes[1].Pods[0]
 	want := "uring"
@@ -90,6 +137,8 @@ func TestQueues(t *testing.T) {
 	if rx < 0.99*float64(sent) {
 		t.Errorf("gvs read %.0f frames from the pod's TAP; its two queues carried %d", rx, sent)
 	}
+	// After the traffic: the threads its busy queues' rings started too.
+	checkSchedSlice(t, c, 0)
 }
 
 // txQueuePackets returns the packets sent per transmit queue of pod p's
