@@ -53,8 +53,8 @@ type Config struct {
 	// have Slice only while tasks wait for the machine's CPUs (PressureOn
 	// and PressureOff, or BusyOn and BusyOff without PSI). When CPUs are
 	// free a woken thread gets one anyway, and a short slice only makes
-	// it preempt the processes it serves (Go's spinning threads too),
-	// which costs an idle round trip more than it saves.
+	// it preempt the processes it serves (our reading of why the idle
+	// round trip got slower with short slices always on).
 	Always bool
 	// Interval is how often the Keeper samples the CPUs and looks for
 	// new threads (0: DefaultInterval).

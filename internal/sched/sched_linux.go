@@ -119,7 +119,8 @@ func (k *Keeper) sweep(seen map[int]struct{}) (map[int]struct{}, error) {
 // newLoad follows the CPU pressure where the kernel reports it, else the
 // CPUs' busy share.
 func newLoad() load {
-	if p := newPressureSampler(); func() error { _, err := p(); return err }() == nil {
+	p := newPressureSampler()
+	if _, err := p(); err == nil {
 		return load{name: "CPU pressure", on: PressureOn, off: PressureOff, sample: p}
 	}
 	return load{name: "CPU busy share", on: BusyOn, off: BusyOff, sample: newCPUSampler()}
