@@ -134,16 +134,11 @@ func newPressureSampler() func() (float64, error) {
 	var at time.Time
 	buf := make([]byte, 256)
 	return func() (float64, error) {
-		f, err := os.Open("/proc/pressure/cpu")
+		head, err := readHead("/proc/pressure/cpu", buf)
 		if err != nil {
-			return 0, fmt.Errorf("sched: %w", err)
+			return 0, err
 		}
-		n, err := f.Read(buf)
-		f.Close()
-		if err != nil {
-			return 0, fmt.Errorf("sched: /proc/pressure/cpu: %w", err)
-		}
-		total, err := parsePressure(buf[:n])
+		total, err := parsePressure(head)
 		if err != nil {
 			return 0, err
 		}
@@ -197,16 +192,25 @@ func newCPUSampler() func() (float64, error) {
 // "cpu" line of /proc/stat: user nice system idle iowait irq softirq steal
 // (guest time is counted in user already).
 func readCPU(buf []byte) (busy, total uint64, err error) {
-	f, err := os.Open("/proc/stat")
+	head, err := readHead("/proc/stat", buf)
 	if err != nil {
-		return 0, 0, fmt.Errorf("sched: %w", err)
+		return 0, 0, err
+	}
+	return parseCPU(head)
+}
+
+// readHead reads the start of a /proc file, up to len(buf) bytes, into buf.
+func readHead(path string, buf []byte) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("sched: %w", err)
 	}
 	n, err := f.Read(buf)
 	f.Close()
 	if err != nil {
-		return 0, 0, fmt.Errorf("sched: /proc/stat: %w", err)
+		return nil, fmt.Errorf("sched: %s: %w", path, err)
 	}
-	return parseCPU(buf[:n])
+	return buf[:n], nil
 }
 
 func parseCPU(b []byte) (busy, total uint64, err error) {
