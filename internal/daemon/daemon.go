@@ -506,7 +506,7 @@ func (d *Daemon) busyState() string {
 	if st.Polls > 0 {
 		found = fmt.Sprintf(" (%.0f %%)", 100*float64(st.Found)/float64(st.Polls))
 	}
-	return fmt.Sprintf("up to %v per wait, %d readers at once: %d polls found frames in %d%s, %v polling, %d times no poller free",
+	return fmt.Sprintf("up to %v per wait, at most %d polling at once: %d polls, %d found frames%s, %v polling, %d times no poller free",
 		b.Max(), b.Pollers(), st.Polls, st.Found, found, st.Time.Round(time.Millisecond), st.Turned)
 }
 

@@ -144,7 +144,7 @@ type PortConfig struct {
 type rxState struct {
 	r *ring
 	// busy is the reader's busy-polling window (nil: off); try is
-	// rx.try, kept so that polling does not allocate.
+	// rx.poll, kept so that polling does not allocate.
 	busy *busypoll.Reader
 	try  func() bool
 	// Rings on demand: frames read through the device since windowStart
