@@ -64,7 +64,7 @@ $(KUBE_TOOLS) &: tools/kube/go.mod tools/kube/go.sum
 	@touch $(KUBE_TOOLS)
 
 # The dataplane packages that must build on any OS (Linux-only code lives in _linux.go files).
-PORTABLE := ./packet/ ./port/ ./flowtable/ ./switch/ ./tap/ ./vxlan/
+PORTABLE := ./packet/ ./port/ ./busypoll/ ./flowtable/ ./switch/ ./tap/ ./vxlan/
 
 lint: tools ## gofmt, go vet, staticcheck, the portable dataplane built for darwin
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -163,15 +163,48 @@ func (st *rxState) fill() error {
 				return nil
 			}
 		}
+		if st.busy.Poll(st.tryFn) {
+			if st.rerr != nil {
+				return st.rerr
+			}
+			continue
+		}
+		st.busy.Sleep()
+		st.slept = false
 		if err := st.eprc.Read(st.pollFn); err != nil {
 			return err
 		}
+		if st.slept {
+			// Only a wait in the netpoller is a sleep; a poll that
+			// found sockets ready at once leaves the window as it is.
+			st.busy.Woke()
+		}
 	}
+}
+
+// try is one try of busy polling: which sockets are ready, without
+// waiting (through the RawConn, which keeps the descriptor open meanwhile).
+func (st *rxState) try() bool {
+	if err := st.eprc.Read(st.peekFn); err != nil {
+		st.rerr = err
+	}
+	return st.nev > 0 || st.rerr != nil
 }
 
 // poll is the epoll descriptor's RawConn callback: which sockets are
 // ready; false (wait) if none.
 func (st *rxState) poll(fd uintptr) bool {
+	if st.peek(fd); st.nev == 0 && st.rerr == nil {
+		st.waits.Add(1)
+		st.slept = true
+		return false
+	}
+	return true
+}
+
+// peek sets which sockets are ready (st.nev, or st.rerr), without
+// waiting; as a RawConn callback (try's) it never waits.
+func (st *rxState) peek(fd uintptr) bool {
 	for {
 		n, err := unix.EpollWait(int(fd), st.events, 0)
 		if err == unix.EINTR {
@@ -181,11 +214,7 @@ func (st *rxState) poll(fd uintptr) bool {
 			st.nev, st.ei, st.rerr = 0, 0, err
 			return true
 		}
-		if n == 0 {
-			st.waits.Add(1)
-			return false
-		}
-		st.nev, st.ei = n, 0
+		st.nev, st.ei, st.rerr = n, 0, nil
 		return true
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
 	"golang.org/x/sys/unix"
@@ -63,6 +64,13 @@ type rxState struct {
 	vlen   int               // messages the next recvmmsg may take
 	bulk   []bool            // per socket: its last read was bulk (fill)
 	pollFn func(fd uintptr) bool
+	// busy is the reader's busy-polling window (nil: off); tryFn is
+	// st.try, peekFn st.peek; slept tells that the netpoller did wait
+	// (flowq_linux.go).
+	busy   *busypoll.Reader
+	tryFn  func() bool
+	peekFn func(fd uintptr) bool
+	slept  bool
 
 	msgs  []mmsghdr
 	iovs  []unix.Iovec
@@ -84,10 +92,11 @@ type rxState struct {
 
 // initRx sets up each reader's receive state: its share of the receive
 // sockets and an epoll set of them.
-func (p *Port) initRx(readers int, gro bool) error {
+func (p *Port) initRx(readers int, gro bool, busy *busypoll.Poller) error {
 	per := len(p.rx) / readers
 	for r := range readers {
 		st := p.newRxState(gro)
+		st.busy = busy.Reader()
 		st.socks = p.rx[r*per : (r+1)*per]
 		ep, eprc, err := newEpoll(st.socks)
 		if err != nil {
@@ -126,6 +135,7 @@ func (p *Port) newRxState(gro bool) *rxState {
 	}
 	st.fn = st.recv
 	st.pollFn = st.poll
+	st.tryFn, st.peekFn = st.try, st.peek
 	return st
 }
 

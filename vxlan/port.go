@@ -51,6 +51,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/port"
 )
 
@@ -124,6 +125,10 @@ type Config struct {
 	// takes them: a TAP on Linux 6.2 or later (tap.ProbeUSO, or a TAP's
 	// Offloads). SetCoalesceUDP changes it later.
 	CoalesceUDP bool
+	// BusyPoll, when not nil, lets each reader poll its receive sockets
+	// within an adaptive window (package busypoll) before it waits in
+	// the netpoller. The Poller may be shared with other ports' readers.
+	BusyPoll *busypoll.Poller
 	// Logger receives setup and teardown messages, never per-packet ones;
 	// nil discards them.
 	Logger *slog.Logger
@@ -272,7 +277,7 @@ func Listen(cfg Config) (*Port, error) {
 		p.groOn, gso = p.probeOffloads()
 		p.gso.Store(gso)
 	}
-	if err := p.initRx(readers, p.groOn); err != nil {
+	if err := p.initRx(readers, p.groOn, cfg.BusyPoll); err != nil {
 		p.Close()
 		return nil, err
 	}

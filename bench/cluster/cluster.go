@@ -66,6 +66,8 @@ type Spec struct {
 	// SchedSlice and SchedSliceWhen are the daemons' schedSlice and
 	// schedSliceWhen ("": the defaults).
 	SchedSlice, SchedSliceWhen string
+	// BusyPoll is the daemons' busyPoll ("": the default).
+	BusyPoll string
 	// Configure, if set, adjusts node i's daemon configuration last.
 	Configure func(c *Cluster, i int, cfg *daemon.Config)
 }
@@ -254,6 +256,7 @@ func (c *Cluster) writeConfig(i int) error {
 		IOEngine:        c.Spec.IOEngine,
 		SchedSlice:      c.Spec.SchedSlice,
 		SchedSliceWhen:  c.Spec.SchedSliceWhen,
+		BusyPoll:        c.Spec.BusyPoll,
 	}
 	if c.Lab.External == nil {
 		cfg.NAT = &off

@@ -70,6 +70,9 @@ type Config struct {
 	// and schedSliceWhen: the scheduler time slice of its threads ("" is
 	// its default, "0" the kernel's) and when ("busy", "always").
 	GVSSchedSlice, GVSSchedSliceWhen string
+	// GVSBusyPoll is gvs-switchd's busyPoll: how long its readers may
+	// poll an empty queue before they sleep ("": its default, "0": off).
+	GVSBusyPoll string
 	// Conntrack adds the connection-tracking rows: the same stateful rule
 	// set on every dataplane (cluster.StatefulRules), TCP 1 stream and new
 	// TCP connections per second through it. ConntrackOnly runs only
@@ -204,6 +207,8 @@ type Report struct {
 	// and schedSliceWhen settings ("" is the default).
 	GVSSchedSlice     string `json:"gvs_sched_slice,omitempty"`
 	GVSSchedSliceWhen string `json:"gvs_sched_slice_when,omitempty"`
+	// GVSBusyPoll is gvs-switchd's busyPoll setting ("" is the default).
+	GVSBusyPoll string `json:"gvs_busy_poll,omitempty"`
 	// NetpolPolicies is the policies of the networkpolicy row (0: not
 	// run).
 	NetpolPolicies int      `json:"netpol_policies,omitempty"`
@@ -282,7 +287,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Time: time.Now().UTC(), Machine: machine(), Runs: cfg.Runs, Duration: cfg.Duration, Flows: cfg.Flows, BlastThreads: cfg.BlastThreads,
-		GVSQueues: cfg.GVSQueues, GVSVXLANReaders: cfg.GVSVXLANReaders, GVSVXLANFlowQueues: cfg.GVSVXLANFlowQueues, GVSIOEngine: cfg.GVSIOEngine, GVSSchedSlice: cfg.GVSSchedSlice, GVSSchedSliceWhen: cfg.GVSSchedSliceWhen}
+		GVSQueues: cfg.GVSQueues, GVSVXLANReaders: cfg.GVSVXLANReaders, GVSVXLANFlowQueues: cfg.GVSVXLANFlowQueues, GVSIOEngine: cfg.GVSIOEngine, GVSSchedSlice: cfg.GVSSchedSlice, GVSSchedSliceWhen: cfg.GVSSchedSliceWhen,
+		GVSBusyPoll: cfg.GVSBusyPoll}
 	if cfg.NetworkPolicy {
 		rep.NetpolPolicies = cfg.NetpolPolicies
 	}
@@ -304,6 +310,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func (c Config) gvsSettings(s cluster.Spec) cluster.Spec {
 	s.Queues, s.VXLANReaders, s.FlowQueues = c.GVSQueues, c.GVSVXLANReaders, c.GVSVXLANFlowQueues
 	s.IOEngine, s.SchedSlice, s.SchedSliceWhen = c.GVSIOEngine, c.GVSSchedSlice, c.GVSSchedSliceWhen
+	s.BusyPoll = c.GVSBusyPoll
 	return s
 }
 

@@ -124,12 +124,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.GVSSchedSliceWhen != "" {
 		slice += " " + r.GVSSchedSliceWhen
 	}
+	busy := r.GVSBusyPoll
+	if busy == "" {
+		busy = "default"
+	}
 	flowQueues := "default"
 	if r.GVSVXLANFlowQueues > 0 {
 		flowQueues = strconv.Itoa(r.GVSVXLANFlowQueues)
 	}
-	_, err := fmt.Fprintf(w, "medians of %d runs, %s per workload, %d UDP flows, %d blaster thread(s), gvs queues %d (vxlan0 readers %d, flow queues %s), gvs ioEngine %s, schedSlice %s; %d CPUs, %s, kernel %s\n",
-		r.Runs, r.Duration, r.Flows, max(r.BlastThreads, 1), max(r.GVSQueues, 1), readers, flowQueues, engine, slice, r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel)
+	_, err := fmt.Fprintf(w, "medians of %d runs, %s per workload, %d UDP flows, %d blaster thread(s), gvs queues %d (vxlan0 readers %d, flow queues %s), gvs ioEngine %s, schedSlice %s, busyPoll %s; %d CPUs, %s, kernel %s\n",
+		r.Runs, r.Duration, r.Flows, max(r.BlastThreads, 1), max(r.GVSQueues, 1), readers, flowQueues, engine, slice, busy, r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel)
 	return err
 }
 

@@ -33,6 +33,7 @@ func compareCmd(ctx context.Context, args []string) error {
 	flowQueues := fs.Int("vxlan-flow-queues", 0, "gvs-switchd vxlanFlowQueues: receive sockets each vxlan0 reader drains in round robin (0: its default, 8; 1: off)")
 	slice := fs.String("sched-slice", "", "gvs-switchd schedSlice: the scheduler time slice of its threads while the CPUs are busy (\"\": its default, 100us; 0: the kernel's)")
 	sliceWhen := fs.String("sched-slice-when", "", "gvs-switchd schedSliceWhen: busy (\"\") or always")
+	busyPoll := fs.String("busy-poll", "", "gvs-switchd busyPoll: how long its readers may poll an empty queue before they sleep, such as 50us (\"\": its default, 50us; 0: off)")
 	engine := fs.String("io-engine", "auto", "gvs-switchd ioEngine: how pod TAPs move frames (auto, uring, uring-always, tap)")
 	prefix := fs.String("prefix", "gvc", "namespace prefix (at most 9 characters)")
 	ct := fs.Bool("conntrack", false, "add the connection-tracking rows (a stateful rule set on every dataplane: TCP 1 stream, new connections/s)")
@@ -64,6 +65,7 @@ func compareCmd(ctx context.Context, args []string) error {
 		GVSIOEngine:        *engine,
 		GVSSchedSlice:      *slice,
 		GVSSchedSliceWhen:  *sliceWhen,
+		GVSBusyPoll:        *busyPoll,
 		Conntrack:          *ct || *ctOnly,
 		ConntrackOnly:      *ctOnly,
 		NetworkPolicy:      *netpol,

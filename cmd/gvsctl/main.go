@@ -277,6 +277,9 @@ func printShow(w io.Writer, r control.ShowResult) {
 	if r.SchedSlice != "" {
 		fmt.Fprintf(w, "  thread time slice: %s\n", r.SchedSlice)
 	}
+	if r.BusyPoll != "" {
+		fmt.Fprintf(w, "  busy polling: %s\n", r.BusyPoll)
+	}
 	for _, rm := range r.Remotes {
 		fmt.Fprintf(w, "  remote %s %s subnet %s\n", rm.Name, rm.IP, rm.Subnet)
 	}

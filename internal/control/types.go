@@ -25,8 +25,11 @@ type ShowResult struct {
 	// SchedSlice is the scheduler time slice of the daemon's threads: the
 	// short slice and when they have it (always, or while the CPUs are
 	// busy, and whether they are now), or "kernel default (why)".
-	SchedSlice string   `json:"schedSlice,omitempty"`
-	Remotes    []Remote `json:"remotes"`
+	SchedSlice string `json:"schedSlice,omitempty"`
+	// BusyPoll is the readers' busy polling: its bound, how many may poll
+	// at once and what polling found ("" when off).
+	BusyPoll string   `json:"busyPoll,omitempty"`
+	Remotes  []Remote `json:"remotes"`
 	// Registry is how the node reaches the control plane (nil without one).
 	Registry *Registry `json:"registry,omitempty"`
 }

@@ -12,9 +12,11 @@ import (
 	"net/netip"
 	"os"
 	"os/user"
+	"runtime"
 	"strconv"
 	"time"
 
+	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/internal/accept"
 	"github.com/gvswitch/gvs/internal/sched"
 	"github.com/gvswitch/gvs/sdn"
@@ -162,6 +164,18 @@ type Config struct {
 	// no effect.
 	SchedSlice     string `json:"schedSlice,omitempty"`
 	SchedSliceWhen string `json:"schedSliceWhen,omitempty"`
+	// BusyPoll is the longest a reader of vxlan0 or of a busy pod's
+	// io_uring queue polls its empty queue before it sleeps (a Go duration
+	// up to 1ms; "0": off; "": DefaultBusyPoll on a machine with more than
+	// one CPU, off on one). Each reader's window follows its queue: it
+	// grows while frames come soon after the queue runs dry and falls to
+	// nothing on a sparse or idle queue (package busypoll). BusyPollers is
+	// how many readers may poll at once (0: one fewer than the CPUs).
+	// Polling saves wake-ups at the cost of CPU time the pods could use;
+	// docs/benchmarks.md ("Busy polling") has what it gave and cost on 2
+	// vCPUs.
+	BusyPoll    string `json:"busyPoll,omitempty"`
+	BusyPollers int    `json:"busyPollers,omitempty"`
 	// CNINetwork names the installed network configuration ("" means
 	// DefaultCNINetwork); its file is CNIConfDir/80-NAME.conflist.
 	CNINetwork string `json:"cniNetwork,omitempty"`
@@ -181,6 +195,10 @@ const DefaultVNIDWait = 10 * time.Second
 
 // DefaultTrimIdle is Config.TrimIdle's default.
 const DefaultTrimIdle = 10 * time.Second
+
+// DefaultBusyPoll is Config.BusyPoll's default on a machine with more than
+// one CPU.
+const DefaultBusyPoll = 50 * time.Microsecond
 
 // DefaultSchedSlice is Config.SchedSlice's default.
 const DefaultSchedSlice = 100 * time.Microsecond
@@ -249,6 +267,26 @@ func (c *Config) schedSlice() (slice time.Duration, always bool, err error) {
 		return 0, false, fmt.Errorf("schedSlice %q: want 0 (leave the threads alone) or a duration from %v to %v, such as 100us", c.SchedSlice, sched.MinSlice, sched.MaxSlice)
 	}
 	return d, always, nil
+}
+
+// busyPoll is Config.BusyPoll and BusyPollers as a busypoll.Config.
+func (c *Config) busyPoll() (busypoll.Config, error) {
+	var bc busypoll.Config
+	if c.BusyPoll == "" && runtime.NumCPU() > 1 {
+		bc.Max = DefaultBusyPoll
+	}
+	if c.BusyPoll != "" {
+		d, err := time.ParseDuration(c.BusyPoll)
+		if err != nil || d < 0 || d > busypoll.MaxWindow {
+			return bc, fmt.Errorf("busyPoll %q: want 0 (off) or a duration up to %v, such as 50us", c.BusyPoll, busypoll.MaxWindow)
+		}
+		bc.Max = d
+	}
+	if c.BusyPollers < 0 {
+		return bc, fmt.Errorf("busyPollers %d: want 0 (one fewer than the CPUs) or more", c.BusyPollers)
+	}
+	bc.Pollers = c.BusyPollers
+	return bc, bc.Validate()
 }
 
 func (c *Config) vnidWait() (time.Duration, error) {

@@ -3,10 +3,12 @@ package daemon
 import (
 	"errors"
 	"net/netip"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/tap/uring"
 )
@@ -207,6 +209,44 @@ func TestSchedSliceConfig(t *testing.T) {
 		}
 		if _, err := New(&c, nil); err == nil {
 			t.Errorf("New with schedSlice %q when %q succeeded", c.SchedSlice, c.SchedSliceWhen)
+		}
+	}
+}
+
+func TestBusyPollConfig(t *testing.T) {
+	def := DefaultBusyPoll
+	if runtime.NumCPU() == 1 {
+		def = 0
+	}
+	for _, tc := range []struct {
+		poll    string
+		pollers int
+		want    time.Duration
+	}{
+		{"", 0, def},
+		{"0", 3, 0},
+		{"50us", 0, 50 * time.Microsecond},
+		{"1ms", 1, time.Millisecond},
+	} {
+		c := Config{BusyPoll: tc.poll, BusyPollers: tc.pollers}
+		bc, err := c.busyPoll()
+		if err != nil || bc.Max != tc.want || bc.Pollers != tc.pollers {
+			t.Errorf("busyPoll %q pollers %d: %+v (%v); want %v", tc.poll, tc.pollers, bc, err, tc.want)
+		}
+		var d Daemon
+		if d.busy, err = busypoll.New(bc); err != nil {
+			t.Fatal(err)
+		}
+		if on := d.busyState() != ""; on != (tc.want > 0) {
+			t.Errorf("busyPoll %q: show says %q", tc.poll, d.busyState())
+		}
+	}
+	for _, c := range []Config{{BusyPoll: "-1us"}, {BusyPoll: "2ms"}, {BusyPoll: "fast"}, {BusyPoll: "50"}, {BusyPoll: "50us", BusyPollers: -1}} {
+		if _, err := c.busyPoll(); err == nil {
+			t.Errorf("busyPoll %q pollers %d taken", c.BusyPoll, c.BusyPollers)
+		}
+		if _, err := New(&c, nil); err == nil {
+			t.Errorf("New with busyPoll %q pollers %d succeeded", c.BusyPoll, c.BusyPollers)
 		}
 	}
 }

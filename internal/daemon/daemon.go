@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/accept"
@@ -67,6 +68,8 @@ type Daemon struct {
 	sliceAlways bool
 	keeper      *sched.Keeper
 	sliceErr    error
+	// busy is the readers' busy polling (Config.BusyPoll; nil: off).
+	busy *busypoll.Poller
 
 	// prog, pods and vnids are made when the node's configuration is
 	// complete: in New without a control plane, in Run after the
@@ -112,6 +115,13 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 		return nil, err
 	}
 	if d.slice, d.sliceAlways, err = cfg.schedSlice(); err != nil {
+		return nil, err
+	}
+	bc, err := cfg.busyPoll()
+	if err != nil {
+		return nil, err
+	}
+	if d.busy, err = busypoll.New(bc); err != nil {
 		return nil, err
 	}
 	engine, why, err := cfg.ioEngine()
@@ -338,7 +348,8 @@ func (d *Daemon) setup(ctx context.Context) error {
 	// vxlan0, port 1. UDP datagrams are merged toward the pods once a pod
 	// TAP shows that the kernel takes UDP super-frames (usoSeen).
 	vx, err := vxlan.Listen(vxlan.Config{Local: n.NodeIP, Port: d.cfg.VXLANPort, Peers: d.peers,
-		Offload: d.offload(), Readers: d.vxlanReaders(), FlowQueues: d.cfg.VXLANFlowQueues, Logger: d.log})
+		Offload: d.offload(), Readers: d.vxlanReaders(), FlowQueues: d.cfg.VXLANFlowQueues,
+		BusyPoll: d.busy, Logger: d.log})
 	if err != nil {
 		return fmt.Errorf("vxlan0: %w", err)
 	}
@@ -442,7 +453,7 @@ func (d *Daemon) listenLocal(path string, listen func(string) (net.Listener, err
 // (uring.Port) when the daemon uses it, else the device itself.
 func (d *Daemon) tapIO(dev *tap.Device) vswitch.Port {
 	if d.engine == IOEngineUring || d.engine == IOEngineUringAlways {
-		p, err := uring.NewPortConfig(dev, uring.PortConfig{Always: d.engine == IOEngineUringAlways})
+		p, err := uring.NewPortConfig(dev, uring.PortConfig{Always: d.engine == IOEngineUringAlways, BusyPoll: d.busy})
 		if err == nil {
 			return p
 		}
@@ -482,6 +493,21 @@ func (d *Daemon) sliceState() string {
 		return fmt.Sprintf("%v while %s (now: %v; %d changes)", d.slice, k.Follows(), d.slice, k.Switches())
 	}
 	return fmt.Sprintf("%v while %s (now: kernel default; %d changes)", d.slice, k.Follows(), k.Switches())
+}
+
+// busyState is the readers' busy polling, for gvsctl show ("" when off).
+func (d *Daemon) busyState() string {
+	b := d.busy
+	if b == nil {
+		return ""
+	}
+	st := b.Stats()
+	found := ""
+	if st.Polls > 0 {
+		found = fmt.Sprintf(" (%.0f %%)", 100*float64(st.Found)/float64(st.Polls))
+	}
+	return fmt.Sprintf("up to %v per wait, at most %d polling at once: %d polls, %d found frames%s, %v polling, %d times no poller free",
+		b.Max(), b.Pollers(), st.Polls, st.Found, found, st.Time.Round(time.Millisecond), st.Turned)
 }
 
 // ioEngineName is the I/O engine of the daemon's TAPs (Config.IOEngine as

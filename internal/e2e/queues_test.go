@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -63,7 +64,9 @@ func checkSchedSlice(t *testing.T, c *cluster.Cluster, i int) {
 // nodes intact. Each queue goes through the I/O
 // engine the daemon reports (io_uring where the kernel has it), and every
 // thread of node 1's daemon has the default scheduler slice
-// (schedSliceWhen always; node 2 has it only under CPU pressure).
+// (schedSliceWhen always; node 2 has it only under CPU pressure). Node 1's
+// readers busy-poll up to 200 µs (busyPoll 200us): traffic crosses it
+// intact and its readers polled; node 2's have the default.
 func TestQueues(t *testing.T) {
 	c := up(t, "qu", cluster.Spec{
 		Lab:    lab.Spec{Nodes: 2, PodsPerNode: 1, Projects: []string{"default"}},
@@ -72,6 +75,7 @@ func TestQueues(t *testing.T) {
 		Configure: func(_ *cluster.Cluster, i int, cfg *daemon.Config) {
 			if i == 0 {
 				cfg.SchedSliceWhen = "always"
+				cfg.BusyPoll = "200us"
 			}
 		},
 	})
@@ -141,6 +145,16 @@ func TestQueues(t *testing.T) {
 	}
 	// After the traffic: the threads its busy queues' rings started too.
 	checkSchedSlice(t, c, 0)
+	if show := showJSON(t, c, 0).BusyPoll; !strings.HasPrefix(show, "up to 200µs per wait") || strings.Contains(show, ": 0 polls") {
+		t.Errorf("node 1 show: busy polling %q, want up to 200µs and some polls after the traffic", show)
+	}
+	want = ""
+	if runtime.NumCPU() > 1 {
+		want = "up to " + daemon.DefaultBusyPoll.String() + " per wait"
+	}
+	if show := showJSON(t, c, 1).BusyPoll; !strings.HasPrefix(show, want) || (want == "" && show != "") {
+		t.Errorf("node 2 show: busy polling %q, want the default, %q…", show, want)
+	}
 	// Node 2 has the default, short slices only under CPU pressure.
 	if own, err := sched.Slice(0); err == nil && own != 0 {
 		if show, want := showJSON(t, c, 1).SchedSlice, daemon.DefaultSchedSlice.String()+" while "; !strings.HasPrefix(show, want) {

@@ -11,7 +11,7 @@ import (
 
 // The I/O engine prototypes (issue 14) are held to the same rule: they
 // will sit under the switch once integrated.
-var core = []string{"packet", "port", "tap", "vxlan", "flowtable", "switch", "conntrack", "tap/uring", "tap/vhost", "afxdp"}
+var core = []string{"packet", "port", "busypoll", "tap", "vxlan", "flowtable", "switch", "conntrack", "tap/uring", "tap/vhost", "afxdp"}
 
 var forbidden = []string{
 	"github.com/prometheus/",

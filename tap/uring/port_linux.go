@@ -43,6 +43,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/port"
 	"github.com/gvswitch/gvs/tap"
 )
@@ -132,11 +133,20 @@ type PortConfig struct {
 	// the rings are made on demand (see Port) and an idle port holds
 	// neither rings nor a thread.
 	Always bool
+	// BusyPoll, when not nil, lets the reader poll its receive ring
+	// within an adaptive window (package busypoll) before it sleeps in
+	// io_uring_enter. Only a port with its receive ring polls: a port
+	// reading through the device is idle by definition.
+	BusyPoll *busypoll.Poller
 }
 
 // rxState is the receive side, touched only by the reading goroutine.
 type rxState struct {
 	r *ring
+	// busy is the reader's busy-polling window (nil: off); try is
+	// rx.poll, kept so that polling does not allocate.
+	busy *busypoll.Reader
+	try  func() bool
 	// Rings on demand: frames read through the device since windowStart
 	// (nanoseconds since epoch), and whether the next Read makes the
 	// ring.
@@ -191,6 +201,8 @@ func NewPortConfig(d *tap.Device, cfg PortConfig) (*Port, error) {
 	}
 	p := &Port{Device: d, always: cfg.Always, wake: os.NewFile(uintptr(fd), "uring-wake")}
 	p.rx.promote = cfg.Always
+	p.rx.busy = cfg.BusyPoll.Reader()
+	p.rx.try = p.rx.poll
 	return p, nil
 }
 
@@ -394,12 +406,30 @@ func (p *Port) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 			s.opcode, s.flags, s.fd, s.userData = opReadMultishot, sqeBufferSelect, int32(rx.tapFd), tagRx
 			rx.armed = true
 		}
-		if err := rx.r.submit(1); err != nil {
+		if rx.busy.Poll(rx.try) {
+			continue
+		}
+		rx.busy.Sleep()
+		err := rx.r.submit(1)
+		rx.busy.Woke()
+		if err != nil {
 			rx.err = err
 			continue
 		}
 		rx.reap()
 	}
+}
+
+// poll is one try of busy polling: submit what is prepared, run the
+// completions the kernel deferred to this thread without waiting for any,
+// and report whether Read has something to act on.
+func (rx *rxState) poll() bool {
+	if err := rx.r.submit(0); err != nil {
+		rx.err = err
+		return true
+	}
+	rx.reap()
+	return len(rx.queue) > 0 || rx.woken || rx.err != nil
 }
 
 // readDevice reads through the device while the port has no receive ring,
