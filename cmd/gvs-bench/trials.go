@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -46,15 +43,12 @@ func trialsCmd(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if os.Geteuid() != 0 {
-		return errors.New("trials needs root: it creates network namespaces")
-	}
-	self, err := os.Executable()
+	bin, err := labBinDir("trials")
 	if err != nil {
 		return err
 	}
 	rep, err := compare.RunTrials(ctx, compare.TrialsConfig{
-		BinDir:   filepath.Dir(self),
+		BinDir:   bin,
 		Settings: settings,
 		Trials:   *trials,
 		Duration: *dur,
@@ -64,20 +58,7 @@ func trialsCmd(ctx context.Context, args []string) error {
 	if rep == nil {
 		return err
 	}
-	if c, gerr := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); gerr == nil {
-		rep.Commit = strings.TrimSpace(string(c))
-	}
-	if werr := rep.WriteTable(os.Stdout); werr != nil {
-		return errors.Join(err, werr)
-	}
-	if *out != "" {
-		b, jerr := json.MarshalIndent(rep, "", "  ")
-		if jerr != nil {
-			return errors.Join(err, jerr)
-		}
-		if werr := os.WriteFile(*out, append(b, '\n'), 0o644); werr != nil {
-			return errors.Join(err, werr)
-		}
-	}
-	return err
+	rep.Commit = gitCommit()
+	// What was measured before a failure is still printed and written.
+	return errors.Join(err, rep.WriteTable(os.Stdout), writeJSON(*out, rep))
 }
