@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -44,15 +43,12 @@ func compareCmd(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if os.Geteuid() != 0 {
-		return errors.New("compare needs root: it creates network namespaces")
-	}
-	self, err := os.Executable()
+	bin, err := labBinDir("compare")
 	if err != nil {
 		return err
 	}
 	cfg := compare.Config{
-		BinDir:             filepath.Dir(self),
+		BinDir:             bin,
 		Dataplanes:         strings.Split(*dps, ","),
 		Runs:               *runs,
 		Duration:           *dur,
@@ -77,20 +73,12 @@ func compareCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if c, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
-		rep.Commit = strings.TrimSpace(string(c))
-	}
+	rep.Commit = gitCommit()
 	if err := rep.WriteTable(os.Stdout); err != nil {
 		return err
 	}
-	if *out != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
-			return err
-		}
+	if err := writeJSON(*out, rep); err != nil {
+		return err
 	}
 	if *plot != "" {
 		var b bytes.Buffer
@@ -102,6 +90,41 @@ func compareCmd(ctx context.Context, args []string) error {
 		}
 	}
 	return nil
+}
+
+// labBinDir checks that cmd runs as root (it creates network namespaces)
+// and returns the directory of this executable, where the other binaries
+// are.
+func labBinDir(cmd string) (string, error) {
+	if os.Geteuid() != 0 {
+		return "", fmt.Errorf("%s needs root: it creates network namespaces", cmd)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(self), nil
+}
+
+// gitCommit is the short commit of the working directory's tree, or "".
+func gitCommit() string {
+	c, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(c))
+}
+
+// writeJSON writes v, indented, to path ("": nothing).
+func writeJSON(path string, v any) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 // udpTool runs the udp-sink, udp-send, udp-echo and udp-probe commands,

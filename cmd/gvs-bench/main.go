@@ -31,6 +31,10 @@ commands:
           [-flows N] [-blast-threads T] [-queues Q] [-vxlan-readers R] [-vxlan-flow-queues F] [-io-engine E] [-conntrack | -conntrack-only]
                           measure gvs, the kernel and Open vSwitch on the same topology (as root):
                           TCP, UDP pps from sockets and from the frame blaster, UDP-probe and ping RTT
+  trials -setting NAME[={"field":"value"}] -setting ... [-trials N] [-t DURATION] [-o FILE.json]
+                          A/B of gvs-switchd settings (as root): a fresh 2-node cluster per trial and
+                          setting in rotating order; TCP alone, UDP-probe RTT idle and beside a TCP
+                          stream; medians, and in how many trials each setting beat the first
   udp-sink -l ADDR -t D   count UDP datagrams for D, print JSON
   udp-send -c ADDR [-size B] [-flows N] [-rate PPS] [-gso N] -t D
                           send UDP frames of B bytes over N flows, print JSON
@@ -82,6 +86,8 @@ func run(args []string) error {
 		return demo(ctx, args[1:])
 	case "compare":
 		return compareCmd(ctx, args[1:])
+	case "trials":
+		return trialsCmd(ctx, args[1:])
 	case "udp-sink", "udp-send", "udp-echo", "udp-probe":
 		return udpTool(ctx, args[0], args[1:])
 	case "conn-server", "conn-rate":
