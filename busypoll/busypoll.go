@@ -18,8 +18,8 @@
 //     doubles the window (from 10 µs, up to Max). A longer sleep halves it,
 //     and below 10 µs it is 0: an idle or sparse queue does not poll.
 //  3. At most Config.Pollers readers poll at once, switch-wide; the others
-//     sleep right away. By default that is one fewer than the CPUs, so a
-//     CPU is always left to the workloads.
+//     sleep right away. By default that is one fewer than the CPUs, so that
+//     with one switch on the machine a CPU is always left to the workloads.
 //
 // A Poller is shared by a switch's readers; each reader takes a Reader of
 // its own. A nil *Poller and a nil *Reader are valid and never poll, so a

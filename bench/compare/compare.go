@@ -270,9 +270,17 @@ func (c *Config) defaults() error {
 	if c.NetworkPolicy {
 		bins = append(bins, "gvs-master")
 	}
+	return haveBins("compare", c.BinDir, bins...)
+}
+
+// haveBins reports an error naming cmd if dir lacks one of the binaries.
+func haveBins(cmd, dir string, bins ...string) error {
+	if dir == "" {
+		return fmt.Errorf("%s: the binaries' directory is required", cmd)
+	}
 	for _, b := range bins {
-		if _, err := os.Stat(filepath.Join(c.BinDir, b)); err != nil {
-			return fmt.Errorf("compare: %w (run make build)", err)
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return fmt.Errorf("%s: %w (run make build)", cmd, err)
 		}
 	}
 	return nil

@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -146,12 +145,7 @@ func (c *TrialsConfig) defaults() error {
 	if !c.Underlay.IsValid() {
 		c.Underlay = netip.MustParsePrefix("192.168.249.0/24")
 	}
-	for _, b := range []string{"gvs-switchd", "gvsctl", "gvs-bench"} {
-		if _, err := os.Stat(c.BinDir + "/" + b); err != nil {
-			return fmt.Errorf("trials: %w", err)
-		}
-	}
-	return nil
+	return haveBins("trials", c.BinDir, "gvs-switchd", "gvsctl", "gvs-bench")
 }
 
 // order returns the settings' indexes in trial k's order.
