@@ -333,6 +333,7 @@ func (w *worker) pendingFor(e *portEntry, qi int) *pending {
 
 // flush writes every queued destination and resets the queues.
 func (w *worker) flush() {
+	w.sparseFirst()
 	for j := 0; j < w.nPend; j++ {
 		p := &w.pend[j]
 		if c := p.e.capture.Load(); c != nil {
@@ -364,4 +365,19 @@ func (w *worker) flush() {
 	}
 	w.nPend = 0
 	w.nSpare = 0
+}
+
+// sparseFirst orders the batch's destinations by their bytes, fewest
+// first: a write toward a pod runs that pod's receive path in the
+// writer's context (tens of µs for a TCP super-frame), so a ping or a DNS
+// answer in the same batch as a bulk stream's frames leaves before them
+// instead of after. Frames to one destination keep their order; between
+// destinations there is none to keep.
+func (w *worker) sparseFirst() {
+	p := w.pend[:w.nPend]
+	for i := 1; i < len(p); i++ {
+		for j := i; j > 0 && p[j].bytes < p[j-1].bytes; j-- {
+			p[j], p[j-1] = p[j-1], p[j]
+		}
+	}
 }

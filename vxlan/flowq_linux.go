@@ -124,12 +124,17 @@ func newEpoll(socks []rxSocket) (*os.File, syscall.RawConn, error) {
 	return f, rc, nil
 }
 
-// fairShare divides a batch among the sockets of a round with more than
-// one ready: a socket whose last read was bulk (at least bulkBytes) gets
+// fairShare bounds a bulk socket's turn: a socket whose last read was bulk
+// (at least bulkBytes, or a share that came back full) gets
 // len(msgs)/fairShare messages (at least one) per turn, the others a
-// whole batch. (A message is a datagram, or with UDP GRO up to 64 KiB of
-// one outer flow's datagrams; small ones keep the batch whole, so that
-// many small flows do not cost more reads.)
+// whole batch. A round is one look at which sockets are ready; after it
+// the reader looks again (epoll_wait without waiting), so a datagram that
+// lands in another socket while a bulk one is being served waits behind
+// one share of it — with UDP GRO 2 messages, at most 128 KiB — not behind
+// a whole batch (512 KiB), also when the bulk socket was the only one
+// ready when the round began. (A message is a datagram, or with UDP GRO up
+// to 64 KiB of one outer flow's datagrams; small ones keep the batch
+// whole, so that many small flows do not cost more reads.)
 const (
 	fairShare = 4
 	bulkBytes = 64 << 10
@@ -145,8 +150,9 @@ func (st *rxState) fill() error {
 			s := int(st.events[st.ei].Fd)
 			st.ei++
 			st.vlen = len(st.msgs)
-			if st.nev > 1 && st.bulk[s] {
+			if st.bulk[s] {
 				st.vlen = max(1, len(st.msgs)/fairShare)
+				st.wasBulk = true
 			}
 			if err := st.socks[s].rc.Read(st.fn); err != nil {
 				return err
@@ -159,8 +165,20 @@ func (st *rxState) fill() error {
 				for i := range st.rn {
 					n += st.msgs[i].len
 				}
-				st.bulk[s] = n >= bulkBytes
+				st.bulk[s] = n >= bulkBytes || (st.vlen < len(st.msgs) && st.rn == st.vlen)
 				return nil
+			}
+		}
+		if st.wasBulk {
+			// A bulk socket's share ended the round: look again at once
+			// (its backlog or a newcomer), not through busy polling,
+			// whose counts are for queues that ran dry.
+			st.wasBulk = false
+			if st.try() {
+				if st.rerr != nil {
+					return st.rerr
+				}
+				continue
 			}
 		}
 		if st.busy.Poll(st.tryFn) {

@@ -96,6 +96,81 @@ func TestFlowQueuesFair(t *testing.T) {
 	}
 }
 
+// TestFlowQueuesNewcomer: a bulk socket is read a share at a time also
+// while it is the only one ready, so that a datagram arriving in another
+// socket meanwhile waits behind one share of the bulk backlog, not behind
+// the rest of a whole batch. The reader takes 4 frames per Read (a worker
+// busy with each batch), the port reads 16 messages per recvmmsg: a share
+// is 16/fairShare = 4.
+func TestFlowQueuesNewcomer(t *testing.T) {
+	requireRoot(t)
+	const bulk, batch, take = 300, 16, 4
+	tn := newTestNet(t, false)
+	peers, _ := NewPeers(addrB)
+	p := listenIn(t, tn.a, Config{Local: addrA, Peers: peers, Batch: batch})
+	dst := netip.AddrPortFrom(addrA, UDPPort)
+	vx := func(frame []byte) []byte {
+		b := make([]byte, HeaderLen+len(frame))
+		PutHeader(b, 5)
+		copy(b[HeaderLen:], frame)
+		return b
+	}
+	// Datagrams of 5 000 B: a batch of them is bulk (at least 64 KiB).
+	heavy := udpIn(t, tn.b, "192.0.2.2:0")
+	bulkDG := vx(udpFrame(gvsMAC, vx0MAC, overlayB, overlayA, 1000, 2000, make([]byte, 5000)))
+	for range bulk {
+		if _, err := heavy.WriteToUDPAddrPort(bulkDG, dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // all queued
+	if err := p.setReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	b := newBatch(batch)
+	for i := range b.bufs {
+		b.bufs[i] = make([]byte, headroom+len(bulkDG))
+	}
+	frames, sent, firstSparse := 0, -1, -1
+	read := func() {
+		n, err := p.Read(b.bufs[:take], b.meta[:take], headroom)
+		if err != nil {
+			t.Fatalf("Read after %d frames: %v (stats %+v)", frames, err, p.Stats())
+		}
+		for k := range n {
+			if f := b.frame(k); firstSparse < 0 && string(f[len(f)-4:]) == "ping" {
+				firstSparse = frames + k
+			}
+		}
+		frames += n
+	}
+	// A batch, which finds the socket bulk, and one Read more, the first
+	// of the next recvmmsg (a whole batch before, a share now); then
+	// sparse flows arrive, each from an outer source port of its own
+	// (with 8 sockets at least one lands beside the bulk one's but for a
+	// chance of 1 in 8^8).
+	for frames < batch+take {
+		read()
+	}
+	for i := range 8 {
+		c := udpIn(t, tn.b, "192.0.2.2:0")
+		dg := vx(udpFrame(gvsMAC, vx0MAC, overlayB, overlayA, uint16(3000+i), 53, []byte("ping")))
+		if _, err := c.WriteToUDPAddrPort(dg, dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	sent = frames
+	for firstSparse < 0 && frames < bulk+8 {
+		read()
+	}
+	t.Logf("sparse datagrams sent after %d frames; the first came as frame %d", sent, firstSparse)
+	if firstSparse < 0 || firstSparse-sent > batch/fairShare {
+		t.Errorf("the first sparse datagram came as frame %d, %d frames after it arrived; want at most one share (%d) of the bulk backlog before it",
+			firstSparse, firstSparse-sent, batch/fairShare)
+	}
+}
+
 // TestFlowQueuesConfig: FlowQueues out of range is refused.
 func TestFlowQueuesConfig(t *testing.T) {
 	peers, _ := NewPeers(addrB)

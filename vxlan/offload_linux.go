@@ -63,7 +63,9 @@ type rxState struct {
 	ei     int               // the next one to read
 	vlen   int               // messages the next recvmmsg may take
 	bulk   []bool            // per socket: its last read was bulk (fill)
-	pollFn func(fd uintptr) bool
+	// wasBulk: this round served a bulk socket's share (fill).
+	wasBulk bool
+	pollFn  func(fd uintptr) bool
 	// busy is the reader's busy-polling window (nil: off); tryFn is
 	// st.try, peekFn st.peek; slept tells that the netpoller did wait
 	// (flowq_linux.go).

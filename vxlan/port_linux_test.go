@@ -508,21 +508,41 @@ func TestWriteSourcePorts(t *testing.T) {
 	}
 }
 
-// TestCloseUnblocksRead: a Read waiting in the poller (seen by its
-// RxWaits count, not guessed by a sleep) returns net.ErrClosed once the
-// port is closed, and nothing earlier.
+// TestCloseUnblocksRead: a Read waiting in the poller returns
+// net.ErrClosed once the port is closed, and nothing earlier; a second
+// Close is harmless and a Write after it fails.
 func TestCloseUnblocksRead(t *testing.T) {
 	requireRoot(t)
 	tn := newTestNet(t, false)
 	peers, _ := NewPeers(addrB)
 	p := listenIn(t, tn.a, Config{Local: addrA, Peers: peers})
-	b := newBatch(4)
+	closeEndsRead(t, p, newBatch(4))
+	if err := p.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	bufs := [][]byte{withFrame(make([]byte, 14))}
+	n, err := p.Write(bufs, metas(bufs, port.Endpoint{Addr: addrB.As4(), VNI: 1}), headroom)
+	if n != 0 || !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Write after Close = %d, %v", n, err)
+	}
+}
+
+// closeEndsRead starts a Read on p, waits until it sleeps in the
+// netpoller (seen by the port's RxWaits count, not guessed by a sleep;
+// with busy polling, after its window), closes p and checks that the
+// Read returns net.ErrClosed then, and not before.
+func closeEndsRead(t *testing.T, p *Port, b *batch) {
+	t.Helper()
+	if err := p.setReadDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	before := p.Stats().RxWaits
 	errc := make(chan error, 1)
 	go func() {
 		_, err := p.Read(b.bufs, b.meta, headroom)
 		errc <- err
 	}()
-	waitUntil(t, "Read to wait for a datagram", func() bool { return p.Stats().RxWaits > 0 })
+	waitUntil(t, "Read to wait for a datagram", func() bool { return p.Stats().RxWaits > before })
 	select {
 	case err := <-errc:
 		t.Fatalf("Read returned before Close: %v", err)
@@ -538,14 +558,6 @@ func TestCloseUnblocksRead(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Read still blocked after Close")
-	}
-	if err := p.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
-	}
-	bufs := [][]byte{withFrame(make([]byte, 14))}
-	n, err := p.Write(bufs, metas(bufs, port.Endpoint{Addr: addrB.As4(), VNI: 1}), headroom)
-	if n != 0 || !errors.Is(err, net.ErrClosed) {
-		t.Errorf("Write after Close = %d, %v", n, err)
 	}
 }
 

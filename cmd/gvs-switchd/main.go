@@ -27,6 +27,8 @@ func run() error {
 	debug := flag.Bool("debug", false, "log at debug level")
 	cpuProfile := flag.String("cpuprofile", os.Getenv("GVS_CPUPROFILE"),
 		"write a CPU profile to `FILE`.PID from start until exit (default $GVS_CPUPROFILE)")
+	execTrace := flag.String("trace", os.Getenv("GVS_TRACE"),
+		"write an execution trace (go tool trace) to `FILE`.PID from start until exit (default $GVS_TRACE)")
 	nodeName := flag.String("node-name", "", "the node's name, replacing the configuration's nodeName (a DaemonSet passes its Node's)")
 	nodeIP := flag.String("node-ip", "", "the node's underlay address, replacing the configuration's nodeIP")
 	flag.Parse()
@@ -65,6 +67,13 @@ func run() error {
 			return err
 		}
 		defer stopProfile()
+	}
+	if *execTrace != "" {
+		stopTrace, err := startTrace(fmt.Sprintf("%s.%d", *execTrace, os.Getpid()))
+		if err != nil {
+			return err
+		}
+		defer stopTrace()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 )
 
 // startCPUProfile starts a CPU profile written to path; the returned
@@ -21,6 +22,26 @@ func startCPUProfile(path string) (func(), error) {
 	}
 	return func() {
 		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
+// startTrace starts an execution trace written to path (go tool trace;
+// -pprof=sched shows where goroutines waited for a CPU); the returned
+// function stops it and closes the file. Like the CPU profile it passes
+// through gvs-bench's environment (GVS_TRACE). A trace costs a few per
+// cent of the daemon's CPU and grows by megabytes a second under load.
+func startTrace(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	return func() {
+		trace.Stop()
 		f.Close()
 	}, nil
 }

@@ -26,6 +26,8 @@ import (
 // from its log); TCP 1 stream between two of the pods while all are
 // attached. GVS_SCALE_TRIMIDLE sets the daemon's trimIdle ("0": never),
 // GVS_SCALE_IOENGINE its ioEngine (uring, tap; default auto).
+// GVS_SCALE_CONCURRENT=D runs the busy pairs all at once for D instead of
+// one after the other, and reports the daemon's peak RSS meanwhile.
 //
 //	go test -run '^$' -bench PodScale -benchtime 1x ./internal/e2e/
 func BenchmarkPodScale(b *testing.B) {
@@ -102,10 +104,10 @@ func benchPodScale(b *testing.B, pods, busy int) {
 	// Bulk TCP through busy pod pairs, one after the other.
 	ps := c.Nodes[0].Pods
 	bench := filepath.Join(binDir, "gvs-bench")
-	tcp := func(src, dst cluster.Pod, d time.Duration) float64 {
-		srv, err := c.Lab.Start(ctx, dst.NS, filepath.Join(b.TempDir(), "srv.log"), bench, "tcp-server", "-l", ":5201")
+	tcp := func(src, dst cluster.Pod, d time.Duration) (float64, error) {
+		srv, err := c.Lab.Start(ctx, dst.NS, filepath.Join(b.TempDir(), "srv-"+dst.Name+".log"), bench, "tcp-server", "-l", ":5201")
 		if err != nil {
-			b.Fatal(err)
+			return 0, err
 		}
 		defer srv.Stop()
 		var out []byte
@@ -118,14 +120,50 @@ func benchPodScale(b *testing.B, pods, busy int) {
 		}
 		m := gbpsScaleRE.FindSubmatch(out)
 		if err != nil || m == nil {
-			b.Fatalf("tcp %s → %s: %v\n%s", src.Name, dst.Name, err, out)
+			return 0, fmt.Errorf("tcp %s → %s: %v\n%s", src.Name, dst.Name, err, out)
 		}
 		g, _ := strconv.ParseFloat(string(m[1]), 64)
-		return g
+		return g, nil
 	}
-	gbps := tcp(ps[0], ps[1], 5*time.Second)
-	for k := range busy {
-		tcp(ps[2*k], ps[2*k+1], time.Second)
+	gbps, err := tcp(ps[0], ps[1], 5*time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	peak := 0.0
+	if d := os.Getenv("GVS_SCALE_CONCURRENT"); d != "" {
+		// All busy pairs at once for d, the daemon's RSS sampled
+		// meanwhile: what a node needs while its pods are busy together.
+		dur, err := time.ParseDuration(d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		errc := make(chan error, busy)
+		for k := range busy {
+			go func() {
+				_, err := tcp(ps[2*k], ps[2*k+1], dur)
+				errc <- err
+			}()
+		}
+		for done := 0; done < busy; {
+			select {
+			case err := <-errc:
+				if err != nil {
+					b.Error(err)
+				}
+				done++
+			case <-time.After(250 * time.Millisecond):
+				peak = max(peak, float64(rssKiB(b, pid)))
+			}
+		}
+		if b.Failed() {
+			b.FailNow()
+		}
+	} else {
+		for k := range busy {
+			if _, err := tcp(ps[2*k], ps[2*k+1], time.Second); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 	time.Sleep(time.Second)
 	after := float64(rssKiB(b, pid))
@@ -151,6 +189,9 @@ func benchPodScale(b *testing.B, pods, busy int) {
 	b.ReportMetric((idle-base)/float64(pods), "KiB/idle-pod")
 	b.ReportMetric(after/1024, "rss-busy-MiB")
 	b.ReportMetric((after-idle)/float64(2*busy), "KiB/busy-pod")
+	if peak > 0 {
+		b.ReportMetric(peak/1024, "rss-peak-busy-MiB")
+	}
 	b.ReportMetric(trimmed/1024, "rss-trimmed-MiB")
 	b.ReportMetric((trimmed-idle)/float64(2*busy), "KiB/busy-pod-idle-again")
 	b.ReportMetric(pct(att, 50), "attach-p50-ms")
