@@ -24,14 +24,8 @@ func TestFlowQueuesFair(t *testing.T) {
 		peers, _ := NewPeers(addrB)
 		p := listenIn(t, tn.a, Config{Local: addrA, Peers: peers, Batch: batch, FlowQueues: tc.flowQueues})
 		dst := netip.AddrPortFrom(addrA, UDPPort)
-		vx := func(frame []byte) []byte {
-			b := make([]byte, HeaderLen+len(frame))
-			PutHeader(b, 5)
-			copy(b[HeaderLen:], frame)
-			return b
-		}
 		heavy := udpIn(t, tn.b, "192.0.2.2:0")
-		bulkDG := vx(udpFrame(gvsMAC, vx0MAC, overlayB, overlayA, 1000, 2000, []byte("bulk")))
+		bulkDG := vxUDP(1000, 2000, []byte("bulk"))
 		for range bulk {
 			if _, err := heavy.WriteToUDPAddrPort(bulkDG, dst); err != nil {
 				t.Fatal(err)
@@ -40,13 +34,7 @@ func TestFlowQueuesFair(t *testing.T) {
 		// Sparse flows, each from an outer source port of its own: with 8
 		// sockets at least one lands beside the bulk one's but for a chance
 		// of 1 in 8^8.
-		for i := range sparse {
-			c := udpIn(t, tn.b, "192.0.2.2:0")
-			dg := vx(udpFrame(gvsMAC, vx0MAC, overlayB, overlayA, uint16(3000+i), 53, []byte("ping")))
-			if _, err := c.WriteToUDPAddrPort(dg, dst); err != nil {
-				t.Fatal(err)
-			}
-		}
+		sendSparse(t, tn, dst, sparse)
 		time.Sleep(100 * time.Millisecond) // all queued
 		if err := p.setReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 			t.Fatal(err)
@@ -109,15 +97,9 @@ func TestFlowQueuesNewcomer(t *testing.T) {
 	peers, _ := NewPeers(addrB)
 	p := listenIn(t, tn.a, Config{Local: addrA, Peers: peers, Batch: batch})
 	dst := netip.AddrPortFrom(addrA, UDPPort)
-	vx := func(frame []byte) []byte {
-		b := make([]byte, HeaderLen+len(frame))
-		PutHeader(b, 5)
-		copy(b[HeaderLen:], frame)
-		return b
-	}
 	// Datagrams of 5 000 B: a batch of them is bulk (at least 64 KiB).
 	heavy := udpIn(t, tn.b, "192.0.2.2:0")
-	bulkDG := vx(udpFrame(gvsMAC, vx0MAC, overlayB, overlayA, 1000, 2000, make([]byte, 5000)))
+	bulkDG := vxUDP(1000, 2000, make([]byte, 5000))
 	for range bulk {
 		if _, err := heavy.WriteToUDPAddrPort(bulkDG, dst); err != nil {
 			t.Fatal(err)
@@ -152,13 +134,7 @@ func TestFlowQueuesNewcomer(t *testing.T) {
 	for frames < batch+take {
 		read()
 	}
-	for i := range 8 {
-		c := udpIn(t, tn.b, "192.0.2.2:0")
-		dg := vx(udpFrame(gvsMAC, vx0MAC, overlayB, overlayA, uint16(3000+i), 53, []byte("ping")))
-		if _, err := c.WriteToUDPAddrPort(dg, dst); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sendSparse(t, tn, dst, 8)
 	time.Sleep(50 * time.Millisecond)
 	sent = frames
 	for firstSparse < 0 && frames < bulk+8 {
@@ -168,6 +144,28 @@ func TestFlowQueuesNewcomer(t *testing.T) {
 	if firstSparse < 0 || firstSparse-sent > batch/fairShare {
 		t.Errorf("the first sparse datagram came as frame %d, %d frames after it arrived; want at most one share (%d) of the bulk backlog before it",
 			firstSparse, firstSparse-sent, batch/fairShare)
+	}
+}
+
+// vxUDP is a VXLAN datagram (VNI 5) of a UDP frame from overlayB to
+// overlayA with the given ports and payload.
+func vxUDP(sport, dport uint16, payload []byte) []byte {
+	frame := udpFrame(gvsMAC, vx0MAC, overlayB, overlayA, sport, dport, payload)
+	b := make([]byte, HeaderLen+len(frame))
+	PutHeader(b, 5)
+	copy(b[HeaderLen:], frame)
+	return b
+}
+
+// sendSparse sends n datagrams of sparse flows ("ping" payloads) to dst
+// from tn.b, each from an outer source port of its own.
+func sendSparse(t *testing.T, tn *testNet, dst netip.AddrPort, n int) {
+	t.Helper()
+	for i := range n {
+		c := udpIn(t, tn.b, "192.0.2.2:0")
+		if _, err := c.WriteToUDPAddrPort(vxUDP(uint16(3000+i), 53, []byte("ping")), dst); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

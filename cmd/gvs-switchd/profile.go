@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"runtime/trace"
@@ -12,18 +13,7 @@ import (
 // environment on to the daemons it starts, so GVS_CPUPROFILE=/tmp/gvs.prof
 // profiles both nodes of a run (one file per PID).
 func startCPUProfile(path string) (func(), error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("cpuprofile: %w", err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	}, nil
+	return record("cpuprofile", path, pprof.StartCPUProfile, pprof.StopCPUProfile)
 }
 
 // startTrace starts an execution trace written to path (go tool trace;
@@ -32,16 +22,22 @@ func startCPUProfile(path string) (func(), error) {
 // through gvs-bench's environment (GVS_TRACE). A trace costs a few per
 // cent of the daemon's CPU and grows by megabytes a second under load.
 func startTrace(path string) (func(), error) {
+	return record("trace", path, trace.Start, trace.Stop)
+}
+
+// record creates path and starts a recorder writing to it; the returned
+// function stops the recorder and closes the file.
+func record(what, path string, start func(io.Writer) error, stop func()) (func(), error) {
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("trace: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if err := trace.Start(f); err != nil {
+	if err := start(f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("trace: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return func() {
-		trace.Stop()
+		stop()
 		f.Close()
 	}, nil
 }
