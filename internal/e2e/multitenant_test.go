@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,18 +80,7 @@ func TestMultitenant(t *testing.T) {
 	})
 
 	t.Run("vxlan-on-the-wire", func(t *testing.T) {
-		pcap := filepath.Join(t.TempDir(), "underlay.pcap")
-		dump, err := c.Lab.Start(ctx(t), n1.NS, pcap+".log", "tcpdump", "-i", "eth0", "--immediate-mode", "-U", "-n", "-w", pcap, "udp", "port", "4789")
-		if err != nil {
-			t.Fatal(err)
-		}
-		// tcpdump says "listening on eth0" once it captures.
-		if !eventually(10*time.Second, func() bool {
-			b, _ := os.ReadFile(pcap + ".log")
-			return strings.Contains(string(b), "listening on")
-		}) {
-			t.Fatal("tcpdump did not start capturing")
-		}
+		pcap, dump := startTcpdump(t, c.Lab, n1.NS, "udp", "port", "4789")
 		ping(t, c.Lab, alpha1.NS, alpha2.IP, 56)
 		ping(t, c.Lab, beta1.NS, beta2.IP, 56)
 		// -U writes each packet as it is captured: wait until both pings'
@@ -117,36 +107,49 @@ func TestMultitenant(t *testing.T) {
 	})
 
 	t.Run("anti-spoofing", func(t *testing.T) {
+		// Everything the target pod receives meanwhile is captured, so a
+		// failure says which frame got through.
+		pcap, dump := startTcpdump(t, c.Lab, def1.NS, "inbound")
 		before := tableDrops(t, c, 0, 20)
 		txBefore := portTx(t, c, 0, def1)
+		// Before each identity is given back, the attacker's neighbour
+		// cache is flushed: an unresolved entry keeps soliciting, and once
+		// the forged address is gone the kernel solicits from the pod's
+		// own, which is legitimate and would reach the target.
+		forget := func() { mustExec(t, c.Lab, alpha1.NS, "ip", "neigh", "flush", "dev", "eth0") }
 		// A forged source address, with a static neighbour so IP packets
 		// leave even though ARP for it is refused.
-		mustExec(t, c.Lab, alpha1.NS, "ip", "addr", "add", "10.128.0.250/32", "dev", "eth0")
+		mustExec(t, c.Lab, alpha1.NS, "ip", "addr", "add", forgedIP+"/32", "dev", "eth0")
 		mustExec(t, c.Lab, alpha1.NS, "ip", "neigh", "replace", def1.IP.String(), "lladdr", macOf(def1), "dev", "eth0")
-		if ok, _ := ping(t, c.Lab, alpha1.NS, def1.IP, 56, "-I", "10.128.0.250"); ok {
+		if ok, _ := ping(t, c.Lab, alpha1.NS, def1.IP, 56, "-I", forgedIP); ok {
 			t.Error("a ping with a forged source address got through")
 		}
 		mustExec(t, c.Lab, alpha1.NS, "ip", "neigh", "del", def1.IP.String(), "dev", "eth0")
-		mustExec(t, c.Lab, alpha1.NS, "ip", "addr", "del", "10.128.0.250/32", "dev", "eth0")
+		forget()
+		mustExec(t, c.Lab, alpha1.NS, "ip", "addr", "del", forgedIP+"/32", "dev", "eth0")
 		// ARP as another pod's address.
 		mustExec(t, c.Lab, alpha1.NS, "ip", "addr", "add", beta1.IP.String()+"/32", "dev", "eth0")
 		if ok, _ := ping(t, c.Lab, alpha1.NS, def1.IP, 56, "-I", beta1.IP.String()); ok {
 			t.Error("a ping that ARPs as another pod got through")
 		}
+		forget()
 		mustExec(t, c.Lab, alpha1.NS, "ip", "addr", "del", beta1.IP.String()+"/32", "dev", "eth0")
 		// A forged MAC address.
-		mustExec(t, c.Lab, alpha1.NS, "ip", "neigh", "flush", "dev", "eth0")
-		mustExec(t, c.Lab, alpha1.NS, "ip", "link", "set", "eth0", "address", "0a:58:0a:80:00:fe")
+		forget()
+		mustExec(t, c.Lab, alpha1.NS, "ip", "link", "set", "eth0", "address", forgedMAC)
 		if ok, _ := ping(t, c.Lab, alpha1.NS, def1.IP, 56); ok {
 			t.Error("a ping from a forged MAC got through")
 		}
+		forget()
 		mustExec(t, c.Lab, alpha1.NS, "ip", "link", "set", "eth0", "address", macOf(alpha1))
 		after := tableDrops(t, c, 0, 20)
 		if after <= before {
 			t.Errorf("table 20 (anti-spoofing) drops went from %d to %d; want them to rise", before, after)
 		}
-		if tx := portTx(t, c, 0, def1); tx != txBefore {
-			t.Errorf("the target pod's port sent %d frames during the spoofing attempts; want none", tx-txBefore)
+		for _, f := range received(t, pcap, dump, portTx(t, c, 0, def1)-txBefore) {
+			if why := f.forged(macOf(alpha1), beta1.IP.String()); why != "" {
+				t.Errorf("a frame %s reached the target pod: %s", why, f)
+			}
 		}
 		if ok, out := ping(t, c.Lab, alpha1.NS, def1.IP, 56); !ok {
 			t.Errorf("after restoring its MAC the pod cannot ping:\n%s", out)
@@ -155,9 +158,11 @@ func TestMultitenant(t *testing.T) {
 
 	t.Run("forged-vxlan", func(t *testing.T) {
 		ext := c.Lab.External
+		pcap, dump := startTcpdump(t, c.Lab, def1.NS, "inbound")
 		before := tunnelDrops(t, c, 0)
 		txBefore := portTx(t, c, 0, def1)
-		frame := ethIPv4UDP(macOf(def1), def1.IP.As4(), [4]byte{10, 128, 2, 9})
+		forgedSrc := [4]byte{10, 128, 2, 9}
+		frame := ethIPv4UDP(macOf(def1), def1.IP.As4(), forgedSrc)
 		pkt := make([]byte, vxlan.HeaderLen+len(frame))
 		vxlan.PutHeader(pkt, 0)
 		copy(pkt[vxlan.HeaderLen:], frame)
@@ -180,8 +185,10 @@ func TestMultitenant(t *testing.T) {
 		if !eventually(5*time.Second, func() bool { after = tunnelDrops(t, c, 0); return after >= before+5 }) {
 			t.Errorf("unknown-peer drops went from %d to %d; want +5", before, after)
 		}
-		if tx := portTx(t, c, 0, def1); tx != txBefore {
-			t.Errorf("forged VXLAN delivered %d frames to the pod", tx-txBefore)
+		for _, f := range received(t, pcap, dump, portTx(t, c, 0, def1)-txBefore) {
+			if f.src == netip.AddrFrom4(forgedSrc).String() {
+				t.Errorf("forged VXLAN reached the pod: %s", f)
+			}
 		}
 	})
 
@@ -228,6 +235,120 @@ func TestMultitenant(t *testing.T) {
 			}
 		}
 	})
+}
+
+// received stops a capture of what a pod received (startTcpdump, begun
+// before the port's counter was read) and returns its frames, after
+// checking that it holds at least the tx frames the port counted since:
+// a check of the frames vouches only for what it saw.
+func received(t *testing.T, pcap string, dump *lab.Proc, tx uint64) []frame {
+	t.Helper()
+	if err := dump.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	frames, err := readFrames(pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range frames {
+		t.Logf("the pod received: %s", f)
+	}
+	if uint64(len(frames)) < tx {
+		t.Errorf("the pod's port sent %d frames but the capture holds %d", tx, len(frames))
+	}
+	return frames
+}
+
+// The anti-spoofing attacker's forged identities: an address of the node's
+// subnet no pod has, and a MAC no pod has.
+const (
+	forgedIP  = "10.128.0.250"
+	forgedMAC = "0a:58:0a:80:00:fe"
+)
+
+// frame is what the anti-spoofing check reads of one captured frame.
+type frame struct {
+	ethSrc, sha string // sha: the ARP sender's MAC
+	src, dst    string // IPv4 or ARP sender and target addresses
+	kind        string // "arp", "ipv4 <protocol>" or the EtherType
+}
+
+func (f frame) String() string {
+	s := fmt.Sprintf("%s from %s (%s) to %s", f.kind, f.src, f.ethSrc, f.dst)
+	if f.sha != "" && f.sha != f.ethSrc {
+		s += ", ARP sender MAC " + f.sha
+	}
+	return s
+}
+
+// forged says why f carries one of the attacker's forged identities — the
+// forged address, the forged MAC, or another pod's address from the
+// attacker's MAC attackerMAC — or "" if it does not.
+func (f frame) forged(attackerMAC, victimIP string) string {
+	switch {
+	case f.src == forgedIP:
+		return "from the forged address " + forgedIP
+	case f.ethSrc == forgedMAC || f.sha == forgedMAC:
+		return "from the forged MAC " + forgedMAC
+	case f.src == victimIP && (f.ethSrc == attackerMAC || f.sha == attackerMAC):
+		return "from " + victimIP + " with the attacker's MAC"
+	}
+	return ""
+}
+
+// readFrames reads a capture's Ethernet frames.
+func readFrames(path string) ([]frame, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	var out []frame
+	for p := range gopacket.NewPacketSource(r, r.LinkType()).Packets() {
+		eth, _ := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+		if eth == nil {
+			return nil, fmt.Errorf("%s: a frame without an Ethernet header", path)
+		}
+		fr := frame{ethSrc: eth.SrcMAC.String(), kind: eth.EthernetType.String()}
+		if arp, ok := p.Layer(layers.LayerTypeARP).(*layers.ARP); ok {
+			fr.kind = "arp"
+			fr.src = net.IP(arp.SourceProtAddress).String()
+			fr.dst = net.IP(arp.DstProtAddress).String()
+			fr.sha = net.HardwareAddr(arp.SourceHwAddress).String()
+		}
+		if ip, ok := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4); ok {
+			fr.kind = "ipv4 " + ip.Protocol.String()
+			fr.src, fr.dst = ip.SrcIP.String(), ip.DstIP.String()
+		}
+		out = append(out, fr)
+	}
+	return out, nil
+}
+
+// startTcpdump captures on eth0 in namespace ns, with filter, into a file
+// it returns, and waits until tcpdump captures; the process stops at the
+// test's end if not before.
+func startTcpdump(t *testing.T, l *lab.Lab, ns string, filter ...string) (string, *lab.Proc) {
+	t.Helper()
+	pcap := filepath.Join(t.TempDir(), "eth0.pcap")
+	argv := append([]string{"tcpdump", "-i", "eth0", "--immediate-mode", "-U", "-n", "-w", pcap}, filter...)
+	dump, err := l.Start(ctx(t), ns, pcap+".log", argv...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dump.Stop() })
+	// tcpdump says "listening on eth0" once it captures.
+	if !eventually(10*time.Second, func() bool {
+		b, _ := os.ReadFile(pcap + ".log")
+		return strings.Contains(string(b), "listening on")
+	}) {
+		t.Fatal("tcpdump did not start capturing")
+	}
+	return pcap, dump
 }
 
 func macOf(p cluster.Pod) string {
