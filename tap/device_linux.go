@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -63,6 +64,9 @@ var (
 	// virtio_net_hdr (offset < VnetHdrLen) or a buffer is shorter than
 	// offset (on Write: than offset plus the frame's port.Meta.Size).
 	ErrHeadroom = errors.New("tap: buffer offset smaller than the virtio_net_hdr")
+	// ErrNotPolled is returned by Read while the device is out of Go's
+	// netpoller (SetPolled(false)).
+	ErrNotPolled = errors.New("tap: read while out of the netpoller")
 	// ErrNotFound is returned by Open when the interface does not exist.
 	ErrNotFound = errors.New("tap: interface not found")
 	// ErrExists is returned by Create when the interface already exists.
@@ -192,12 +196,20 @@ type counters struct {
 // called from several; Close may be called at any time and makes a blocked
 // Read return ErrClosed.
 type Device struct {
-	name  string
+	name string
+	// fd is the queue's descriptor, which the Device owns; guard keeps it
+	// open while a Write or an ioctl uses it.
 	fd    int
-	file  *os.File
-	rc    syscall.RawConn
-	batch int
-	log   *slog.Logger
+	guard fdGuard
+	// file is a duplicate of fd in Go's netpoller, through which Read
+	// waits; nil while SetPolled(false). rc is its RawConn. The reading
+	// goroutine swaps both (SetPolled) under fileMu, which Wake,
+	// SetReadDeadline and Close take too.
+	fileMu sync.Mutex
+	file   *os.File
+	rc     syscall.RawConn
+	batch  int
+	log    *slog.Logger
 	// offloads are the TUN_F_* bits in effect (Config.Offloads, without
 	// the USO bits if the kernel has no USO).
 	offloads uint
@@ -260,20 +272,16 @@ func open(cfg Config, create bool) (*Device, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	// The fd is non-blocking, so os.NewFile registers it with the netpoller:
-	// reads wait in epoll, not in a blocked thread, and Close wakes them.
-	file := os.NewFile(uintptr(fd), tunPath+":"+name)
-	rc, err := file.SyscallConn()
-	if err != nil {
-		file.Close()
-		return nil, fmt.Errorf("tap %s: %w", name, err)
-	}
 	batch := cfg.BatchSize
 	if batch == 0 {
 		batch = DefaultBatchSize
 	}
-	d := &Device{name: name, fd: fd, file: file, rc: rc, batch: batch, log: log, offloads: offloads}
+	d := &Device{name: name, fd: fd, batch: batch, log: log, offloads: offloads}
 	d.readFn = d.readRaw
+	if err := d.SetPolled(true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
 	log.Debug("tap opened", "name", name, "create", create, "multiqueue", cfg.MultiQueue,
 		"offloads", offloads)
 	return d, nil
@@ -373,8 +381,10 @@ func (d *Device) Offloads() uint { return d.offloads }
 func (d *Device) Caps() port.Caps { return port.Caps{Offload: true} }
 
 // Fd returns the TAP file descriptor, for setup calls the package does not
-// wrap. The Device owns it: do not close it, do not make it blocking, and do
-// not use it after Close.
+// wrap and for I/O engines (package tap/uring). The Device owns it: do not
+// close it, do not make it blocking, and do not use it after Close. It is
+// not the descriptor in Go's netpoller (SetPolled), so its number stays
+// the same while the Device is open.
 func (d *Device) Fd() int { return d.fd }
 
 // SetReadDeadline makes a Read blocked past t return os.ErrDeadlineExceeded;
@@ -385,7 +395,75 @@ func (d *Device) SetReadDeadline(t time.Time) error {
 		ns = t.UnixNano()
 	}
 	d.deadline.Store(ns)
+	d.fileMu.Lock()
+	defer d.fileMu.Unlock()
+	if d.file == nil {
+		return nil // applied by SetPolled(true)
+	}
 	return d.file.SetReadDeadline(t)
+}
+
+// SetPolled puts the queue into Go's netpoller (on) or takes it out (off).
+// Read waits through the netpoller and needs it on; an I/O engine that
+// reads the descriptor itself (package tap/uring, while it has a receive
+// ring) turns it off, because the netpoller's registration is woken by
+// every frame the pod sends — a thread wake-up for an event nobody waits
+// on. Write and the ioctls work either way. Only the goroutine that calls
+// Read may call it, and not during a Read; after Close it does nothing.
+func (d *Device) SetPolled(on bool) error {
+	d.fileMu.Lock()
+	defer d.fileMu.Unlock()
+	if d.closed.Load() || on == (d.file != nil) {
+		return nil
+	}
+	if !on {
+		err := d.file.Close() // removes it from the netpoller; fd stays open
+		d.file, d.rc = nil, nil
+		if err != nil {
+			return fmt.Errorf("tap %s: %w", d.name, err)
+		}
+		return nil
+	}
+	dup, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("tap %s: dup: %w", d.name, err)
+	}
+	// The descriptor is non-blocking, so os.NewFile registers it with the
+	// netpoller: reads wait in epoll, not in a blocked thread, and Close
+	// wakes them.
+	file := os.NewFile(uintptr(dup), tunPath+":"+d.name)
+	rc, err := file.SyscallConn()
+	if err != nil {
+		file.Close()
+		return fmt.Errorf("tap %s: %w", d.name, err)
+	}
+	var t time.Time
+	if d.woken.Load() {
+		t = time.Unix(1, 0) // a Wake while out of the netpoller
+	} else if ns := d.deadline.Load(); ns != 0 {
+		t = time.Unix(0, ns)
+	}
+	if !t.IsZero() {
+		_ = file.SetReadDeadline(t)
+	}
+	d.file, d.rc = file, rc
+	return nil
+}
+
+// Polled reports whether the queue is in Go's netpoller (SetPolled).
+func (d *Device) Polled() bool {
+	d.fileMu.Lock()
+	defer d.fileMu.Unlock()
+	return d.file != nil
+}
+
+// control runs fn on the descriptor, which stays open meanwhile.
+func (d *Device) control(fn func(fd int) error) error {
+	if !d.guard.acquire() {
+		return ErrClosed
+	}
+	defer d.guard.release()
+	return fn(d.fd)
 }
 
 // SetPersist sets or clears TUNSETPERSIST: a persistent TAP outlives its
@@ -395,13 +473,7 @@ func (d *Device) SetPersist(on bool) error {
 	if on {
 		v = 1
 	}
-	var ioErr error
-	err := d.rc.Control(func(fd uintptr) {
-		ioErr = unix.IoctlSetInt(int(fd), unix.TUNSETPERSIST, v)
-	})
-	if err == nil {
-		err = ioErr
-	}
+	err := d.control(func(fd int) error { return unix.IoctlSetInt(fd, unix.TUNSETPERSIST, v) })
 	if err != nil {
 		return fmt.Errorf("tap %s: TUNSETPERSIST %d: %w", d.name, v, err)
 	}
@@ -414,7 +486,17 @@ func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return ErrClosed
 	}
-	if err := d.file.Close(); err != nil {
+	d.fileMu.Lock()
+	var err error
+	if d.file != nil {
+		err = d.file.Close() // wakes a blocked Read
+	}
+	d.fileMu.Unlock()
+	d.guard.close() // waits for the Writes and ioctls in progress
+	if cerr := unix.Close(d.fd); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return fmt.Errorf("tap %s: close: %w", d.name, err)
 	}
 	d.log.Debug("tap closed", "name", d.name)
@@ -460,7 +542,11 @@ func (d *Device) readRaw(fd uintptr) bool {
 // goroutine.
 func (d *Device) Wake() {
 	d.woken.Store(true)
-	_ = d.file.SetReadDeadline(time.Unix(1, 0))
+	d.fileMu.Lock()
+	defer d.fileMu.Unlock()
+	if d.file != nil {
+		_ = d.file.SetReadDeadline(time.Unix(1, 0))
+	} // else SetPolled(true) applies it
 }
 
 // Read reads at least one frame, waiting for it, then as many more as are
@@ -479,6 +565,12 @@ func (d *Device) Wake() {
 func (d *Device) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 	if offset < VnetHdrLen {
 		return 0, ErrHeadroom
+	}
+	if d.rc == nil {
+		if d.closed.Load() {
+			return 0, ErrClosed
+		}
+		return 0, ErrNotPolled
 	}
 	limit := min(len(bufs), len(meta))
 	n := 0
@@ -505,7 +597,9 @@ func (d *Device) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) 
 			if ns := d.deadline.Load(); ns != 0 {
 				t = time.Unix(0, ns)
 			}
+			d.fileMu.Lock()
 			_ = d.file.SetReadDeadline(t)
+			d.fileMu.Unlock()
 			if n > 0 {
 				break
 			}
@@ -611,6 +705,32 @@ func (d *Device) check(raw []byte, m int, meta *port.Meta) (DropReason, bool) {
 	return 0, true
 }
 
+// write writes one frame with write(2) on the descriptor (the caller holds
+// the guard). A TAP takes a frame whole or not at all; it says EAGAIN only
+// when the queue's send buffer is full (TUNSETSNDBUF, unlimited by
+// default), and write then waits for room, in 10 ms polls, until Close.
+func (d *Device) write(pkt []byte) error {
+	for {
+		_, err := unix.Write(d.fd, pkt)
+		switch err {
+		case nil:
+			return nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			if d.closed.Load() {
+				return ErrClosed
+			}
+			pfd := []unix.PollFd{{Fd: int32(d.fd), Events: unix.POLLOUT}}
+			if _, err := unix.Poll(pfd, 10); err != nil && err != unix.EINTR {
+				return fmt.Errorf("tap %s: poll: %w", d.name, err)
+			}
+			continue
+		}
+		return fmt.Errorf("tap %s: write: %w", d.name, err)
+	}
+}
+
 // Write writes frame i, bufs[i][offset:offset+meta[i].Size], with a
 // virtio_net_hdr made from meta[i].GSO put in bufs[i][offset-VnetHdrLen:offset],
 // one write(2) per frame: zeroed for a complete frame; for a TCP
@@ -624,6 +744,10 @@ func (d *Device) Write(bufs [][]byte, meta []port.Meta, offset int) (int, error)
 	if offset < VnetHdrLen {
 		return 0, ErrHeadroom
 	}
+	if !d.guard.acquire() {
+		return 0, ErrClosed
+	}
+	defer d.guard.release()
 	var bytes uint64
 	n := 0
 	var err error
@@ -635,9 +759,9 @@ func (d *Device) Write(bufs [][]byte, meta []port.Meta, offset int) (int, error)
 		}
 		pkt := b[offset-VnetHdrLen : offset+m.Size]
 		VnetHdr(pkt).Put(m.GSO)
-		if _, err = d.file.Write(pkt); err != nil {
+		if err = d.write(pkt); err != nil {
 			d.stats.txErrors.Add(1)
-			if d.closed.Load() || errors.Is(err, os.ErrClosed) {
+			if d.closed.Load() {
 				err = ErrClosed
 			}
 			break

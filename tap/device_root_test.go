@@ -482,6 +482,61 @@ func TestTAPWake(t *testing.T) {
 	}
 }
 
+// TestTAPSetPolled: out of Go's netpoller a device still writes (its
+// descriptor unchanged), Read says ErrNotPolled, and what came meanwhile
+// — frames, a Wake — is read once it is back in; Close works either way.
+func TestTAPSetPolled(t *testing.T) {
+	needRoot(t)
+	dev, _, _ := upTAP(t, "po", tap.Config{})
+	fd := dev.Fd()
+	if !dev.Polled() {
+		t.Fatal("a new device is not in the netpoller")
+	}
+	if err := dev.SetPolled(false); err != nil {
+		t.Fatal(err)
+	}
+	if dev.Polled() || dev.Fd() != fd {
+		t.Fatalf("after SetPolled(false): polled %v, Fd %d (was %d)", dev.Polled(), dev.Fd(), fd)
+	}
+	bufs, meta := newBufs(2)
+	if _, err := dev.Read(bufs, meta, headroom); !errors.Is(err, tap.ErrNotPolled) {
+		t.Fatalf("Read out of the netpoller: %v, want ErrNotPolled", err)
+	}
+	// An ARP request for the kernel's address, written out of the
+	// netpoller; the kernel's reply is read back in it.
+	req := [][]byte{arpFrame(make([]byte, headroom+64), 1, [6]byte{255, 255, 255, 255, 255, 255})}
+	if n, err := dev.Write(req, sized(req), headroom); n != 1 || err != nil {
+		t.Fatalf("Write out of the netpoller: %d, %v", n, err)
+	}
+	dev.Wake() // also out of it: reported once back in
+	if err := dev.SetPolled(true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dev.Read(bufs, meta, headroom); !errors.Is(err, port.ErrWoken) {
+		t.Fatalf("Read after a Wake out of the netpoller: %v, want port.ErrWoken", err)
+	}
+	readFrame(t, dev, "the ARP reply", func(f []byte) bool {
+		e := packet.Ethernet(f)
+		a := packet.ARP(e.Payload())
+		return e.Valid() && e.Type() == packet.EtherTypeARP && a.Valid() && a.Op() == 2 && a.SPA() == kernelIP.As4()
+	})
+	if err := dev.SetPolled(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Close(); err != nil {
+		t.Fatalf("Close out of the netpoller: %v", err)
+	}
+	if _, err := dev.Write(req, sized(req), headroom); !errors.Is(err, tap.ErrClosed) {
+		t.Errorf("Write after Close: %v, want ErrClosed", err)
+	}
+	if _, err := dev.Read(bufs, meta, headroom); !errors.Is(err, tap.ErrClosed) {
+		t.Errorf("Read after Close: %v, want ErrClosed", err)
+	}
+	if err := dev.SetPolled(true); err != nil || dev.Polled() {
+		t.Errorf("SetPolled(true) after Close: %v, polled %v", err, dev.Polled())
+	}
+}
+
 func TestTAPPersistOpenMultiQueue(t *testing.T) {
 	needRoot(t)
 	_, nsPath := testNS(t, "po")

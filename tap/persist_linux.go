@@ -81,13 +81,7 @@ func (d *Device) flags() (uint16, error) {
 	if err != nil {
 		return 0, err
 	}
-	var ioErr error
-	err = d.rc.Control(func(fd uintptr) {
-		ioErr = unix.IoctlIfreq(int(fd), unix.TUNGETIFF, ifr)
-	})
-	if err == nil {
-		err = ioErr
-	}
+	err = d.control(func(fd int) error { return unix.IoctlIfreq(fd, unix.TUNGETIFF, ifr) })
 	if err != nil {
 		return 0, fmt.Errorf("tap %s: TUNGETIFF: %w", d.name, err)
 	}

@@ -47,6 +47,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -188,10 +189,11 @@ type Port struct {
 	closeErr error
 }
 
+// txSocket is a send socket (openTx).
 type txSocket struct {
-	conn *net.UDPConn
+	f    *os.File
 	rc   syscall.RawConn
-	port uint16
+	port uint16 // its local port: the outer UDP source port
 }
 
 // Listen opens the tunnel port: the receive sockets on Local:Port and
@@ -253,24 +255,12 @@ func Listen(cfg Config) (*Port, error) {
 		p.rx = append(p.rx, rx)
 	}
 	for range cfg.SendSockets {
-		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IP(local[:])})
+		tx, err := openTx(local)
 		if err != nil {
 			p.Close()
 			return nil, fmt.Errorf("vxlan: open send socket on %v: %w", cfg.Local, err)
 		}
-		// Nobody reads the send sockets; keep what strays into them small.
-		_ = c.SetReadBuffer(1)
-		rc, err := c.SyscallConn()
-		if err != nil {
-			c.Close()
-			p.Close()
-			return nil, fmt.Errorf("vxlan: send socket: %w", err)
-		}
-		p.tx = append(p.tx, txSocket{
-			conn: c,
-			rc:   rc,
-			port: uint16(c.LocalAddr().(*net.UDPAddr).Port),
-		})
+		p.tx = append(p.tx, tx)
 	}
 	if cfg.Offload {
 		var gso bool
@@ -367,7 +357,7 @@ func (p *Port) Close() error {
 			errs = append(errs, rx.f.Close())
 		}
 		for _, s := range p.tx {
-			errs = append(errs, s.conn.Close())
+			errs = append(errs, s.f.Close())
 		}
 		p.closeErr = errors.Join(errs...)
 		p.log.Info("vxlan: tunnel port closed", "local", p.Addr().String())

@@ -508,6 +508,33 @@ func TestWriteSourcePorts(t *testing.T) {
 	}
 }
 
+// TestSendSocketsBlocking: the send sockets stay out of Go's netpoller
+// (blocking descriptors, so the kernel's write-space signals wake no
+// poller thread), with their wait for buffer space bounded.
+func TestSendSocketsBlocking(t *testing.T) {
+	requireRoot(t)
+	tn := newTestNet(t, false)
+	peers, _ := NewPeers(addrB)
+	p := listenIn(t, tn.a, Config{Local: addrA, Peers: peers, SendSockets: 2})
+	if len(p.tx) != 2 {
+		t.Fatalf("%d send sockets, want 2", len(p.tx))
+	}
+	for i, s := range p.tx {
+		err := s.rc.Control(func(fd uintptr) {
+			if fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0); err != nil || fl&unix.O_NONBLOCK != 0 {
+				t.Errorf("send socket %d: flags %#x (%v), want a blocking descriptor", i, fl, err)
+			}
+			tv, err := unix.GetsockoptTimeval(int(fd), unix.SOL_SOCKET, unix.SO_SNDTIMEO)
+			if err != nil || time.Duration(tv.Nano()) != sendTimeout {
+				t.Errorf("send socket %d: SO_SNDTIMEO %v (%v), want %v", i, time.Duration(tv.Nano()), err, sendTimeout)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestCloseUnblocksRead: a Read waiting in the poller returns
 // net.ErrClosed once the port is closed, and nothing earlier; a second
 // Close is harmless and a Write after it fails.

@@ -36,6 +36,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"time"
 	"unsafe"
 
 	"github.com/gvswitch/gvs/packet"
@@ -376,6 +378,11 @@ func (p *Port) sendRun(s *txScratch, a, b int, r *txResult) {
 			a += s.rn
 			continue
 		}
+		if p.closed.Load() {
+			// The descriptor's own error after Close is os's "use of
+			// closed file"; callers look for net.ErrClosed.
+			err = net.ErrClosed
+		}
 		if errors.Is(err, net.ErrClosed) {
 			r.setErr(err)
 			for a < b {
@@ -471,13 +478,67 @@ func (s *txScratch) sendmmsg(fd uintptr) bool {
 		if e == unix.EINTR {
 			continue
 		}
-		if e == unix.EAGAIN {
-			return false
-		}
 		s.rn, s.rerr = int(n), nil
-		if e != 0 {
+		switch e {
+		case 0:
+		case unix.EAGAIN:
+			// A blocking socket says EAGAIN only when SO_SNDTIMEO ran out.
+			s.rn, s.rerr = 0, errSendTimeout
+		default:
 			s.rn, s.rerr = 0, e
 		}
 		return true
 	}
+}
+
+// sendTimeout bounds how long a send waits for buffer space in the
+// kernel (SO_SNDTIMEO); the frames are then counted as lost.
+const sendTimeout = time.Second
+
+// errSendTimeout is the error of a send that waited sendTimeout.
+var errSendTimeout = fmt.Errorf("no send buffer space for %v: %w", sendTimeout, unix.EAGAIN)
+
+// openTx opens a send socket bound to local:0, outside Go's netpoller: a
+// blocking socket whose sends wait in the kernel for buffer space (at most
+// sendTimeout). In the netpoller, every packet buffer the kernel frees
+// (sock_wfree, at each hop of the underlay) signals write space to Go's
+// epoll set and wakes its poller thread for an event nobody waits on; that
+// was ≈ 2 % of the machine under one TCP stream (docs/benchmarks.md).
+func openTx(local [4]byte) (txSocket, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return txSocket{}, fmt.Errorf("socket: %w", err)
+	}
+	fail := func(what string, err error) (txSocket, error) {
+		unix.Close(fd)
+		return txSocket{}, fmt.Errorf("%s: %w", what, err)
+	}
+	// Nobody reads the send sockets; keep what strays into them small.
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 1); err != nil {
+		return fail("SO_RCVBUF", err)
+	}
+	tv := unix.NsecToTimeval(sendTimeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv); err != nil {
+		return fail("SO_SNDTIMEO", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: local}); err != nil {
+		return fail("bind", err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return fail("getsockname", err)
+	}
+	in4, ok := sa.(*unix.SockaddrInet4)
+	if !ok {
+		return fail("getsockname", fmt.Errorf("not IPv4: %T", sa))
+	}
+	// A blocking descriptor: os.NewFile leaves it out of the netpoller,
+	// and Close waits for a send in progress before closing it.
+	f := os.NewFile(uintptr(fd), "vxlan-tx")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return txSocket{}, err
+	}
+	return txSocket{f: f, rc: rc, port: uint16(in4.Port)}, nil
 }

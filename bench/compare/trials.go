@@ -9,7 +9,8 @@ package compare
 //     so that a drift of the machine's load spreads over all of them.
 //  2. In each cluster: UDP probes between pod pair 1 on an idle path;
 //     then one TCP stream on pod pair 0 with probes on pair 1 beside it;
-//     then the TCP stream alone.
+//     then the TCP stream alone, with the CPU time it took (machine and
+//     gvs-switchd) per Gbit.
 //  3. The report has every trial's numbers, each setting's medians, and
 //     for every setting after the first how many trials it beat the
 //     first in (the same trial's clusters are neighbours in time).
@@ -102,6 +103,10 @@ type Trial struct {
 	LoadP90us  float64 `json:"rtt_load_p90_us"`
 	LoadP99us  float64 `json:"rtt_load_p99_us"`
 	LoadTCPbps float64 `json:"tcp1_load_gbps"`
+	// CPUSecPerGbit and DataplaneCPUSecPerGbit are Metrics' fields of the
+	// same names, for the TCP stream alone.
+	CPUSecPerGbit          float64 `json:"cpu_s_per_gbit"`
+	DataplaneCPUSecPerGbit float64 `json:"dataplane_cpu_s_per_gbit"`
 }
 
 // SettingResult is one setting's trials.
@@ -232,7 +237,13 @@ func runTrial(ctx context.Context, cfg TrialsConfig, s Setting, k int) (Trial, e
 		return tr, err
 	}
 	tr.LoadP50us, tr.LoadP90us, tr.LoadP99us = load.P50us, load.P90us, load.P99us
+	before := e.cpu()
 	tr.TCP1Gbps, err = e.tcp(ctx, src, dst, 1, cfg.Duration)
+	after := e.cpu()
+	if gbit := tr.TCP1Gbps * cfg.Duration.Seconds(); gbit > 0 {
+		tr.CPUSecPerGbit = (after.busy - before.busy) / gbit
+		tr.DataplaneCPUSecPerGbit = (after.dataplane - before.dataplane) / gbit
+	}
 	return tr, err
 }
 
@@ -249,6 +260,8 @@ var trialRows = []struct {
 	{"RTT UDP probe under TCP load p90, µs", func(t Trial) float64 { return t.LoadP90us }, true},
 	{"RTT UDP probe under TCP load p99, µs", func(t Trial) float64 { return t.LoadP99us }, true},
 	{"TCP 1 stream beside the probes, Gbit/s", func(t Trial) float64 { return t.LoadTCPbps }, false},
+	{"CPU s per Gbit of TCP alone (machine)", func(t Trial) float64 { return t.CPUSecPerGbit }, true},
+	{"CPU s per Gbit of TCP alone (gvs-switchd)", func(t Trial) float64 { return t.DataplaneCPUSecPerGbit }, true},
 }
 
 // better counts the trials in which b beats a on get (lower or higher is

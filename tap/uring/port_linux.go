@@ -350,6 +350,11 @@ func (p *Port) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 			p.plainRx.Store(true)
 			return p.Device.Read(bufs, meta, offset)
 		}
+		// The ring reads the device now: out of Go's netpoller, whose
+		// registration every frame of the pod would wake for nothing.
+		if err := p.Device.SetPolled(false); err != nil {
+			rx.err = err
+		}
 	} else if err := rx.check(bufs, offset); err != nil {
 		return 0, err
 	}
@@ -763,6 +768,11 @@ func (p *Port) teardown(unlock bool) {
 		}
 	}
 	rx.queue, rx.armed, rx.nLent = rx.queue[:0], false, 0
+	if err := p.Device.SetPolled(true); err != nil && !p.closed.Load() {
+		// Reads through the device cannot wait without it: give the
+		// error to the next Read (the plain path reports it).
+		p.plainRx.Store(true)
+	}
 	if unlock {
 		runtime.UnlockOSThread()
 	}

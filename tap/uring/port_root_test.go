@@ -409,6 +409,10 @@ func TestPortOnDemand(t *testing.T) {
 		if r, _ := pb.Rings(); r != rx {
 			t.Errorf("%s: receive ring %v, want %v", what, r, rx)
 		}
+		// The device is in Go's netpoller exactly while it has no ring.
+		if polled := pb.Device.Polled(); polled == rx {
+			t.Errorf("%s: receive ring %v and the device in the netpoller %v", what, rx, polled)
+		}
 		if _, w := pa.Rings(); w != tx {
 			t.Errorf("%s: sender's transmit ring %v, want %v", what, w, tx)
 		}
@@ -446,8 +450,8 @@ func TestPortOnDemand(t *testing.T) {
 	if r := recv(); !errors.Is(r.err, port.ErrMoveReader) || !errors.Is(r.err, port.ErrWoken) || r.n != 0 {
 		t.Fatalf("woken with the ring up: %d, %v", r.n, r.err)
 	}
-	if rx, _ := pb.Rings(); rx || pb.Holds() {
-		t.Errorf("after the move: receive ring %v, holds %v", rx, pb.Holds())
+	if rx, _ := pb.Rings(); rx || pb.Holds() || !pb.Device.Polled() {
+		t.Errorf("after the move: receive ring %v, holds %v, in the netpoller %v", rx, pb.Holds(), pb.Device.Polled())
 	}
 	task := fmt.Sprintf("/proc/self/task/%d", ringTid)
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
