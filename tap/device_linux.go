@@ -192,9 +192,9 @@ type counters struct {
 // interface (vswitch.Port: Name, Caps, BatchSize, Read, Write, Close) and
 // offers Fd and Stats besides.
 //
-// Concurrency: Read is called by one goroutine at a time; Write may be
-// called from several; Close may be called at any time and makes a blocked
-// Read return ErrClosed.
+// Concurrency: Read is called by one goroutine at a time, which alone may
+// call SetPolled; Write may be called from several; Close may be called at
+// any time and makes a blocked Read return ErrClosed.
 type Device struct {
 	name string
 	// fd is the queue's descriptor, which the Device owns; guard keeps it

@@ -532,8 +532,10 @@ func openTx(local [4]byte) (txSocket, error) {
 	if !ok {
 		return fail("getsockname", fmt.Errorf("not IPv4: %T", sa))
 	}
-	// A blocking descriptor: os.NewFile leaves it out of the netpoller,
-	// and Close waits for a send in progress before closing it.
+	// A blocking descriptor: os.NewFile leaves it out of the netpoller.
+	// Close still closes it only once a send in progress has returned
+	// (the os.File's reference count), so its number is not reused under
+	// that send.
 	f := os.NewFile(uintptr(fd), "vxlan-tx")
 	rc, err := f.SyscallConn()
 	if err != nil {
