@@ -2,7 +2,9 @@ package vxlan
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +27,7 @@ func TestBusyPoll(t *testing.T) {
 	dst := netip.AddrPortFrom(addrA, UDPPort)
 	const total = 300
 	sent := make(chan error, 1)
+	var read atomic.Int64 // frames the reader has taken
 	go func() {
 		payload := make([]byte, HeaderLen+64)
 		PutHeader(payload, 1)
@@ -34,8 +37,17 @@ func TestBusyPoll(t *testing.T) {
 				sent <- err
 				return
 			}
-			// A gap well within the bound: the reader's window grows
-			// to cover it.
+			// Once the reader has the datagram its queue is dry, and a
+			// gap well within the bound follows: the reader's window
+			// grows to cover it. (Without the wait a reader slower than
+			// the sender, as under -race, always finds the next one
+			// queued and never waits at all.)
+			for deadline := time.Now().Add(5 * time.Second); read.Load() <= int64(i); {
+				if time.Now().After(deadline) {
+					sent <- fmt.Errorf("datagram %d not read within 5 s", i)
+					return
+				}
+			}
 			for start := time.Now(); time.Since(start) < 20*time.Microsecond; {
 			}
 		}
@@ -56,6 +68,7 @@ func TestBusyPoll(t *testing.T) {
 			}
 			got++
 		}
+		read.Store(int64(got))
 	}
 	if err := <-sent; err != nil {
 		t.Fatal(err)

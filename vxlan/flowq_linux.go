@@ -54,32 +54,17 @@ type rxSocket struct {
 // openRx opens a receive socket bound to laddr, in the SO_REUSEPORT group
 // of laddr if shared, with SO_RCVBUF rcvbuf (0: the system's default).
 func openRx(laddr *net.UDPAddr, shared bool, rcvbuf int) (rxSocket, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
-	if err != nil {
-		return rxSocket{}, fmt.Errorf("socket: %w", err)
-	}
 	sa := &unix.SockaddrInet4{Port: laddr.Port}
 	copy(sa.Addr[:], laddr.IP.To4())
+	var opts []sockOpt
 	if shared {
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
-			unix.Close(fd)
-			return rxSocket{}, fmt.Errorf("SO_REUSEPORT: %w", err)
-		}
+		opts = append(opts, intOpt("SO_REUSEPORT", unix.SO_REUSEPORT, 1))
 	}
 	if rcvbuf > 0 {
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcvbuf); err != nil {
-			unix.Close(fd)
-			return rxSocket{}, fmt.Errorf("SO_RCVBUF: %w", err)
-		}
+		opts = append(opts, intOpt("SO_RCVBUF", unix.SO_RCVBUF, rcvbuf))
 	}
-	if err := unix.Bind(fd, sa); err != nil {
-		unix.Close(fd)
-		return rxSocket{}, fmt.Errorf("bind: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), "vxlan-rx")
-	rc, err := f.SyscallConn()
+	f, rc, err := blockingUDP("vxlan-rx", sa, opts...)
 	if err != nil {
-		f.Close()
 		return rxSocket{}, err
 	}
 	return rxSocket{f: f, rc: rc}, nil

@@ -36,7 +36,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"time"
 	"unsafe"
 
@@ -505,42 +504,23 @@ var errSendTimeout = fmt.Errorf("no send buffer space for %v: %w", sendTimeout, 
 // epoll set and wakes its poller thread for an event nobody waits on; that
 // was ≈ 2 % of the machine under one TCP stream (docs/benchmarks.md).
 func openTx(local [4]byte) (txSocket, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
-	if err != nil {
-		return txSocket{}, fmt.Errorf("socket: %w", err)
-	}
-	fail := func(what string, err error) (txSocket, error) {
-		unix.Close(fd)
-		return txSocket{}, fmt.Errorf("%s: %w", what, err)
-	}
-	// Nobody reads the send sockets; keep what strays into them small.
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 1); err != nil {
-		return fail("SO_RCVBUF", err)
-	}
 	tv := unix.NsecToTimeval(sendTimeout.Nanoseconds())
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv); err != nil {
-		return fail("SO_SNDTIMEO", err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: local}); err != nil {
-		return fail("bind", err)
-	}
-	sa, err := unix.Getsockname(fd)
+	f, rc, err := blockingUDP("vxlan-tx", &unix.SockaddrInet4{Addr: local},
+		// Nobody reads the send sockets; keep what strays into them small.
+		intOpt("SO_RCVBUF", unix.SO_RCVBUF, 1),
+		sockOpt{"SO_SNDTIMEO", func(fd int) error { return unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv) }})
 	if err != nil {
-		return fail("getsockname", err)
+		return txSocket{}, err
+	}
+	var sa unix.Sockaddr
+	if cerr := rc.Control(func(fd uintptr) { sa, err = unix.Getsockname(int(fd)) }); cerr != nil || err != nil {
+		f.Close()
+		return txSocket{}, fmt.Errorf("getsockname: %w", errors.Join(cerr, err))
 	}
 	in4, ok := sa.(*unix.SockaddrInet4)
 	if !ok {
-		return fail("getsockname", fmt.Errorf("not IPv4: %T", sa))
-	}
-	// A blocking descriptor: os.NewFile leaves it out of the netpoller.
-	// Close still closes it only once a send in progress has returned
-	// (the os.File's reference count), so its number is not reused under
-	// that send.
-	f := os.NewFile(uintptr(fd), "vxlan-tx")
-	rc, err := f.SyscallConn()
-	if err != nil {
 		f.Close()
-		return txSocket{}, err
+		return txSocket{}, fmt.Errorf("getsockname: not IPv4: %T", sa)
 	}
 	return txSocket{f: f, rc: rc, port: uint16(in4.Port)}, nil
 }

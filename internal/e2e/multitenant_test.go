@@ -298,17 +298,13 @@ func (f frame) forged(attackerMAC, victimIP string) string {
 
 // readFrames reads a capture's Ethernet frames.
 func readFrames(path string) ([]frame, error) {
-	f, err := os.Open(path)
+	src, f, err := openPcap(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
 	var out []frame
-	for p := range gopacket.NewPacketSource(r, r.LinkType()).Packets() {
+	for p := range src.Packets() {
 		eth, _ := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
 		if eth == nil {
 			return nil, fmt.Errorf("%s: a frame without an Ethernet header", path)
@@ -440,17 +436,12 @@ func vnisBySource(t *testing.T, path string) map[string]uint32 {
 // readVNIs is vnisBySource without a test: the VNIs by inner source, and
 // how many VXLAN packets lacked the I flag.
 func readVNIs(path string) (vnis map[string]uint32, noI int, err error) {
-	f, err := os.Open(path)
+	src, f, err := openPcap(path)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		return nil, 0, fmt.Errorf("reading %s: %w", path, err)
-	}
 	out := map[string]uint32{}
-	src := gopacket.NewPacketSource(r, r.LinkType())
 	for p := range src.Packets() {
 		udp, _ := p.Layer(layers.LayerTypeUDP).(*layers.UDP)
 		vx, _ := p.Layer(layers.LayerTypeVXLAN).(*layers.VXLAN)
@@ -476,6 +467,21 @@ func readVNIs(path string) (vnis map[string]uint32, noI int, err error) {
 		}
 	}
 	return out, noI, nil
+}
+
+// openPcap opens a capture file for reading packet by packet; close the
+// file when done.
+func openPcap(path string) (*gopacket.PacketSource, *os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return gopacket.NewPacketSource(r, r.LinkType()), f, nil
 }
 
 // ethIPv4UDP builds a small Ethernet/IPv4/UDP frame.
