@@ -437,17 +437,24 @@ func (d *Device) SetPolled(on bool) error {
 		file.Close()
 		return fmt.Errorf("tap %s: %w", d.name, err)
 	}
-	var t time.Time
+	t := d.callerDeadline()
 	if d.woken.Load() {
 		t = time.Unix(1, 0) // a Wake while out of the netpoller
-	} else if ns := d.deadline.Load(); ns != 0 {
-		t = time.Unix(0, ns)
 	}
 	if !t.IsZero() {
 		_ = file.SetReadDeadline(t)
 	}
 	d.file, d.rc = file, rc
 	return nil
+}
+
+// callerDeadline is the read deadline the caller last set
+// (SetReadDeadline); the zero time if none.
+func (d *Device) callerDeadline() time.Time {
+	if ns := d.deadline.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // Polled reports whether the queue is in Go's netpoller (SetPolled).
@@ -593,12 +600,8 @@ func (d *Device) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) 
 			// Wake: the caller's deadline back; the wake-up is reported
 			// now (no frames yet) or, with frames, dropped (the reader
 			// is awake anyway).
-			var t time.Time
-			if ns := d.deadline.Load(); ns != 0 {
-				t = time.Unix(0, ns)
-			}
 			d.fileMu.Lock()
-			_ = d.file.SetReadDeadline(t)
+			_ = d.file.SetReadDeadline(d.callerDeadline())
 			d.fileMu.Unlock()
 			if n > 0 {
 				break
