@@ -59,6 +59,8 @@ type Spec struct {
 	VXLANReaders int
 	// FlowQueues is the daemons' vxlanFlowQueues (0: the default).
 	FlowQueues int
+	// GoMaxProcs is the daemons' goMaxProcs (0: the default).
+	GoMaxProcs int
 	// ConntrackMax is the daemons' conntrackMax (0: the default).
 	ConntrackMax int
 	// IOEngine is the daemons' ioEngine ("": the default, auto).
@@ -252,6 +254,7 @@ func (c *Cluster) writeConfig(i int) error {
 		Queues:          c.Spec.Queues,
 		VXLANReaders:    c.Spec.VXLANReaders,
 		VXLANFlowQueues: c.Spec.FlowQueues,
+		GoMaxProcs:      c.Spec.GoMaxProcs,
 		ConntrackMax:    c.Spec.ConntrackMax,
 		IOEngine:        c.Spec.IOEngine,
 		SchedSlice:      c.Spec.SchedSlice,

@@ -63,6 +63,8 @@ type Config struct {
 	// GVSVXLANFlowQueues, if not 0, is gvs-switchd's vxlanFlowQueues:
 	// receive sockets each vxlan0 reader drains in round robin.
 	GVSVXLANFlowQueues int
+	// GVSGoMaxProcs, if not 0, is gvs-switchd's goMaxProcs.
+	GVSGoMaxProcs int
 	// GVSIOEngine is gvs-switchd's ioEngine: how pod TAPs move frames
 	// ("auto", "uring", "tap"; "" is auto).
 	GVSIOEngine string
@@ -201,6 +203,8 @@ type Report struct {
 	GVSVXLANReaders int `json:"gvs_vxlan_readers,omitempty"`
 	// GVSVXLANFlowQueues is gvs-switchd's vxlanFlowQueues (0: its default).
 	GVSVXLANFlowQueues int `json:"gvs_vxlan_flow_queues,omitempty"`
+	// GVSGoMaxProcs is gvs-switchd's goMaxProcs (0: its default).
+	GVSGoMaxProcs int `json:"gvs_go_max_procs,omitempty"`
 	// GVSIOEngine is gvs-switchd's ioEngine setting ("" is auto).
 	GVSIOEngine string `json:"gvs_io_engine,omitempty"`
 	// GVSSchedSlice and GVSSchedSliceWhen are gvs-switchd's schedSlice
@@ -295,7 +299,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Time: time.Now().UTC(), Machine: machine(), Runs: cfg.Runs, Duration: cfg.Duration, Flows: cfg.Flows, BlastThreads: cfg.BlastThreads,
-		GVSQueues: cfg.GVSQueues, GVSVXLANReaders: cfg.GVSVXLANReaders, GVSVXLANFlowQueues: cfg.GVSVXLANFlowQueues, GVSIOEngine: cfg.GVSIOEngine, GVSSchedSlice: cfg.GVSSchedSlice, GVSSchedSliceWhen: cfg.GVSSchedSliceWhen,
+		GVSQueues: cfg.GVSQueues, GVSVXLANReaders: cfg.GVSVXLANReaders, GVSVXLANFlowQueues: cfg.GVSVXLANFlowQueues, GVSGoMaxProcs: cfg.GVSGoMaxProcs, GVSIOEngine: cfg.GVSIOEngine, GVSSchedSlice: cfg.GVSSchedSlice, GVSSchedSliceWhen: cfg.GVSSchedSliceWhen,
 		GVSBusyPoll: cfg.GVSBusyPoll}
 	if cfg.NetworkPolicy {
 		rep.NetpolPolicies = cfg.NetpolPolicies
@@ -316,7 +320,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 // gvsSettings returns s with the gvs-switchd settings of c.
 func (c Config) gvsSettings(s cluster.Spec) cluster.Spec {
-	s.Queues, s.VXLANReaders, s.FlowQueues = c.GVSQueues, c.GVSVXLANReaders, c.GVSVXLANFlowQueues
+	s.Queues, s.VXLANReaders, s.FlowQueues, s.GoMaxProcs = c.GVSQueues, c.GVSVXLANReaders, c.GVSVXLANFlowQueues, c.GVSGoMaxProcs
 	s.IOEngine, s.SchedSlice, s.SchedSliceWhen = c.GVSIOEngine, c.GVSSchedSlice, c.GVSSchedSliceWhen
 	s.BusyPoll = c.GVSBusyPoll
 	return s

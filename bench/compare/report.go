@@ -132,8 +132,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.GVSVXLANFlowQueues > 0 {
 		flowQueues = strconv.Itoa(r.GVSVXLANFlowQueues)
 	}
-	_, err := fmt.Fprintf(w, "medians of %d runs, %s per workload, %d UDP flows, %d blaster thread(s), gvs queues %d (vxlan0 readers %d, flow queues %s), gvs ioEngine %s, schedSlice %s, busyPoll %s; %d CPUs, %s, kernel %s\n",
-		r.Runs, r.Duration, r.Flows, max(r.BlastThreads, 1), max(r.GVSQueues, 1), readers, flowQueues, engine, slice, busy, r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel)
+	procs := "default"
+	if r.GVSGoMaxProcs > 0 {
+		procs = strconv.Itoa(r.GVSGoMaxProcs)
+	}
+	_, err := fmt.Fprintf(w, "medians of %d runs, %s per workload, %d UDP flows, %d blaster thread(s), gvs queues %d (vxlan0 readers %d, flow queues %s), gvs ioEngine %s, schedSlice %s, busyPoll %s, goMaxProcs %s; %d CPUs, %s, kernel %s\n",
+		r.Runs, r.Duration, r.Flows, max(r.BlastThreads, 1), max(r.GVSQueues, 1), readers, flowQueues, engine, slice, busy, procs, r.Machine.CPUs, r.Machine.Model, r.Machine.Kernel)
 	return err
 }
 

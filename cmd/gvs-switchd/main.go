@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/gvswitch/gvs/internal/daemon"
@@ -57,6 +58,10 @@ func run() error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("config %s: %w", *cfgPath, err)
 	}
+	if n := cfg.GoProcs(runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS") != ""); n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
+	log.Info("go processors", "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())
 	d, err := daemon.New(cfg, log)
 	if err != nil {
 		return err

@@ -176,10 +176,42 @@ type Config struct {
 	// vCPUs.
 	BusyPoll    string `json:"busyPoll,omitempty"`
 	BusyPollers int    `json:"busyPollers,omitempty"`
+	// GoMaxProcs is how many Go processors gvs-switchd runs its goroutines
+	// on (runtime.GOMAXPROCS, 1..1024): 0 means Go's own default (the
+	// CPUs the daemon may use) plus as many more, at most 8 more, unless
+	// the GOMAXPROCS environment variable is set, which then decides.
+	// With as many processors as CPUs, a worker that a frame wakes waits
+	// in Go's run queue whenever every processor is held (by a bulk
+	// worker, a polling reader, a thread in a system call) until one is
+	// let go; with spare ones it runs at once on a thread of its own, and
+	// the kernel's scheduler (with SchedSlice) decides who gets a CPU.
+	// docs/benchmarks.md ("Go processors") has what it gave.
+	GoMaxProcs int `json:"goMaxProcs,omitempty"`
 	// CNINetwork names the installed network configuration ("" means
 	// DefaultCNINetwork); its file is CNIConfDir/80-NAME.conflist.
 	CNINetwork string `json:"cniNetwork,omitempty"`
 }
+
+// MaxGoMaxProcs is the largest Config.GoMaxProcs.
+const MaxGoMaxProcs = 1024
+
+// GoProcs returns how many Go processors the daemon should run with
+// (Config.GoMaxProcs), given Go's default and whether the GOMAXPROCS
+// environment variable is set; 0 means leave Go's setting as it is.
+func (c *Config) GoProcs(goDefault int, envSet bool) int {
+	switch {
+	case c.GoMaxProcs > 0:
+		return c.GoMaxProcs
+	case envSet:
+		return 0
+	}
+	return goDefault + min(goDefault, maxSpareProcs)
+}
+
+// maxSpareProcs bounds the Go processors Config.GoMaxProcs's default adds
+// to Go's: on a large node the spares matter less, and each one adds to
+// what Go's garbage collector runs in parallel (a quarter of them).
+const maxSpareProcs = 8
 
 // InCluster is the Kubeconfig value that means the pod's own ServiceAccount.
 const InCluster = "in-cluster"
@@ -414,6 +446,9 @@ func (c *Config) Validate() error {
 	}
 	if c.VXLANFlowQueues < 0 || c.VXLANFlowQueues > vxlan.MaxFlowQueues {
 		return fmt.Errorf("vxlanFlowQueues: %d out of range 0..%d", c.VXLANFlowQueues, vxlan.MaxFlowQueues)
+	}
+	if c.GoMaxProcs < 0 || c.GoMaxProcs > MaxGoMaxProcs {
+		return fmt.Errorf("goMaxProcs: %d out of range 0..%d", c.GoMaxProcs, MaxGoMaxProcs)
 	}
 	if _, err := c.vnidWait(); err != nil {
 		return err

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"runtime"
 	"strings"
@@ -276,6 +277,34 @@ func TestIOEngineConfig(t *testing.T) {
 		c := Config{IOEngine: v}
 		if _, _, err := c.ioEngine(); err == nil {
 			t.Errorf("ioEngine %q taken", v)
+		}
+	}
+}
+
+func TestGoMaxProcsConfig(t *testing.T) {
+	for _, tc := range []struct {
+		set, goDefault int
+		env            bool
+		want           int
+	}{
+		{0, 2, false, 4},   // twice Go's default
+		{0, 1, false, 2},   //
+		{0, 64, false, 72}, // at most 8 more
+		{0, 2, true, 0},    // GOMAXPROCS in the environment decides
+		{4, 2, true, 4},    // the configuration beats the environment
+		{1, 8, false, 1},
+	} {
+		c := Config{GoMaxProcs: tc.set}
+		if got := c.GoProcs(tc.goDefault, tc.env); got != tc.want {
+			t.Errorf("goMaxProcs %d, Go's default %d, env %v: %d, want %d", tc.set, tc.goDefault, tc.env, got, tc.want)
+		}
+	}
+	for _, n := range []int{-1, MaxGoMaxProcs + 1} {
+		c, err := ParseConfig([]byte(strings.Replace(goodConfig, `"mode"`, fmt.Sprintf(`"goMaxProcs": %d, "mode"`, n), 1)))
+		if err == nil {
+			t.Errorf("goMaxProcs %d taken (%+v)", n, c.GoMaxProcs)
+		} else if !strings.Contains(err.Error(), "goMaxProcs") {
+			t.Errorf("goMaxProcs %d: %v, want an error naming goMaxProcs", n, err)
 		}
 	}
 }
