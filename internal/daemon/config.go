@@ -185,6 +185,8 @@ type Config struct {
 	// worker, a polling reader, a thread in a system call) until one is
 	// let go; with spare ones it runs at once on a thread of its own, and
 	// the kernel's scheduler (with SchedSlice) decides who gets a CPU.
+	// Once set, Go no longer follows a later change of the daemon's CPU
+	// limit (a cgroup quota); a restart picks it up.
 	// docs/benchmarks.md ("Go processors") has what it gave.
 	GoMaxProcs int `json:"goMaxProcs,omitempty"`
 	// CNINetwork names the installed network configuration ("" means

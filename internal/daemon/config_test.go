@@ -288,7 +288,7 @@ func TestGoMaxProcsConfig(t *testing.T) {
 		want           int
 	}{
 		{0, 2, false, 4},   // twice Go's default
-		{0, 1, false, 2},   //
+		{0, 1, false, 2},   // one CPU: a spare too
 		{0, 64, false, 72}, // at most 8 more
 		{0, 2, true, 0},    // GOMAXPROCS in the environment decides
 		{4, 2, true, 4},    // the configuration beats the environment
