@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/port"
 )
 
 // Idle trimming (Config.TrimIdle). A worker's frame buffers are written by
@@ -93,10 +94,10 @@ func (w *worker) release() {
 		return
 	}
 	for _, b := range w.bufs {
-		releasePages(b)
+		port.ReleasePages(b)
 	}
 	for _, b := range w.spare {
-		releasePages(b)
+		port.ReleasePages(b)
 	}
 	if w.cache != nil {
 		w.cache.Shrink()
