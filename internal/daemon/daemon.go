@@ -145,7 +145,8 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 		log.Info("pod TAPs use the I/O engine " + engine)
 	}
 	d.sw, err = vswitch.New(vswitch.Config{Table: d.table, Logger: log,
-		MaxFrame: d.maxFrame(), NoOffload: !d.offload(), Conntrack: ct, SweepInterval: time.Second, TrimIdle: trim})
+		MaxFrame: d.maxFrame(), NoOffload: !d.offload(), Conntrack: ct, SweepInterval: time.Second, TrimIdle: trim,
+		Budget: d.rxBudget})
 	if err != nil {
 		return nil, err
 	}
