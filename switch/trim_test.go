@@ -26,6 +26,11 @@ func (p wakePort) Wake() {
 
 // trimSwitch is a switch that trims after 40 ms, forwarding port 1 to 2.
 func trimSwitch(t *testing.T) (*Switch, *flowtable.Table) {
+	return trimSwitchConfig(t, Config{TrimIdle: 40 * time.Millisecond})
+}
+
+// trimSwitchConfig is trimSwitch with cfg (its Table set here).
+func trimSwitchConfig(t *testing.T, cfg Config) (*Switch, *flowtable.Table) {
 	t.Helper()
 	tbl := flowtable.New(flowtable.Config{})
 	rs, err := flowtable.ParseRules("table=0, priority=100, in_port=1, actions=output:2")
@@ -35,7 +40,8 @@ func trimSwitch(t *testing.T) (*Switch, *flowtable.Table) {
 	if err := tbl.Add(rs...); err != nil {
 		t.Fatal(err)
 	}
-	sw, err := New(Config{Table: tbl, TrimIdle: 40 * time.Millisecond})
+	cfg.Table = tbl
+	sw, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,24 +182,12 @@ func TestTrimMovesReader(t *testing.T) {
 // is woken to release its buffers after a quarter of TrimIdle, not all of
 // it; without refusals it waits the whole TrimIdle.
 func TestTrimSoonerUnderPressure(t *testing.T) {
-	tbl := flowtable.New(flowtable.Config{})
-	rs, err := flowtable.ParseRules("table=0, priority=100, in_port=1, actions=output:2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tbl.Add(rs...); err != nil {
-		t.Fatal(err)
-	}
 	budget, err := port.NewBudget(1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const idle = 4 * time.Second
-	sw, err := New(Config{Table: tbl, TrimIdle: idle, Budget: budget})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sw.Close() })
+	sw, _ := trimSwitchConfig(t, Config{TrimIdle: idle, Budget: budget})
 	mp := newMemPort("in")
 	mp.wake = make(chan struct{}, 1)
 	out := newMemPort("out")
