@@ -1,7 +1,9 @@
 // Package port holds what the switch (package vswitch) and its ports
 // exchange: the metadata of each frame of a batch (Meta), the tunnel end a
 // frame comes from or goes to (Endpoint), and what a port says it can do
-// (Caps). It imports nothing but package packet, so a port — a TAP (package
+// (Caps), and the allowance of receive-buffer memory the ports of a switch
+// share (Budget). It imports nothing but package packet (and the system,
+// to give a buffer's pages back: ReleasePages), so a port — a TAP (package
 // tap), the VXLAN tunnel (package vxlan) or an embedder's own — implements
 // vswitch.Port without importing the switch, and the switch knows no port
 // type.

@@ -1,6 +1,10 @@
 package vswitch
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/gvswitch/gvs/port"
+)
 
 // Frame buffers live outside Go's heap where the platform allows it
 // (slab_linux.go): a worker's 72 buffers of 64 KiB are ≈ 4.7 MB of address
@@ -45,7 +49,7 @@ func (p *slabs) put(sl *slab) {
 	if sl == nil || sl.mem == nil {
 		return
 	}
-	releasePages(sl.mem)
+	port.ReleasePages(sl.mem)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.free == nil {

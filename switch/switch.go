@@ -106,6 +106,12 @@ type Config struct {
 	// offloads, resident once super-frames have passed: without it a node
 	// whose pods have all carried bulk traffic keeps that memory forever.
 	TrimIdle time.Duration
+	// Budget is the receive-buffer budget the switch's ports share, if
+	// they share one (port.Budget; the ports take from it, the switch
+	// does not). While it refuses ports more buffers, the trimmer wakes
+	// workers idle for a quarter of TrimIdle instead of all of it, so
+	// that the pages idle queues hold go to the busy ones sooner.
+	Budget *port.Budget
 	// Logger receives management events, never per-packet logs. Nil discards.
 	Logger *slog.Logger
 }

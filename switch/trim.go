@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/port"
 )
 
 // Idle trimming (Config.TrimIdle). A worker's frame buffers are written by
@@ -46,12 +47,14 @@ type trimmer struct {
 }
 
 // trimIdle wakes the workers idle for idle whose buffers are dirty, every
-// idle/4, until Close.
+// idle/4, until Close; for idle/4 while Config.Budget refused buffers
+// since the last tick.
 func (s *Switch) trimIdle(idle time.Duration) {
 	defer s.wg.Done()
 	tick := time.NewTicker(max(idle/4, 10*time.Millisecond))
 	defer tick.Stop()
 	s.trim.now.Store(time.Now().UnixNano())
+	denied := s.cfg.Budget.Denied()
 	for {
 		select {
 		case <-s.trim.stop:
@@ -59,9 +62,13 @@ func (s *Switch) trimIdle(idle time.Duration) {
 		case t := <-tick.C:
 			now := t.UnixNano()
 			s.trim.now.Store(now)
+			after := int64(idle)
+			if d := s.cfg.Budget.Denied(); d != denied {
+				denied, after = d, int64(idle/4)
+			}
 			for _, e := range *s.ports.Load() {
 				for i, w := range e.workers {
-					if now-w.lastBatch.Load() < int64(idle) || !w.dirty.Load() && !holds(e.q[i]) {
+					if now-w.lastBatch.Load() < after || !w.dirty.Load() && !holds(e.q[i]) {
 						continue
 					}
 					if wk, ok := e.q[i].(Waker); ok {
@@ -93,10 +100,10 @@ func (w *worker) release() {
 		return
 	}
 	for _, b := range w.bufs {
-		releasePages(b)
+		port.ReleasePages(b)
 	}
 	for _, b := range w.spare {
-		releasePages(b)
+		port.ReleasePages(b)
 	}
 	if w.cache != nil {
 		w.cache.Shrink()

@@ -26,6 +26,11 @@ func (p wakePort) Wake() {
 
 // trimSwitch is a switch that trims after 40 ms, forwarding port 1 to 2.
 func trimSwitch(t *testing.T) (*Switch, *flowtable.Table) {
+	return trimSwitchConfig(t, Config{TrimIdle: 40 * time.Millisecond})
+}
+
+// trimSwitchConfig is trimSwitch with cfg (its Table set here).
+func trimSwitchConfig(t *testing.T, cfg Config) (*Switch, *flowtable.Table) {
 	t.Helper()
 	tbl := flowtable.New(flowtable.Config{})
 	rs, err := flowtable.ParseRules("table=0, priority=100, in_port=1, actions=output:2")
@@ -35,7 +40,8 @@ func trimSwitch(t *testing.T) (*Switch, *flowtable.Table) {
 	if err := tbl.Add(rs...); err != nil {
 		t.Fatal(err)
 	}
-	sw, err := New(Config{Table: tbl, TrimIdle: 40 * time.Millisecond})
+	cfg.Table = tbl
+	sw, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,5 +175,42 @@ func TestTrimMovesReader(t *testing.T) {
 	defer in.mu.Unlock()
 	if len(in.readers) != 2 {
 		t.Errorf("%d readers, want 2", len(in.readers))
+	}
+}
+
+// Config.Budget: while the ports' budget refuses buffers, an idle worker
+// is woken to release its buffers after a quarter of TrimIdle, not all of
+// it; without refusals it waits the whole TrimIdle.
+func TestTrimSoonerUnderPressure(t *testing.T) {
+	budget, err := port.NewBudget(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const idle = 4 * time.Second
+	sw, _ := trimSwitchConfig(t, Config{TrimIdle: idle, Budget: budget})
+	mp := newMemPort("in")
+	mp.wake = make(chan struct{}, 1)
+	out := newMemPort("out")
+	for i := range 3 {
+		mp.send(udpFrame(1, byte(10+i)))
+	}
+	if err := sw.AddPort(2, out); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := sw.AddPort(1, wakePort{mp}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the batch", func() bool { return len(out.written()) == 3 })
+	time.Sleep(idle * 3 / 8)
+	if n := sw.Stats().BufferReleases; n != 0 {
+		t.Fatalf("released %d times after %v without pressure, before TrimIdle", n, time.Since(start))
+	}
+	if budget.Take(2) {
+		t.Fatal("a budget of 1 byte gave 2")
+	}
+	waitFor(t, "a release under pressure", func() bool { return sw.Stats().BufferReleases == 1 })
+	if d := time.Since(start); d >= idle*7/8 {
+		t.Errorf("released after %v under pressure, TrimIdle is %v", d, idle)
 	}
 }

@@ -227,8 +227,68 @@ type Device struct {
 	rerr   error
 	rwait  bool
 	readFn func(fd uintptr) bool
+	// The receive-buffer budget (SetBudget): bufs[:nCharged] of the
+	// caller's are counted in it, charged bytes in all; quiet counts the
+	// batches of at most one frame in a row.
+	budget   *port.Budget
+	nCharged int
+	charged  int64
+	quiet    int
 
 	stats counters
+}
+
+// budgetShrinkAfter is how many batches of at most one frame in a row make
+// Read give back the buffers its budget counts beyond the floor.
+const budgetShrinkAfter = 256
+
+// SetBudget makes Read count the receive buffers it fills in b (shared by
+// the ports of a switch; nil: none): before the kernel writes a frame into
+// a buffer past those already counted, Read takes the buffer's bytes from
+// b, and ends its batch early when b is spent, beyond the first
+// port.BudgetFloor buffers, which it takes anyway. Read gives the counted
+// buffers' pages back to the system (port.ReleasePages, so the caller's
+// buffers must be frame buffers of their own), and their bytes to b, when
+// it is woken (Wake) and, beyond the floor, after 256 batches of at most
+// one frame in a row. Call it before the first Read, from the reading
+// goroutine.
+func (d *Device) SetBudget(b *port.Budget) { d.budget = b }
+
+// Uncharge gives back the pages of the caller's buffers that Read counted
+// in the budget (SetBudget), and their bytes, keeping the first keep of
+// them: for an engine that takes the device's reads over with buffers of
+// its own counting (package tap/uring; keep 0), and for Read itself. Call
+// it from the reading goroutine, between Reads, with the buffers of the
+// last Read.
+func (d *Device) Uncharge(bufs [][]byte, keep int) {
+	give := int64(0)
+	for ; d.nCharged > keep; d.nCharged-- {
+		if b := d.nCharged - 1; b < len(bufs) {
+			port.ReleasePages(bufs[b])
+			give += int64(len(bufs[b]))
+		}
+	}
+	if keep == 0 || give > d.charged {
+		give = d.charged // all of it, whichever buffers were counted
+	}
+	d.charged -= give
+	d.budget.Give(give)
+}
+
+// charge counts bufs[n] in the budget before a frame is read into it, and
+// reports whether it may be.
+func (d *Device) charge(bufs [][]byte, n int) bool {
+	if d.budget == nil || n < d.nCharged {
+		return true
+	}
+	size := int64(len(bufs[n]))
+	if n < port.BudgetFloor {
+		d.budget.Force(size)
+	} else if !d.budget.Take(size) {
+		return false
+	}
+	d.nCharged, d.charged = n+1, d.charged+size
+	return true
 }
 
 // Create creates the TAP device cfg.Name in the calling thread's network
@@ -588,6 +648,9 @@ func (d *Device) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) 
 			d.addRx(n, bytes)
 			return n, ErrHeadroom
 		}
+		if !d.charge(bufs, n) {
+			break // the budget is spent: the rest waits in the kernel
+		}
 		raw := b[offset-VnetHdrLen:]
 		d.rbuf, d.rwait = raw, n == 0
 		err := d.rc.Read(d.readFn)
@@ -606,6 +669,7 @@ func (d *Device) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) 
 			if n > 0 {
 				break
 			}
+			d.Uncharge(bufs, 0)
 			return 0, port.ErrWoken
 		}
 		if err != nil {
@@ -627,6 +691,14 @@ func (d *Device) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) 
 		n++
 	}
 	d.addRx(n, bytes)
+	if d.budget != nil && d.nCharged > port.BudgetFloor {
+		if n > 1 {
+			d.quiet = 0
+		} else if d.quiet++; d.quiet >= budgetShrinkAfter {
+			d.quiet = 0
+			d.Uncharge(bufs, port.BudgetFloor)
+		}
+	}
 	return n, nil
 }
 

@@ -277,6 +277,9 @@ func printShow(w io.Writer, r control.ShowResult) {
 	if r.SchedSlice != "" {
 		fmt.Fprintf(w, "  thread time slice: %s\n", r.SchedSlice)
 	}
+	if r.RxBuffers != "" {
+		fmt.Fprintf(w, "  receive buffers: %s\n", r.RxBuffers)
+	}
 	if r.BusyPoll != "" {
 		fmt.Fprintf(w, "  busy polling: %s\n", r.BusyPoll)
 	}

@@ -28,8 +28,11 @@ type ShowResult struct {
 	SchedSlice string `json:"schedSlice,omitempty"`
 	// BusyPoll is the readers' busy polling: its bound, how many may poll
 	// at once and what polling found ("" when off).
-	BusyPoll string   `json:"busyPoll,omitempty"`
-	Remotes  []Remote `json:"remotes"`
+	BusyPoll string `json:"busyPoll,omitempty"`
+	// RxBuffers is the pod queues' receive-buffer budget: how much of it
+	// is in use and how often a ring could not grow ("" without a bound).
+	RxBuffers string   `json:"rxBuffers,omitempty"`
+	Remotes   []Remote `json:"remotes"`
 	// Registry is how the node reaches the control plane (nil without one).
 	Registry *Registry `json:"registry,omitempty"`
 }

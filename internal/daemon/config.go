@@ -189,9 +189,35 @@ type Config struct {
 	// limit (a cgroup quota); a restart picks it up.
 	// docs/benchmarks.md ("Go processors") has what it gave.
 	GoMaxProcs int `json:"goMaxProcs,omitempty"`
+	// RxBufferBudgetMiB bounds, in MiB, the memory the receive rings of
+	// all pod queues may hold in frame buffers at once (port.Budget): 0
+	// means the default, 16 MiB for each CPU and at least 64; -1 no bound.
+	// A busy queue's ring grows toward 64 buffers of 64 KiB (4 MiB) under
+	// bulk traffic, so 250 busy pods could hold a gigabyte; within the
+	// budget a ring stops growing and works with what it has (at least 8
+	// buffers each, taken even when the budget is spent), and a ring that
+	// shrinks or goes idle gives its buffers' pages back at once. With
+	// ioEngine tap the same budget bounds how many buffers a queue's
+	// batch of read(2)s may fill.
+	RxBufferBudgetMiB int `json:"rxBufferBudgetMiB,omitempty"`
 	// CNINetwork names the installed network configuration ("" means
 	// DefaultCNINetwork); its file is CNIConfDir/80-NAME.conflist.
 	CNINetwork string `json:"cniNetwork,omitempty"`
+}
+
+// MaxRxBufferBudgetMiB is the largest Config.RxBufferBudgetMiB (1 TiB).
+const MaxRxBufferBudgetMiB = 1 << 20
+
+// rxBufferBudget is Config.RxBufferBudgetMiB in bytes for ncpu CPUs; 0
+// means no bound.
+func (c *Config) rxBufferBudget(ncpu int) int64 {
+	switch {
+	case c.RxBufferBudgetMiB < 0:
+		return 0
+	case c.RxBufferBudgetMiB > 0:
+		return int64(c.RxBufferBudgetMiB) << 20
+	}
+	return int64(max(64, 16*ncpu)) << 20
 }
 
 // MaxGoMaxProcs is the largest Config.GoMaxProcs.
@@ -451,6 +477,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GoMaxProcs < 0 || c.GoMaxProcs > MaxGoMaxProcs {
 		return fmt.Errorf("goMaxProcs: %d out of range 0..%d", c.GoMaxProcs, MaxGoMaxProcs)
+	}
+	if c.RxBufferBudgetMiB < -1 || c.RxBufferBudgetMiB > MaxRxBufferBudgetMiB {
+		return fmt.Errorf("rxBufferBudgetMiB: %d out of range -1 (no bound), 0 (default) or 1..%d", c.RxBufferBudgetMiB, MaxRxBufferBudgetMiB)
 	}
 	if _, err := c.vnidWait(); err != nil {
 		return err

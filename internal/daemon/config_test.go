@@ -308,3 +308,32 @@ func TestGoMaxProcsConfig(t *testing.T) {
 		}
 	}
 }
+
+// rxBufferBudgetMiB: 16 MiB a CPU and at least 64 by default, -1 no
+// bound, a value in MiB; anything below -1 or above the maximum refused
+// with an error naming the key.
+func TestRxBufferBudgetConfig(t *testing.T) {
+	for _, tc := range []struct {
+		set, cpus int
+		want      int64
+	}{
+		{0, 2, 64 << 20},
+		{0, 8, 128 << 20},
+		{-1, 8, 0},
+		{3, 2, 3 << 20},
+		{MaxRxBufferBudgetMiB, 2, MaxRxBufferBudgetMiB << 20},
+	} {
+		c := Config{RxBufferBudgetMiB: tc.set}
+		if got := c.rxBufferBudget(tc.cpus); got != tc.want {
+			t.Errorf("rxBufferBudgetMiB %d on %d CPUs: %d bytes, want %d", tc.set, tc.cpus, got, tc.want)
+		}
+	}
+	for _, n := range []int{-2, MaxRxBufferBudgetMiB + 1} {
+		c, err := ParseConfig([]byte(strings.Replace(goodConfig, `"mode"`, fmt.Sprintf(`"rxBufferBudgetMiB": %d, "mode"`, n), 1)))
+		if err == nil {
+			t.Errorf("rxBufferBudgetMiB %d taken (%+v)", n, c.RxBufferBudgetMiB)
+		} else if !strings.Contains(err.Error(), "rxBufferBudgetMiB") {
+			t.Errorf("rxBufferBudgetMiB %d: %v, want an error naming rxBufferBudgetMiB", n, err)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,7 @@ import (
 	"github.com/gvswitch/gvs/internal/daemon/kubesource"
 	"github.com/gvswitch/gvs/internal/daemon/pods"
 	"github.com/gvswitch/gvs/internal/sched"
+	"github.com/gvswitch/gvs/port"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/gateway"
 	"github.com/gvswitch/gvs/sdn/nat"
@@ -70,6 +72,9 @@ type Daemon struct {
 	sliceErr    error
 	// busy is the readers' busy polling (Config.BusyPoll; nil: off).
 	busy *busypoll.Poller
+	// rxBudget bounds the pod queues' receive buffers
+	// (Config.RxBufferBudgetMiB; nil: no bound).
+	rxBudget *port.Budget
 
 	// prog, pods and vnids are made when the node's configuration is
 	// complete: in New without a control plane, in Run after the
@@ -124,6 +129,11 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 	if d.busy, err = busypoll.New(bc); err != nil {
 		return nil, err
 	}
+	if n := cfg.rxBufferBudget(runtime.NumCPU()); n > 0 {
+		if d.rxBudget, err = port.NewBudget(n); err != nil {
+			return nil, err
+		}
+	}
 	engine, why, err := cfg.ioEngine()
 	if err != nil {
 		return nil, err
@@ -135,7 +145,8 @@ func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
 		log.Info("pod TAPs use the I/O engine " + engine)
 	}
 	d.sw, err = vswitch.New(vswitch.Config{Table: d.table, Logger: log,
-		MaxFrame: d.maxFrame(), NoOffload: !d.offload(), Conntrack: ct, SweepInterval: time.Second, TrimIdle: trim})
+		MaxFrame: d.maxFrame(), NoOffload: !d.offload(), Conntrack: ct, SweepInterval: time.Second, TrimIdle: trim,
+		Budget: d.rxBudget})
 	if err != nil {
 		return nil, err
 	}
@@ -453,12 +464,13 @@ func (d *Daemon) listenLocal(path string, listen func(string) (net.Listener, err
 // (uring.Port) when the daemon uses it, else the device itself.
 func (d *Daemon) tapIO(dev *tap.Device) vswitch.Port {
 	if d.engine == IOEngineUring || d.engine == IOEngineUringAlways {
-		p, err := uring.NewPortConfig(dev, uring.PortConfig{Always: d.engine == IOEngineUringAlways, BusyPoll: d.busy})
+		p, err := uring.NewPortConfig(dev, uring.PortConfig{Always: d.engine == IOEngineUringAlways, BusyPoll: d.busy, Budget: d.rxBudget})
 		if err == nil {
 			return p
 		}
 		d.log.Warn("TAP queue without io_uring", "name", dev.Name(), "err", err)
 	}
+	dev.SetBudget(d.rxBudget)
 	return dev
 }
 
@@ -508,6 +520,17 @@ func (d *Daemon) busyState() string {
 	}
 	return fmt.Sprintf("up to %v per wait, at most %d polling at once: %d polls, %d found frames%s, %v polling, %d times no poller free",
 		b.Max(), b.Pollers(), st.Polls, st.Found, found, st.Time.Round(time.Millisecond), st.Turned)
+}
+
+// rxBudgetState is the receive-buffer budget's use, for gvsctl show (""
+// without a bound).
+func (d *Daemon) rxBudgetState() string {
+	b := d.rxBudget
+	if b == nil {
+		return ""
+	}
+	return fmt.Sprintf("%.1f of %d MiB in pod queues' receive rings, %d times a ring could not grow",
+		float64(b.InUse())/(1<<20), b.Total()>>20, b.Denied())
 }
 
 // ioEngineName is the I/O engine of the daemon's TAPs (Config.IOEngine as

@@ -29,6 +29,7 @@ type collector struct {
 	peers, pods, buildInfo                                   *prometheus.Desc
 	tunnelDrops, captured, captureDrops, captures            *prometheus.Desc
 	certExpiry, bufferReleases                               *prometheus.Desc
+	rxBufferBytes, rxBufferBudget, rxBufferDenials           *prometheus.Desc
 }
 
 func newCollector(d *Daemon) *collector {
@@ -59,6 +60,12 @@ func newCollector(d *Daemon) *collector {
 		captures: prometheus.NewDesc("gvs_captures_active", "Packet captures running.", nil, nil),
 		bufferReleases: prometheus.NewDesc("gvs_buffer_releases_total",
 			"Idle pod queues whose frame buffers' memory went back to the system (trimIdle).", nil, nil),
+		rxBufferBytes: prometheus.NewDesc("gvs_rx_buffer_bytes",
+			"Bytes of the receive-buffer budget (rxBufferBudgetMiB) the pod queues' rings hold now.", nil, nil),
+		rxBufferBudget: prometheus.NewDesc("gvs_rx_buffer_budget_bytes",
+			"The receive-buffer budget (rxBufferBudgetMiB) in bytes; absent without a bound.", nil, nil),
+		rxBufferDenials: prometheus.NewDesc("gvs_rx_buffer_denials_total",
+			"Times a pod queue's receive ring could not grow because the budget was spent.", nil, nil),
 		certExpiry: prometheus.NewDesc("gvs_registry_certificate_expiry_timestamp_seconds",
 			"When the certificate the node last presented to etcd expires (Unix time): alert well before it.", nil, nil),
 	}
@@ -67,7 +74,8 @@ func newCollector(d *Daemon) *collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.rxPackets, c.rxBytes, c.txPackets, c.txBytes, c.rxDrops, c.txDrops,
 		c.drops, c.tableDrops, c.rules, c.lookups, c.cacheHits, c.misses, c.peers, c.pods, c.buildInfo,
-		c.tunnelDrops, c.captured, c.captureDrops, c.captures, c.certExpiry, c.bufferReleases} {
+		c.tunnelDrops, c.captured, c.captureDrops, c.captures, c.certExpiry, c.bufferReleases,
+		c.rxBufferBytes, c.rxBufferBudget, c.rxBufferDenials} {
 		ch <- d
 	}
 }
@@ -99,6 +107,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.cacheHits, st.CacheHits)
 	counter(c.misses, st.Lookups-st.CacheHits)
 	counter(c.bufferReleases, st.BufferReleases)
+	if b := c.d.rxBudget; b != nil {
+		ch <- prometheus.MustNewConstMetric(c.rxBufferBytes, prometheus.GaugeValue, float64(b.InUse()))
+		ch <- prometheus.MustNewConstMetric(c.rxBufferBudget, prometheus.GaugeValue, float64(b.Total()))
+		counter(c.rxBufferDenials, b.Denied())
+	}
 	ch <- prometheus.MustNewConstMetric(c.peers, prometheus.GaugeValue, float64(len(c.d.peers.List())))
 	ch <- prometheus.MustNewConstMetric(c.pods, prometheus.GaugeValue, float64(len(c.d.Pods())))
 	ch <- prometheus.MustNewConstMetric(c.buildInfo, prometheus.GaugeValue, 1, Version(), runtime.Version())

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -90,6 +91,8 @@ func TestMetricsFamilies(t *testing.T) {
 		"gvs_conntrack_created_total": dto.MetricType_COUNTER, "gvs_conntrack_expired_total": dto.MetricType_COUNTER,
 		"gvs_conntrack_evicted_total": dto.MetricType_COUNTER, "gvs_conntrack_flushed_total": dto.MetricType_COUNTER,
 		"gvs_conntrack_invalid_total": dto.MetricType_COUNTER,
+		"gvs_rx_buffer_bytes":         dto.MetricType_GAUGE, "gvs_rx_buffer_budget_bytes": dto.MetricType_GAUGE,
+		"gvs_rx_buffer_denials_total": dto.MetricType_COUNTER,
 	} {
 		f := fams[name]
 		if f == nil {
@@ -117,6 +120,9 @@ func TestMetricsFamilies(t *testing.T) {
 	}
 	if n := len(fams["gvs_conntrack_entries"].GetMetric()); n != 13 {
 		t.Errorf("gvs_conntrack_entries has %d series, want one per protocol and state (13)", n)
+	}
+	if g := fams["gvs_rx_buffer_budget_bytes"].GetMetric()[0].GetGauge().GetValue(); g != float64(max(64, 16*runtime.NumCPU())<<20) {
+		t.Errorf("gvs_rx_buffer_budget_bytes = %v, want the default for %d CPUs", g, runtime.NumCPU())
 	}
 	if g := fams["gvs_flow_rules"].GetMetric()[0].GetGauge().GetValue(); g != float64(d.table.Len()) {
 		t.Errorf("gvs_flow_rules = %v, want %d", g, d.table.Len())

@@ -25,7 +25,8 @@ import (
 // been idle past trimIdle; the daemon's attach time per ADD (p50, p99,
 // from its log); TCP 1 stream between two of the pods while all are
 // attached. GVS_SCALE_TRIMIDLE sets the daemon's trimIdle ("0": never),
-// GVS_SCALE_IOENGINE its ioEngine (uring, tap; default auto).
+// GVS_SCALE_IOENGINE its ioEngine (uring, tap; default auto),
+// GVS_SCALE_RXBUDGET its rxBufferBudgetMiB (-1: no bound; default 0).
 // GVS_SCALE_CONCURRENT=D runs the busy pairs all at once for D instead of
 // one after the other, and reports the daemon's peak RSS meanwhile.
 //
@@ -72,12 +73,19 @@ func benchPodScale(b *testing.B, pods, busy int) {
 			b.Fatal(err)
 		}
 	}
+	rxBudget := 0
+	if v := os.Getenv("GVS_SCALE_RXBUDGET"); v != "" {
+		if rxBudget, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
 	c, err := cluster.Up(ctx, cluster.Spec{
 		Lab:  lab.Spec{Prefix: prefix, Nodes: 1, PodsPerNode: pods, Projects: []string{"default"}, Underlay: underlay},
 		Mode: "subnet", BinDir: binDir, CNI: true,
 		Configure: func(_ *cluster.Cluster, _ int, cfg *daemon.Config) {
 			cfg.TrimIdle = trimIdle.String()
 			cfg.IOEngine = os.Getenv("GVS_SCALE_IOENGINE") // "": auto
+			cfg.RxBufferBudgetMiB = rxBudget
 		},
 	})
 	if err != nil {
@@ -129,7 +137,7 @@ func benchPodScale(b *testing.B, pods, busy int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	peak := 0.0
+	peak, together := 0.0, 0.0
 	if d := os.Getenv("GVS_SCALE_CONCURRENT"); d != "" {
 		// All busy pairs at once for d, the daemon's RSS sampled
 		// meanwhile: what a node needs while its pods are busy together.
@@ -137,19 +145,24 @@ func benchPodScale(b *testing.B, pods, busy int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		errc := make(chan error, busy)
+		type result struct {
+			gbps float64
+			err  error
+		}
+		res := make(chan result, busy)
 		for k := range busy {
 			go func() {
-				_, err := tcp(ps[2*k], ps[2*k+1], dur)
-				errc <- err
+				g, err := tcp(ps[2*k], ps[2*k+1], dur)
+				res <- result{g, err}
 			}()
 		}
 		for done := 0; done < busy; {
 			select {
-			case err := <-errc:
-				if err != nil {
-					b.Error(err)
+			case r := <-res:
+				if r.err != nil {
+					b.Error(r.err)
 				}
+				together += r.gbps
 				done++
 			case <-time.After(250 * time.Millisecond):
 				peak = max(peak, float64(rssKiB(b, pid)))
@@ -191,6 +204,7 @@ func benchPodScale(b *testing.B, pods, busy int) {
 	b.ReportMetric((after-idle)/float64(2*busy), "KiB/busy-pod")
 	if peak > 0 {
 		b.ReportMetric(peak/1024, "rss-peak-busy-MiB")
+		b.ReportMetric(together, "busy-total-Gbit/s")
 	}
 	b.ReportMetric(trimmed/1024, "rss-trimmed-MiB")
 	b.ReportMetric((trimmed-idle)/float64(2*busy), "KiB/busy-pod-idle-again")

@@ -59,9 +59,10 @@ const (
 	bufLent          // returned by the last Read
 )
 
-// The receive ring's adaptive size (rxState.limit).
+// The receive ring's adaptive size (rxState.limit). minRing is also the
+// floor a ring takes from its budget (PortConfig.Budget) even when spent.
 const (
-	minRing     = 8
+	minRing     = port.BudgetFloor
 	shrinkAfter = 256
 )
 
@@ -138,6 +139,19 @@ type PortConfig struct {
 	// io_uring_enter. Only a port with its receive ring polls: a port
 	// reading through the device is idle by definition.
 	BusyPoll *busypoll.Poller
+	// Budget, when not nil, bounds the receive buffers that the rings of
+	// all the ports sharing it may hold resident (port.Budget): a ring
+	// takes a buffer's bytes from it before the kernel may fill that
+	// buffer for the first time since its pages were given back, and
+	// grows no further while the budget is spent; each ring has a floor
+	// of minRing buffers it takes even then. A ring gives the pages of
+	// its spare buffers back, and their bytes to the budget, when it
+	// shrinks and when its idle reader is woken, and all of them when it
+	// ends. While the port reads through the device (rings on demand),
+	// the device counts its reads in the same budget
+	// (tap.Device.SetBudget), and gives back what it counted when the
+	// ring takes over.
+	Budget *port.Budget
 }
 
 // rxState is the receive side, touched only by the reading goroutine.
@@ -181,6 +195,12 @@ type rxState struct {
 	full                bool // the read ran out of buffers since the last batch
 	woken               bool
 	err                 error // the multishot read ended with an error
+	// budget is PortConfig.Budget; charged[bid] tells whether buffer bid
+	// is counted in it (it may hold resident pages), nCharged how many
+	// are.
+	budget   *port.Budget
+	charged  []bool
+	nCharged int
 }
 
 // NewPort wraps the TAP queue d, with rings on demand (see Port). It fails
@@ -202,6 +222,10 @@ func NewPortConfig(d *tap.Device, cfg PortConfig) (*Port, error) {
 	p := &Port{Device: d, always: cfg.Always, wake: os.NewFile(uintptr(fd), "uring-wake")}
 	p.rx.promote = cfg.Always
 	p.rx.busy = cfg.BusyPoll.Reader()
+	p.rx.budget = cfg.Budget
+	if cfg.Budget != nil {
+		d.SetBudget(cfg.Budget)
+	}
 	p.rx.try = p.rx.poll
 	return p, nil
 }
@@ -400,6 +424,7 @@ func (p *Port) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 				rx.err = err
 				continue
 			}
+			rx.sweep()
 			return 0, port.ErrWoken
 		}
 		if !rx.armed {
@@ -482,6 +507,8 @@ func (p *Port) setupRx(bufs [][]byte, offset int) (err error) {
 			return fmt.Errorf("uring: a buffer of %d bytes: %w", len(b), ErrHeadroom)
 		}
 	}
+	// The device's reads counted some of bufs; the ring counts its own.
+	p.Device.Uncharge(bufs, 0)
 	runtime.LockOSThread()
 	rx.tapFd, rx.wakeFd = -1, -1
 	rx.err, rx.woken, rx.full = nil, false, false
@@ -528,6 +555,8 @@ func (p *Port) setupRx(bufs [][]byte, offset int) (err error) {
 	rx.where = make([]uint8, len(bufs))
 	rx.queue = make([]rxDone, 0, len(bufs))
 	rx.spare = make([]uint16, 0, len(bufs))
+	rx.charged = make([]bool, len(bufs))
+	rx.nCharged = 0
 	rx.nRing, rx.limit, rx.quiet = 0, min(minRing, len(bufs)), 0
 	for i := len(bufs) - 1; i >= 0; i-- {
 		rx.order[i] = uint16(i)
@@ -591,16 +620,66 @@ func (rx *rxState) adapt(n int, full bool) {
 	case n <= 1 && rx.limit > minRing:
 		if rx.quiet++; rx.quiet >= shrinkAfter {
 			rx.limit, rx.quiet = max(rx.limit/2, minRing), 0
+			rx.sweep()
 		}
 	}
 	for rx.nRing < rx.limit && len(rx.spare) > 0 {
 		bid := rx.spare[len(rx.spare)-1]
+		if !rx.charge(bid, false) {
+			// The budget is spent: the ring works with the buffers
+			// it has, which come back to it batch by batch.
+			break
+		}
 		rx.spare = rx.spare[:len(rx.spare)-1]
 		rx.provide(bid)
 	}
 }
 
+// charge counts buffer bid in the budget, if it is not counted yet,
+// before the kernel may fill it: within the budget, or with force beyond
+// it (the ring's floor). It reports whether bid is counted now.
+func (rx *rxState) charge(bid uint16, force bool) bool {
+	if rx.charged[bid] {
+		return true
+	}
+	n := int64(len(rx.reg[bid]))
+	if force {
+		rx.budget.Force(n)
+	} else if !rx.budget.Take(n) {
+		return false
+	}
+	rx.charged[bid] = true
+	rx.nCharged++
+	return true
+}
+
+// uncharge gives buffer bid's pages back to the system and its bytes to
+// the budget: only for a buffer the kernel cannot write (not in the ring)
+// and the caller does not hold (not lent).
+func (rx *rxState) uncharge(bid uint16) {
+	if !rx.charged[bid] {
+		return
+	}
+	port.ReleasePages(rx.reg[bid])
+	rx.charged[bid] = false
+	rx.nCharged--
+	rx.budget.Give(int64(len(rx.reg[bid])))
+}
+
+// sweep uncharges the buffers waiting in spare: when the ring shrinks and
+// when its idle reader is woken. Without a budget it does nothing (the
+// switch gives the pages back when the port is idle).
+func (rx *rxState) sweep() {
+	if rx.budget == nil {
+		return
+	}
+	for _, bid := range rx.spare {
+		rx.uncharge(bid)
+	}
+}
+
 func (rx *rxState) provide(bid uint16) {
+	rx.charge(bid, true)
 	b := &rx.pbufs[int(rx.pbTail)&rx.mask]
 	buf := rx.reg[bid]
 	b.addr = uint64(uintptr(unsafe.Pointer(&buf[rx.offset-tap.VnetHdrLen])))
@@ -768,6 +847,12 @@ func (p *Port) teardown(unlock bool) {
 		}
 	}
 	rx.queue, rx.armed, rx.nLent = rx.queue[:0], false, 0
+	// Nothing writes the buffers any more: all of them go back.
+	if rx.budget != nil {
+		for bid := range rx.charged {
+			rx.uncharge(uint16(bid))
+		}
+	}
 	if err := p.Device.SetPolled(true); err != nil && !p.closed.Load() {
 		// Reads through the device cannot wait without it: give the
 		// error to the next Read (the plain path reports it).

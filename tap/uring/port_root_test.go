@@ -675,3 +675,109 @@ func TestPortFramesDuringGiveUp(t *testing.T) {
 		}
 	}
 }
+
+// TestPortBudget: a receive ring grows only within its budget (past its
+// floor of 8 buffers) and loses no frame for it; a ring that shrinks
+// gives its spare buffers' bytes back, a woken idle reader too, and a
+// closed port all of them.
+func TestPortBudget(t *testing.T) {
+	const size = iofloor.Headroom + packet.MaxSuperFrame + 1
+	budget, err := port.NewBudget(12 * size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, pa, pb := portPairConfig(t, uring.PortConfig{Always: true, Budget: budget})
+	bufs, _ := buffers(64, size)
+	meta := make([]port.Meta, len(bufs))
+	burst, _ := iofloor.Buffers(60, 64)
+	filled := map[*byte]bool{}
+	for round := range 5 {
+		if n, err := pa.Write(burst, metas(burst, nil), iofloor.Headroom); n != len(burst) || err != nil {
+			t.Fatalf("wrote %d: %v", n, err)
+		}
+		for got := 0; got < len(burst); {
+			n, err := pb.Read(bufs, meta, iofloor.Headroom)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				if s := iofloor.Seq(bufs[i][iofloor.Headroom : iofloor.Headroom+meta[i].Size]); s != uint64(got) {
+					t.Fatalf("round %d: frame %d has sequence number %d", round, got, s)
+				}
+				filled[unsafe.SliceData(bufs[i])] = true
+				got++
+			}
+		}
+		if in := budget.InUse(); in > 12*size {
+			t.Fatalf("round %d: %d bytes in use, more than the budget of %d", round, in, 12*size)
+		}
+	}
+	if len(filled) > 12 {
+		t.Errorf("frames landed in %d buffers, the budget allows 12", len(filled))
+	}
+	if budget.Denied() == 0 {
+		t.Error("bursts of 60 frames never asked for more than 12 buffers")
+	}
+	if st := pb.Stats(); st.RxPackets != 5*60 || st.RxDropped() != 0 {
+		t.Errorf("received %d of 300, %d dropped", st.RxPackets, st.RxDropped())
+	}
+
+	// Without pressure: the ring grows to 64, then shrinks while single
+	// frames come, its spare buffers going back at each shrink.
+	big, err := port.NewBudget(1 << 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, pc, pd := portPairConfig(t, uring.PortConfig{Always: true, Budget: big})
+	one, _ := iofloor.Buffers(1, 64)
+	dbufs, _ := buffers(64, size)
+	xfer := func(out [][]byte) {
+		t.Helper()
+		if n, err := pc.Write(out, metas(out, nil), iofloor.Headroom); n != len(out) || err != nil {
+			t.Fatalf("wrote %d: %v", n, err)
+		}
+		for got := 0; got < len(out); {
+			n, err := pd.Read(dbufs, meta, iofloor.Headroom)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+	}
+	for range 3 {
+		xfer(burst)
+	}
+	grown := big.InUse()
+	if grown < 32*size {
+		t.Fatalf("after bursts of 60 the ring holds %d buffers", grown/size)
+	}
+	for range 4 * 256 {
+		xfer(one)
+	}
+	quiet := big.InUse()
+	if quiet > 17*size {
+		t.Errorf("after 1 024 single frames %d buffers are still counted (%d after the bursts)", quiet/size, grown/size)
+	}
+	// A woken idle reader keeps the ring's buffers counted, no more.
+	pd.Wake()
+	if n, err := pd.Read(dbufs, meta, iofloor.Headroom); n != 0 || !errors.Is(err, port.ErrWoken) {
+		t.Fatalf("woken Read: %d, %v", n, err)
+	}
+	if in := big.InUse(); in > quiet || in < 8*size {
+		t.Errorf("woken: %d buffers counted, %d before", in/size, quiet/size)
+	}
+	// Closed: everything goes back, once the reader has seen it.
+	for _, c := range []struct {
+		p    *uring.Port
+		b    *port.Budget
+		bufs [][]byte
+	}{{pb, budget, bufs}, {pd, big, dbufs}} {
+		c.p.Close()
+		if _, err := c.p.Read(c.bufs, meta, iofloor.Headroom); !errors.Is(err, tap.ErrClosed) {
+			t.Fatalf("Read after Close: %v", err)
+		}
+		if in := c.b.InUse(); in != 0 {
+			t.Errorf("closed: %d bytes still counted", in)
+		}
+	}
+}
