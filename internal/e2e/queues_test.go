@@ -177,6 +177,12 @@ func TestQueues(t *testing.T) {
 			t.Errorf("node 2 show: thread time slice %q, want %q…", show, want)
 		}
 	}
+	// Node 1's budget held pod a's queues back (asked only now, after the
+	// UDP flows too), and the traffic above was intact all the same.
+	body := httpGet(t, c.Nodes[0].NSPath, "127.0.0.1:9101", "/metrics")
+	if n := metricValue(t, body, "gvs_rx_buffer_denials_total"); n == 0 {
+		t.Error("node 1's 1 MiB receive-buffer budget never refused a queue")
+	}
 }
 
 // txQueuePackets returns the packets sent per transmit queue of pod p's
