@@ -66,7 +66,10 @@ func checkSchedSlice(t *testing.T, c *cluster.Cluster, i int) {
 // thread of node 1's daemon has the default scheduler slice
 // (schedSliceWhen always; node 2 has it only under CPU pressure). Node 1's
 // readers busy-poll up to 200 µs (busyPoll 200us): traffic crosses it
-// intact and its readers polled; node 2's have the default.
+// intact and its readers polled; node 2's have the default. Node 1's pod
+// queues share a receive-buffer budget of 1 MiB (rxBufferBudgetMiB), no
+// more than the floors of pod a's two queues: they read with their floor
+// of buffers, and the traffic is intact all the same.
 func TestQueues(t *testing.T) {
 	c := up(t, "qu", cluster.Spec{
 		Lab:    lab.Spec{Nodes: 2, PodsPerNode: 1, Projects: []string{"default"}},
@@ -76,6 +79,7 @@ func TestQueues(t *testing.T) {
 			if i == 0 {
 				cfg.SchedSliceWhen = "always"
 				cfg.BusyPoll = "200us"
+				cfg.RxBufferBudgetMiB = 1
 			}
 		},
 	})
@@ -109,6 +113,18 @@ func TestQueues(t *testing.T) {
 	if res := tcpTransfer(t, c.Lab, a, b.NS, b.IP.String(), 4<<20); !strings.Contains(res, "intact=true") {
 		t.Errorf("TCP across nodes: %s", res)
 	}
+	// Pod a's queues hold their floors of node 1's budget (no trimming
+	// yet); node 2 has the default budget.
+	for i, want := range []float64{1 << 20, float64(max(64, 16*runtime.NumCPU()) << 20)} {
+		body := httpGet(t, c.Nodes[i].NSPath, "127.0.0.1:9101", "/metrics")
+		if v := metricValue(t, body, "gvs_rx_buffer_budget_bytes"); v != want {
+			t.Errorf("node %d: receive-buffer budget %.0f bytes, want %.0f", i+1, v, want)
+		}
+		if v := metricValue(t, body, "gvs_rx_buffer_bytes"); v <= 0 {
+			t.Errorf("node %d: no receive buffers counted after the transfer", i+1)
+		}
+	}
+	t.Logf("node 1's receive buffers after the transfer: %s", showJSON(t, c, 0).RxBuffers)
 
 	// 32 UDP flows from a: the pod's kernel spreads them over eth0's two
 	// transmit queues, i.e. over the TAP queues gvs reads.
@@ -160,6 +176,12 @@ func TestQueues(t *testing.T) {
 		if show, want := showJSON(t, c, 1).SchedSlice, daemon.DefaultSchedSlice.String()+" while "; !strings.HasPrefix(show, want) {
 			t.Errorf("node 2 show: thread time slice %q, want %q…", show, want)
 		}
+	}
+	// Node 1's budget held pod a's queues back (asked only now, after the
+	// UDP flows too), and the traffic above was intact all the same.
+	body := httpGet(t, c.Nodes[0].NSPath, "127.0.0.1:9101", "/metrics")
+	if n := metricValue(t, body, "gvs_rx_buffer_denials_total"); n == 0 {
+		t.Error("node 1's 1 MiB receive-buffer budget never refused a queue")
 	}
 }
 
