@@ -230,10 +230,11 @@ type Device struct {
 	// The receive-buffer budget (SetBudget): bufs[:nCharged] of the
 	// caller's are counted in it, charged bytes in all; quiet counts the
 	// batches of at most one frame in a row.
-	budget   *port.Budget
-	nCharged int
-	charged  int64
-	quiet    int
+	budget     *port.Budget
+	nCharged   int
+	charged    int64
+	quiet      int
+	seenDenied uint64 // the budget's refusals at the last give-back
 
 	stats counters
 }
@@ -250,7 +251,8 @@ const budgetShrinkAfter = 256
 // buffers' pages back to the system (port.ReleasePages, so the caller's
 // buffers must be frame buffers of their own), and their bytes to b, when
 // it is woken (Wake) and, beyond the floor, after 256 batches of at most
-// one frame in a row. Call it before the first Read, from the reading
+// one frame in a row if the budget refused others since it last gave back
+// (without that, giving back would only cost page faults later). Call it before the first Read, from the reading
 // goroutine.
 func (d *Device) SetBudget(b *port.Budget) { d.budget = b }
 
@@ -696,7 +698,12 @@ func (d *Device) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) 
 			d.quiet = 0
 		} else if d.quiet++; d.quiet >= budgetShrinkAfter {
 			d.quiet = 0
-			d.Uncharge(bufs, port.BudgetFloor)
+			if den := d.budget.Denied(); den != d.seenDenied {
+				// Others were refused meanwhile: the pages past the
+				// floor are worth more to them.
+				d.seenDenied = den
+				d.Uncharge(bufs, port.BudgetFloor)
+			}
 		}
 	}
 	return n, nil

@@ -196,9 +196,9 @@ type Config struct {
 	// bulk traffic, so 250 busy pods could hold a gigabyte; within the
 	// budget a ring stops growing and works with what it has (at least 8
 	// buffers each, taken even when the budget is spent), and a ring that
-	// shrinks or goes idle gives its buffers' pages back at once. With
-	// ioEngine tap the same budget bounds how many buffers a queue's
-	// batch of read(2)s may fill.
+	// shrinks while others are refused, or goes idle, gives its buffers'
+	// pages back at once. With ioEngine tap the same budget bounds how
+	// many buffers a queue's batch of read(2)s may fill.
 	RxBufferBudgetMiB int `json:"rxBufferBudgetMiB,omitempty"`
 	// CNINetwork names the installed network configuration ("" means
 	// DefaultCNINetwork); its file is CNIConfDir/80-NAME.conflist.

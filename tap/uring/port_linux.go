@@ -146,8 +146,8 @@ type PortConfig struct {
 	// grows no further while the budget is spent; each ring has a floor
 	// of minRing buffers it takes even then. A ring gives the pages of
 	// its spare buffers back, and their bytes to the budget, when it
-	// shrinks and when its idle reader is woken, and all of them when it
-	// ends. While the port reads through the device (rings on demand),
+	// shrinks while the budget refuses others and when its idle reader
+	// is woken, and all of them when it ends. While the port reads through the device (rings on demand),
 	// the device counts its reads in the same budget
 	// (tap.Device.SetBudget), and gives back what it counted when the
 	// ring takes over.
@@ -201,6 +201,8 @@ type rxState struct {
 	budget   *port.Budget
 	charged  []bool
 	nCharged int
+	// seenDenied is the budget's refusals when the ring last swept.
+	seenDenied uint64
 }
 
 // NewPort wraps the TAP queue d, with rings on demand (see Port). It fails
@@ -617,10 +619,15 @@ func (rx *rxState) adapt(n int, full bool) {
 	switch {
 	case full || 2*n >= rx.limit:
 		rx.limit, rx.quiet = min(2*rx.limit, len(rx.reg)), 0
-	case n <= 1 && rx.limit > minRing:
+	case n <= 1:
 		if rx.quiet++; rx.quiet >= shrinkAfter {
 			rx.limit, rx.quiet = max(rx.limit/2, minRing), 0
-			rx.sweep()
+			if d := rx.budget.Denied(); d != rx.seenDenied {
+				// Someone was refused since this ring last looked:
+				// its spare buffers are worth more elsewhere.
+				rx.seenDenied = d
+				rx.sweep()
+			}
 		}
 	}
 	for rx.nRing < rx.limit && len(rx.spare) > 0 {
@@ -666,9 +673,13 @@ func (rx *rxState) uncharge(bid uint16) {
 	rx.budget.Give(int64(len(rx.reg[bid])))
 }
 
-// sweep uncharges the buffers waiting in spare: when the ring shrinks and
-// when its idle reader is woken. Without a budget it does nothing (the
-// switch gives the pages back when the port is idle).
+// sweep uncharges the buffers waiting in spare: when the ring shrinks
+// while the budget refuses others, and when its idle reader is woken.
+// Without a budget it does nothing (the switch gives the pages back when
+// the port is idle). Not at every shrink: a ring of a bursty pod shrinks
+// and grows again and again, and each sweep costs a madvise per buffer
+// and a page fault per page when the buffer is filled again — for pages
+// nobody else is waiting for.
 func (rx *rxState) sweep() {
 	if rx.budget == nil {
 		return

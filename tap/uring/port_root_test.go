@@ -751,12 +751,24 @@ func TestPortBudget(t *testing.T) {
 	if grown < 32*size {
 		t.Fatalf("after bursts of 60 the ring holds %d buffers", grown/size)
 	}
+	// Nobody waits for the budget: the quiet ring keeps its pages
+	// (giving them back would only cost page faults at the next burst).
 	for range 4 * 256 {
+		xfer(one)
+	}
+	if in := big.InUse(); in != grown {
+		t.Errorf("after 1 024 single frames and no refusal %d buffers are counted, %d after the bursts", in/size, grown/size)
+	}
+	// Someone is refused: at its next shrink the ring gives back.
+	if big.Take(1 << 40) {
+		t.Fatal("a budget of 1 GiB gave 1 TiB")
+	}
+	for range 256 {
 		xfer(one)
 	}
 	quiet := big.InUse()
 	if quiet > 17*size {
-		t.Errorf("after 1 024 single frames %d buffers are still counted (%d after the bursts)", quiet/size, grown/size)
+		t.Errorf("after a refusal and 256 single frames %d buffers are still counted (%d after the bursts)", quiet/size, grown/size)
 	}
 	// A woken idle reader keeps the ring's buffers counted, no more.
 	pd.Wake()
