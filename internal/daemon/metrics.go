@@ -61,11 +61,11 @@ func newCollector(d *Daemon) *collector {
 		bufferReleases: prometheus.NewDesc("gvs_buffer_releases_total",
 			"Idle pod queues whose frame buffers' memory went back to the system (trimIdle).", nil, nil),
 		rxBufferBytes: prometheus.NewDesc("gvs_rx_buffer_bytes",
-			"Bytes of the receive-buffer budget (rxBufferBudgetMiB) the pod queues' rings hold now.", nil, nil),
+			"Bytes of the receive-buffer budget (rxBufferBudgetMiB) the pod queues' receive buffers hold now.", nil, nil),
 		rxBufferBudget: prometheus.NewDesc("gvs_rx_buffer_budget_bytes",
 			"The receive-buffer budget (rxBufferBudgetMiB) in bytes; absent without a bound.", nil, nil),
 		rxBufferDenials: prometheus.NewDesc("gvs_rx_buffer_denials_total",
-			"Times a pod queue's receive ring could not grow because the budget was spent.", nil, nil),
+			"Times a pod queue could not take another receive buffer because the budget was spent.", nil, nil),
 		certExpiry: prometheus.NewDesc("gvs_registry_certificate_expiry_timestamp_seconds",
 			"When the certificate the node last presented to etcd expires (Unix time): alert well before it.", nil, nil),
 	}
