@@ -529,7 +529,7 @@ func (d *Daemon) rxBudgetState() string {
 	if b == nil {
 		return ""
 	}
-	return fmt.Sprintf("%.1f of %d MiB held by pod queues' receive buffers, %d times a queue could not grow",
+	return fmt.Sprintf("%.1f of %d MiB in use, %d times a queue could not grow",
 		float64(b.InUse())/(1<<20), b.Total()>>20, b.Denied())
 }
 

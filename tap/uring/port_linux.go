@@ -196,11 +196,9 @@ type rxState struct {
 	woken               bool
 	err                 error // the multishot read ended with an error
 	// budget is PortConfig.Budget; charged[bid] tells whether buffer bid
-	// is counted in it (it may hold resident pages), nCharged how many
-	// are.
-	budget   *port.Budget
-	charged  []bool
-	nCharged int
+	// is counted in it (it may hold resident pages).
+	budget  *port.Budget
+	charged []bool
 	// seenDenied is the budget's refusals when the ring last swept.
 	seenDenied uint64
 }
@@ -558,7 +556,6 @@ func (p *Port) setupRx(bufs [][]byte, offset int) (err error) {
 	rx.queue = make([]rxDone, 0, len(bufs))
 	rx.spare = make([]uint16, 0, len(bufs))
 	rx.charged = make([]bool, len(bufs))
-	rx.nCharged = 0
 	rx.nRing, rx.limit, rx.quiet = 0, min(minRing, len(bufs)), 0
 	for i := len(bufs) - 1; i >= 0; i-- {
 		rx.order[i] = uint16(i)
@@ -656,7 +653,6 @@ func (rx *rxState) charge(bid uint16, force bool) bool {
 		return false
 	}
 	rx.charged[bid] = true
-	rx.nCharged++
 	return true
 }
 
@@ -669,7 +665,6 @@ func (rx *rxState) uncharge(bid uint16) {
 	}
 	port.ReleasePages(rx.reg[bid])
 	rx.charged[bid] = false
-	rx.nCharged--
 	rx.budget.Give(int64(len(rx.reg[bid])))
 }
 
