@@ -280,6 +280,9 @@ func printShow(w io.Writer, r control.ShowResult) {
 	if r.RxBuffers != "" {
 		fmt.Fprintf(w, "  receive buffers: %s\n", r.RxBuffers)
 	}
+	if r.Rings != "" {
+		fmt.Fprintf(w, "  io_uring rings: %s\n", r.Rings)
+	}
 	if r.BusyPoll != "" {
 		fmt.Fprintf(w, "  busy polling: %s\n", r.BusyPoll)
 	}

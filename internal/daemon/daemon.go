@@ -460,10 +460,25 @@ func (d *Daemon) listenLocal(path string, listen func(string) (net.Listener, err
 	}), nil
 }
 
+// usesUring reports whether the daemon drives pod TAPs through io_uring.
+func (d *Daemon) usesUring() bool {
+	return d.engine == IOEngineUring || d.engine == IOEngineUringAlways
+}
+
+// ringsState is the io_uring rings the pod queues hold now, for gvsctl
+// show ("" without io_uring).
+func (d *Daemon) ringsState() string {
+	if !d.usesUring() {
+		return ""
+	}
+	rx, tx := uring.LiveRings()
+	return fmt.Sprintf("%d receive (a thread each), %d transmit", rx, tx)
+}
+
 // tapIO is how the switch drives a TAP queue: through io_uring
 // (uring.Port) when the daemon uses it, else the device itself.
 func (d *Daemon) tapIO(dev *tap.Device) vswitch.Port {
-	if d.engine == IOEngineUring || d.engine == IOEngineUringAlways {
+	if d.usesUring() {
 		p, err := uring.NewPortConfig(dev, uring.PortConfig{Always: d.engine == IOEngineUringAlways, BusyPoll: d.busy, Budget: d.rxBudget})
 		if err == nil {
 			return p

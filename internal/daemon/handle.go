@@ -72,7 +72,7 @@ func (d *Daemon) show() control.ShowResult {
 		Mode: string(node.Mode), Version: Version(), Ports: len(d.sw.Ports()), Pods: npods,
 		Rules: d.table.Len(), Generation: snap.Generation(), Remotes: remotes, Registry: d.registryInfo(),
 		IOEngine: d.ioEngineName(), SchedSlice: d.sliceState(),
-		BusyPoll: d.busyState(), RxBuffers: d.rxBudgetState(),
+		BusyPoll: d.busyState(), RxBuffers: d.rxBudgetState(), Rings: d.ringsState(),
 	}
 }
 

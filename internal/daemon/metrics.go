@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	vswitch "github.com/gvswitch/gvs/switch"
+	"github.com/gvswitch/gvs/tap/uring"
 	"github.com/gvswitch/gvs/vxlan"
 )
 
@@ -30,6 +31,7 @@ type collector struct {
 	tunnelDrops, captured, captureDrops, captures            *prometheus.Desc
 	certExpiry, bufferReleases                               *prometheus.Desc
 	rxBufferBytes, rxBufferBudget, rxBufferDenials           *prometheus.Desc
+	rings                                                    *prometheus.Desc
 }
 
 func newCollector(d *Daemon) *collector {
@@ -66,6 +68,9 @@ func newCollector(d *Daemon) *collector {
 			"The receive-buffer budget (rxBufferBudgetMiB) in bytes; absent without a bound.", nil, nil),
 		rxBufferDenials: prometheus.NewDesc("gvs_rx_buffer_denials_total",
 			"Times a pod queue could not take another receive buffer because the budget was spent.", nil, nil),
+		rings: prometheus.NewDesc("gvs_io_uring_rings",
+			"io_uring rings the pod queues hold now, by direction (a receive ring holds an OS thread too); absent without io_uring.",
+			[]string{"direction"}, nil),
 		certExpiry: prometheus.NewDesc("gvs_registry_certificate_expiry_timestamp_seconds",
 			"When the certificate the node last presented to etcd expires (Unix time): alert well before it.", nil, nil),
 	}
@@ -75,7 +80,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.rxPackets, c.rxBytes, c.txPackets, c.txBytes, c.rxDrops, c.txDrops,
 		c.drops, c.tableDrops, c.rules, c.lookups, c.cacheHits, c.misses, c.peers, c.pods, c.buildInfo,
 		c.tunnelDrops, c.captured, c.captureDrops, c.captures, c.certExpiry, c.bufferReleases,
-		c.rxBufferBytes, c.rxBufferBudget, c.rxBufferDenials} {
+		c.rxBufferBytes, c.rxBufferBudget, c.rxBufferDenials, c.rings} {
 		ch <- d
 	}
 }
@@ -111,6 +116,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.rxBufferBytes, prometheus.GaugeValue, float64(b.InUse()))
 		ch <- prometheus.MustNewConstMetric(c.rxBufferBudget, prometheus.GaugeValue, float64(b.Total()))
 		counter(c.rxBufferDenials, b.Denied())
+	}
+	if c.d.usesUring() {
+		rx, tx := uring.LiveRings()
+		ch <- prometheus.MustNewConstMetric(c.rings, prometheus.GaugeValue, float64(rx), "receive")
+		ch <- prometheus.MustNewConstMetric(c.rings, prometheus.GaugeValue, float64(tx), "transmit")
 	}
 	ch <- prometheus.MustNewConstMetric(c.peers, prometheus.GaugeValue, float64(len(c.d.peers.List())))
 	ch <- prometheus.MustNewConstMetric(c.pods, prometheus.GaugeValue, float64(len(c.d.Pods())))

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gvswitch/gvs/port"
 	vswitch "github.com/gvswitch/gvs/switch"
+	"github.com/gvswitch/gvs/tap/uring"
 )
 
 // idlePort is a switch port that never delivers a frame.
@@ -126,5 +128,40 @@ func TestMetricsFamilies(t *testing.T) {
 	}
 	if g := fams["gvs_flow_rules"].GetMetric()[0].GetGauge().GetValue(); g != float64(d.table.Len()) {
 		t.Errorf("gvs_flow_rules = %v, want %d", g, d.table.Len())
+	}
+}
+
+// TestMetricsRings: with io_uring the rings the pod queues hold are a gauge
+// per direction (uring.LiveRings), and gvsctl show says the same; without
+// io_uring neither appears.
+func TestMetricsRings(t *testing.T) {
+	d := newTestDaemon(t)
+	for _, engine := range []string{IOEngineTAP, IOEngineUring, IOEngineUringAlways} {
+		d.engine = engine
+		f := scrape(t, d)["gvs_io_uring_rings"]
+		if engine == IOEngineTAP {
+			if f != nil || d.ringsState() != "" {
+				t.Errorf("ioEngine tap: rings reported (%v, %q)", f, d.ringsState())
+			}
+			continue
+		}
+		if f == nil || f.GetType() != dto.MetricType_GAUGE {
+			t.Fatalf("ioEngine %s: no gauge gvs_io_uring_rings (%v)", engine, f)
+		}
+		rx, tx := uring.LiveRings()
+		want := map[string]float64{"receive": float64(rx), "transmit": float64(tx)}
+		for _, m := range f.GetMetric() {
+			dir := m.GetLabel()[0].GetValue()
+			if v, ok := want[dir]; !ok || m.GetGauge().GetValue() != v {
+				t.Errorf("ioEngine %s: %s rings %v, want %v", engine, dir, m.GetGauge().GetValue(), want[dir])
+			}
+			delete(want, dir)
+		}
+		if len(want) != 0 {
+			t.Errorf("ioEngine %s: no series for %v", engine, want)
+		}
+		if s, w := d.ringsState(), fmt.Sprintf("%d receive (a thread each), %d transmit", rx, tx); s != w {
+			t.Errorf("ioEngine %s: show says %q, want %q", engine, s, w)
+		}
 	}
 }

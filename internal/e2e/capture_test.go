@@ -155,7 +155,7 @@ func waitCaptures(t *testing.T, c *cluster.Cluster, i, n int) {
 }
 
 // metricValue returns the value of the sample named exactly series.
-func metricValue(t *testing.T, body, series string) float64 {
+func metricValue(t testing.TB, body, series string) float64 {
 	t.Helper()
 	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(body)
 	if m == nil {

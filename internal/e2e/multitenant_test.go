@@ -499,7 +499,7 @@ func ethIPv4UDP(dstMAC string, dst, src [4]byte) []byte {
 
 // httpGet fetches path from addr inside a namespace: the socket is made
 // there on a locked thread, the request is written by hand.
-func httpGet(t *testing.T, nsPath, addr, path string) string {
+func httpGet(t testing.TB, nsPath, addr, path string) string {
 	t.Helper()
 	var conn net.Conn
 	if err := netconf.Do(nsPath, func() error {

@@ -189,6 +189,36 @@ func benchPodScale(b *testing.B, pods, busy int) {
 	maps, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
 	b.Logf("idle again: RSS %d kB (anonymous %d, file %d), %d threads, %d io_uring mappings", int(trimmed),
 		procStatus(b, pid, "RssAnon"), procStatus(b, pid, "RssFile"), threads, strings.Count(string(maps), "io_uring"))
+	rings := func() (rx, tx float64, ok bool) {
+		body := httpGet(b, c.Nodes[0].NSPath, "127.0.0.1:9101", "/metrics")
+		if !strings.Contains(body, "gvs_io_uring_rings") {
+			return 0, 0, false // ioEngine tap
+		}
+		return metricValue(b, body, `gvs_io_uring_rings{direction="receive"}`),
+			metricValue(b, body, `gvs_io_uring_rings{direction="transmit"}`), true
+	}
+	if rx, tx, ok := rings(); ok {
+		b.Logf("idle again: %.0f receive and %.0f transmit io_uring rings (gvs_io_uring_rings)", rx, tx)
+		// A queue's rings go at the trimmer's wake-ups after its reader's
+		// last batch (the transmit ring at the second), and the last
+		// batches of 125 streams ending together (FINs, ACKs,
+		// retransmissions) may come seconds after they end; a wake-up
+		// made early while the budget refused buffers restarts the
+		// transmit ring's count. Every ring must be gone within another
+		// trimIdle and 10 s: one still held then is a leak.
+		if trimIdle > 0 && rx+tx > 0 {
+			start := time.Now()
+			for rx+tx > 0 && time.Since(start) < max(trimIdle, 10*time.Second)+10*time.Second {
+				time.Sleep(time.Second)
+				rx, tx, _ = rings()
+			}
+			if rx+tx > 0 {
+				b.Errorf("%v later still %.0f receive and %.0f transmit io_uring rings: a queue keeps its rings idle", time.Since(start).Round(time.Second), rx, tx)
+			} else {
+				b.Logf("every io_uring ring given back %v later", time.Since(start).Round(time.Second))
+			}
+		}
+	}
 
 	pct := func(lat []time.Duration, p int) float64 {
 		if len(lat) == 0 {

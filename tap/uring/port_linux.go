@@ -297,6 +297,29 @@ func (p *Port) Rings() (rx, tx bool) {
 	return p.ringRx.Load(), p.ringTx.Load()
 }
 
+// The rings the process's ports hold now (LiveRings).
+var liveRx, liveTx atomic.Int64
+
+// LiveRings returns how many receive rings (each with a locked OS thread)
+// and transmit rings the process's ports hold now: what Rings reports,
+// summed over every Port not yet closed, and over closed ones whose reader
+// has not yet returned from Read.
+func LiveRings() (rx, tx int) {
+	return int(liveRx.Load()), int(liveTx.Load())
+}
+
+// setRing records that a ring of one side is up (on) or down, counting
+// the change in live.
+func setRing(flag *atomic.Bool, live *atomic.Int64, on bool) {
+	if flag.Swap(on) != on {
+		if on {
+			live.Add(1)
+		} else {
+			live.Add(-1)
+		}
+	}
+}
+
 // Holds reports whether the port holds rings it would give up if its
 // reader were woken idle (vswitch.Holder): never with PortConfig.Always.
 func (p *Port) Holds() bool {
@@ -342,7 +365,7 @@ func (p *Port) Close() error {
 	if p.tx != nil {
 		p.tx.close()
 		p.tx = nil
-		p.ringTx.Store(false)
+		setRing(&p.ringTx, &liveTx, false)
 	}
 	p.txDone = true
 	p.txMu.Unlock()
@@ -490,7 +513,7 @@ func (p *Port) dropIdleTx() {
 	if p.tx != nil && !p.txUsed {
 		p.tx.close()
 		p.tx = nil
-		p.ringTx.Store(false)
+		setRing(&p.ringTx, &liveTx, false)
 	}
 	p.txUsed = false
 }
@@ -569,7 +592,7 @@ func (p *Port) setupRx(bufs [][]byte, offset int) (err error) {
 	if err := rx.armWake(); err != nil {
 		return err
 	}
-	p.ringRx.Store(true)
+	setRing(&p.ringRx, &liveRx, true)
 	return nil
 }
 
@@ -836,7 +859,7 @@ func (p *Port) cancelRx() {
 // the goroutine stays locked, for the thread to end with it.
 func (p *Port) teardown(unlock bool) {
 	rx := &p.rx
-	p.ringRx.Store(false)
+	setRing(&p.ringRx, &liveRx, false)
 	if rx.r != nil {
 		p.cancelRx()
 		rx.r.close()
@@ -895,7 +918,7 @@ func (p *Port) Write(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 			return p.Device.Write(bufs, meta, offset)
 		}
 		p.tx = r
-		p.ringTx.Store(true)
+		setRing(&p.ringTx, &liveTx, true)
 	}
 	p.txUsed = true
 	bufs = bufs[:min(len(bufs), len(meta))]

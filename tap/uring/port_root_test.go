@@ -391,6 +391,7 @@ func TestPortOnDemand(t *testing.T) {
 	bufs, _ := buffers(64, iofloor.Headroom+2048)
 	meta := make([]port.Meta, len(bufs))
 	ask, recv := movingReader(t, pb, bufs, meta)
+	liveRx0, liveTx0 := uring.LiveRings() // other tests' leftovers
 	read := func(want int) readResult {
 		t.Helper()
 		got := 0
@@ -415,6 +416,15 @@ func TestPortOnDemand(t *testing.T) {
 		}
 		if _, w := pa.Rings(); w != tx {
 			t.Errorf("%s: sender's transmit ring %v, want %v", what, w, tx)
+		}
+		b2i := func(b bool) int {
+			if b {
+				return 1
+			}
+			return 0
+		}
+		if r, w := uring.LiveRings(); r-liveRx0 != b2i(rx) || w-liveTx0 != b2i(tx) {
+			t.Errorf("%s: LiveRings counts %d receive and %d transmit rings, want %d and %d", what, r-liveRx0, w-liveTx0, b2i(rx), b2i(tx))
 		}
 	}
 	one, _ := iofloor.Buffers(1, 64)
@@ -514,6 +524,26 @@ func TestPortOnDemand(t *testing.T) {
 		if r := recv(); !errors.Is(r.err, port.ErrMoveReader) {
 			t.Fatalf("cycle %d: woken with the ring up: %v", cycle, r.err)
 		}
+	}
+
+	// Closed while busy: the transmit ring goes with Close, the receive
+	// ring when the reader's Read returns.
+	for range 2 {
+		if n, err := pa.Write(burst, metas(burst, nil), iofloor.Headroom); n != len(burst) || err != nil {
+			t.Fatalf("wrote %d: %v", n, err)
+		}
+		read(len(burst))
+	}
+	rings("busy before Close", true, true)
+	ask()
+	time.Sleep(20 * time.Millisecond)
+	pa.Close()
+	pb.Close()
+	if r := recv(); !errors.Is(r.err, tap.ErrClosed) {
+		t.Fatalf("read when closed: %d, %v", r.n, r.err)
+	}
+	if r, w := uring.LiveRings(); r != liveRx0 || w != liveTx0 {
+		t.Errorf("closed: LiveRings counts %d receive and %d transmit rings, want %d and %d (as before the test)", r, w, liveRx0, liveTx0)
 	}
 }
 
