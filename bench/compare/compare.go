@@ -334,35 +334,14 @@ func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Resul
 			return res
 		}
 	}
-	p.printf("%s: bringing up 2 nodes × 2 pods", dp)
+	// A cluster of its own for each run: the send sockets' ports, and so
+	// which receive socket (flow queue) each flow hashes to, are drawn
+	// anew at each start, and a sparse flow that shares the bulk flow's
+	// socket waits behind it for as long as the cluster lives; one
+	// cluster for every run would let one draw set the median.
 	prefix := fmt.Sprintf("%s%c%d", cfg.Prefix, dp[0], os.Getpid()%100000)
-	uctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	c, err := cluster.Up(uctx, cfg.gvsSettings(cluster.Spec{
-		Lab:        lab.Spec{Prefix: prefix, Nodes: 2, PodsPerNode: 2, Underlay: cfg.Underlay},
-		Mode:       "subnet",
-		BinDir:     cfg.BinDir,
-		Dataplanes: []string{dp, dp},
-	}))
-	cancel()
-	if err != nil {
-		res.Status, res.Error = StatusFailed, err.Error()
-		return res
-	}
-	defer func() {
-		if c == nil {
-			return
-		}
-		if err := c.Down(); err != nil {
-			p.printf("%s: tearing down: %v", dp, err)
-		}
-	}()
-	e := &env{c: c, cfg: cfg, dp: dp, p: p}
-	if err := e.warmUp(ctx); err != nil {
-		res.Status, res.Error = StatusFailed, err.Error()
-		return res
-	}
 	for run := 1; run <= cfg.Runs; run++ {
-		m, err := e.run(ctx, run)
+		m, err := runOnce(ctx, cfg, dp, prefix, run, p)
 		if err != nil {
 			res.Status, res.Error = StatusFailed, fmt.Sprintf("run %d: %v", run, err)
 			return res
@@ -370,11 +349,6 @@ func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Resul
 		res.Runs = append(res.Runs, m)
 	}
 	if cfg.NetworkPolicy && dp == cluster.DataplaneGVS {
-		// The subnet cluster goes first: one lab at a time.
-		if err := c.Down(); err != nil {
-			p.printf("%s: tearing down: %v", dp, err)
-		}
-		c = nil
 		g, err := runNetpol(ctx, cfg, p)
 		if err != nil {
 			res.Status, res.Error = StatusFailed, fmt.Sprintf("networkpolicy: %v", err)
@@ -388,6 +362,33 @@ func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Resul
 	}
 	res.Metrics = median(res.Runs)
 	return res
+}
+
+// runOnce brings up a cluster of dataplane dp, runs the workloads once on
+// it and tears it down.
+func runOnce(ctx context.Context, cfg Config, dp, prefix string, run int, p *progress) (Metrics, error) {
+	p.printf("%s run %d/%d: bringing up 2 nodes × 2 pods", dp, run, cfg.Runs)
+	uctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	c, err := cluster.Up(uctx, cfg.gvsSettings(cluster.Spec{
+		Lab:        lab.Spec{Prefix: prefix, Nodes: 2, PodsPerNode: 2, Underlay: cfg.Underlay},
+		Mode:       "subnet",
+		BinDir:     cfg.BinDir,
+		Dataplanes: []string{dp, dp},
+	}))
+	cancel()
+	if err != nil {
+		return Metrics{}, err
+	}
+	defer func() {
+		if err := c.Down(); err != nil {
+			p.printf("%s: tearing down: %v", dp, err)
+		}
+	}()
+	e := &env{c: c, cfg: cfg, dp: dp, p: p}
+	if err := e.warmUp(ctx); err != nil {
+		return Metrics{}, err
+	}
+	return e.run(ctx, run)
 }
 
 // median returns the field-wise median of runs.
