@@ -32,8 +32,8 @@ type ShowResult struct {
 	// RxBuffers is the pod queues' receive-buffer budget: how much of it
 	// is in use and how often a ring could not grow ("" without a bound).
 	RxBuffers string `json:"rxBuffers,omitempty"`
-	// Rings is the io_uring rings the pod queues hold now ("" without
-	// io_uring).
+	// Rings is the io_uring rings the TAP queues (pods' and tun0's) hold
+	// now ("" without io_uring).
 	Rings   string   `json:"rings,omitempty"`
 	Remotes []Remote `json:"remotes"`
 	// Registry is how the node reaches the control plane (nil without one).

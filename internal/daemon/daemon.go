@@ -465,8 +465,8 @@ func (d *Daemon) usesUring() bool {
 	return d.engine == IOEngineUring || d.engine == IOEngineUringAlways
 }
 
-// ringsState is the io_uring rings the pod queues hold now, for gvsctl
-// show ("" without io_uring).
+// ringsState is the io_uring rings the TAP queues (pods' and tun0's)
+// hold now, for gvsctl show ("" without io_uring).
 func (d *Daemon) ringsState() string {
 	if !d.usesUring() {
 		return ""

@@ -69,7 +69,7 @@ func newCollector(d *Daemon) *collector {
 		rxBufferDenials: prometheus.NewDesc("gvs_rx_buffer_denials_total",
 			"Times a pod queue could not take another receive buffer because the budget was spent.", nil, nil),
 		rings: prometheus.NewDesc("gvs_io_uring_rings",
-			"io_uring rings the pod queues hold now, by direction (a receive ring holds an OS thread too); absent without io_uring.",
+			"io_uring rings the TAP queues (pods' and tun0's) hold now, by direction (a receive ring holds an OS thread too); absent without io_uring.",
 			[]string{"direction"}, nil),
 		certExpiry: prometheus.NewDesc("gvs_registry_certificate_expiry_timestamp_seconds",
 			"When the certificate the node last presented to etcd expires (Unix time): alert well before it.", nil, nil),
