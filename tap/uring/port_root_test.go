@@ -463,13 +463,20 @@ func TestPortOnDemand(t *testing.T) {
 	if rx, _ := pb.Rings(); rx || pb.Holds() || !pb.Device.Polled() {
 		t.Errorf("after the move: receive ring %v, holds %v, in the netpoller %v", rx, pb.Holds(), pb.Device.Polled())
 	}
-	task := fmt.Sprintf("/proc/self/task/%d", ringTid)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(task); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the ring's thread %d is still there", ringTid)
+	// A goroutine that ends locked to its thread takes the thread with it,
+	// except the process's main thread, which Go parks for good instead:
+	// a reader that locked itself there cannot show its thread ending.
+	if ringTid == os.Getpid() {
+		t.Logf("the ring's reader ran on the main thread %d, which Go parks instead of ending; not checked", ringTid)
+	} else {
+		task := fmt.Sprintf("/proc/self/task/%d", ringTid)
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(task); errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the ring's thread %d is still there", ringTid)
+			}
 		}
 	}
 	// The sender's transmit ring was used since its last wake-up (never):
