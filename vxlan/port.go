@@ -336,6 +336,10 @@ func (p *Port) SourcePorts() []uint16 {
 // (false where no free block was found).
 func (p *Port) Steering() (steered, consecutive bool) { return p.steered, p.consecutive }
 
+// ReceiveSockets returns the number of receive sockets: Config.Readers ×
+// Config.FlowQueues, after defaults.
+func (p *Port) ReceiveSockets() int { return len(p.rx) }
+
 // SourcePortFor returns the outer UDP source port Write uses for a frame
 // whose port.Meta.Hash is hash: that of send socket hash %
 // len(SourcePorts()).
