@@ -47,7 +47,6 @@ package vxlan
 // nothing more.)
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -79,7 +78,9 @@ func steerProgram(n int) []unix.SockFilter {
 }
 
 // steer attaches steerProgram to the reuseport group of socks (all of
-// them, in bind order).
+// them, in bind order). The program's index is a position in the group,
+// which holds the sockets in bind order only while none leaves it: the
+// receive sockets are closed together (Close), never one at a time.
 func steer(socks []rxSocket) error {
 	prog := steerProgram(len(socks))
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
@@ -99,12 +100,11 @@ func openTxSockets(local [4]byte, n int) (socks []txSocket, consecutive bool, er
 	bases := blockBases(lo, hi, n, reserved)
 	rand.Shuffle(len(bases), func(i, j int) { bases[i], bases[j] = bases[j], bases[i] })
 	for _, base := range bases[:min(len(bases), blockTries)] {
-		socks, err := bindTxBlock(local, base, n)
-		if err == nil {
+		// Any failure (a port in use, a port a cgroup hook or an LSM
+		// refuses) moves on; what the kernel's own ports cannot do either
+		// is the error below.
+		if socks, err := bindTxBlock(local, base, n); err == nil {
 			return socks, true, nil
-		}
-		if !errors.Is(err, unix.EADDRINUSE) {
-			return nil, false, err
 		}
 	}
 	for range n {

@@ -124,16 +124,19 @@ func TestSteering(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(100 * time.Millisecond) // all queued
-		seen := 0
 		for k, s := range p.rx {
 			if r, ok := readerOf[s.f]; !ok || r != k%readers {
 				t.Errorf("readers %d: socket %d is reader %d's (%v), want reader %d's", readers, k, r, ok, k%readers)
 			}
-			for _, sport := range drainRx(t, s) {
-				seen++
-				if int(sport)%len(p.rx) != k {
-					t.Errorf("readers %d: a datagram from port %d landed in socket %d, want %d", readers, sport, k, int(sport)%len(p.rx))
+		}
+		seen := 0
+		for deadline := time.Now().Add(5 * time.Second); seen < n && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			for k, s := range p.rx {
+				for _, sport := range drainRx(t, s) {
+					seen++
+					if int(sport)%len(p.rx) != k {
+						t.Errorf("readers %d: a datagram from port %d landed in socket %d, want %d", readers, sport, k, int(sport)%len(p.rx))
+					}
 				}
 			}
 		}
