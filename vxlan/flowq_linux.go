@@ -11,12 +11,13 @@ package vxlan
 // Config.FlowQueues receive sockets instead of one, all in one
 // SO_REUSEPORT group on Local:Port:
 //
-//   - The kernel puts each datagram in the socket its outer addresses
-//     and ports hash to (with a secret of its own). A peer sends each
-//     inner flow from one outer source port (gvs picks one of its
-//     SendSockets by the flow's hash, the kernel's vxlan hashes the flow
-//     into its port range), so one inner flow always lands in one socket
-//     and keeps its order, while flows spread over the sockets. (Steering
+//   - Each datagram goes to the socket its outer source port picks
+//     (steer_linux.go; the kernel's hash of the outer addresses and
+//     ports where that is off). A peer sends each inner flow from one
+//     outer source port (gvs picks one of its SendSockets by the flow's
+//     hash, the kernel's vxlan hashes the flow into its port range), so
+//     one inner flow always lands in one socket and keeps its order,
+//     while flows spread over the sockets. (Steering
 //     by the inner flow instead, with a reuseport BPF program, breaks
 //     that order: UDP GRO and GSO trains carry several inner flows of one
 //     outer source port, and the program sees only the first.)
@@ -29,9 +30,9 @@ package vxlan
 //
 // Flows that hash to the same socket still share its queue, as in any
 // hashed fair queue (fq_codel's included): from a gvs peer, a sparse flow
-// meets a given bulk flow in one socket if both left through the same
-// send socket (1 in SendSockets) or their ports hash alike (1 in
-// FlowQueues).
+// meets a given bulk flow in one socket only if both left through the same
+// send socket (1 in SendSockets; steer_linux.go), from another peer or
+// the kernel's vxlan 1 in the number of sockets.
 
 import (
 	"fmt"

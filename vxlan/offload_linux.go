@@ -99,7 +99,12 @@ func (p *Port) initRx(readers int, gro bool, busy *busypoll.Poller) error {
 	for r := range readers {
 		st := p.newRxState(gro)
 		st.busy = busy.Reader()
-		st.socks = p.rx[r*per : (r+1)*per]
+		// Reader r takes every readers-th socket from r: the group picks
+		// socket (source port mod len(p.rx)) (steer_linux.go), so a
+		// peer's consecutive send ports go round the readers.
+		for i := r; i < len(p.rx); i += readers {
+			st.socks = append(st.socks, p.rx[i])
+		}
 		ep, eprc, err := newEpoll(st.socks)
 		if err != nil {
 			return fmt.Errorf("vxlan: %w", err)

@@ -23,10 +23,10 @@ package vxlan
 // Transmit path (Write, any number of goroutines; send_linux.go):
 //  1. Each frame's send socket is picked by its flow hash, Meta.Hash, which
 //     the switch computed already: Hash modulo the number of send sockets.
-//     Each send socket is bound to Local:0, so the kernel gives it its own
-//     source port; one flow therefore always leaves with one outer source
-//     port, and different flows spread over Config.SendSockets ports
-//     (entropy for ECMP, RFC 7348 §5).
+//     The send sockets hold a block of consecutive ports (steer_linux.go),
+//     so one flow always leaves with one outer source port, and different
+//     flows spread over Config.SendSockets ports (entropy for ECMP, RFC
+//     7348 §5) that a receiving gvs puts in different flow queues.
 //  2. Each frame gets the VXLAN header written in place in its headroom
 //     (Encap), or, a super-frame, is cut into VXLAN datagrams; they go out
 //     in one sendmmsg per send socket (UDP GSO trains where the kernel has
@@ -36,10 +36,10 @@ package vxlan
 // receive socket must keep 4789. Setting the source port per packet would
 // need a raw socket (and our own IP/UDP headers and checksums) or a UDP
 // socket per port; a small fixed pool gives per-flow source ports with
-// ordinary sockets. The cost: the wire source port is the kernel-chosen
-// port of the picked socket (from net.ipv4.ip_local_port_range), and there
-// are only SendSockets distinct values. SourcePortFor reports the port a
-// flow hash leads to.
+// ordinary sockets. The cost: there are only SendSockets distinct source
+// ports, a block of the ephemeral range (net.ipv4.ip_local_port_range,
+// outside ip_local_reserved_ports; ports the kernel picks if no block is
+// free). SourcePortFor reports the port a flow hash leads to.
 
 import (
 	"errors"
@@ -65,7 +65,7 @@ const (
 	maxSendSockets     = 256
 	maxReaders         = 64
 	// DefaultFlowQueues is Config.FlowQueues left zero.
-	DefaultFlowQueues = 8
+	DefaultFlowQueues = 16
 	// MaxFlowQueues is the most Config.FlowQueues may be.
 	MaxFlowQueues = 64
 )
@@ -105,8 +105,10 @@ type Config struct {
 	// several goroutines can receive in parallel.
 	Readers int
 	// FlowQueues is the number of receive sockets of each reader, all in
-	// the SO_REUSEPORT group: the kernel puts each datagram in the socket
-	// its outer flow hashes to (one per inner flow of a peer), and the
+	// the SO_REUSEPORT group: each datagram goes to the socket its outer
+	// source port picks (steer_linux.go; one per inner flow of a peer,
+	// a gvs peer's send sockets each to another socket while there are
+	// at least as many sockets as a peer's SendSockets), and the
 	// reader drains the sockets in round robin, so that a sparse flow (a
 	// ping, a DNS query) does not wait behind a bulk flow's backlog
 	// (flowq_linux.go). 0 means DefaultFlowQueues; 1 gives one socket per
@@ -179,6 +181,9 @@ type Port struct {
 	rx []rxSocket // receive sockets, Config.FlowQueues per reader
 	tx []txSocket
 
+	steered     bool // rx steered by outer source port (steer_linux.go)
+	consecutive bool // tx on consecutive ports (steer_linux.go)
+
 	rxs      []*rxState // one per reader, each owned by it
 	txPool   sync.Pool  // of *txScratch (send_linux.go)
 	gso      atomic.Bool
@@ -197,7 +202,8 @@ type txSocket struct {
 }
 
 // Listen opens the tunnel port: the receive sockets on Local:Port and
-// SendSockets send sockets on Local:0. The sockets are created in the
+// SendSockets send sockets on a block of consecutive ports of Local
+// (steer_linux.go). The sockets are created in the
 // calling thread's network namespace and stay there.
 func Listen(cfg Config) (*Port, error) {
 	if err := cfg.Validate(); err != nil {
@@ -254,13 +260,23 @@ func Listen(cfg Config) (*Port, error) {
 		}
 		p.rx = append(p.rx, rx)
 	}
-	for range cfg.SendSockets {
-		tx, err := openTx(local)
-		if err != nil {
-			p.Close()
-			return nil, fmt.Errorf("vxlan: open send socket on %v: %w", cfg.Local, err)
+	if shared {
+		// Steer by outer source port (steer_linux.go); without it the
+		// kernel's hash places the datagrams, as before.
+		if err := steer(p.rx); err != nil {
+			log.Warn("vxlan: receive sockets not steered by source port; the kernel's hash places flows", "err", err)
+		} else {
+			p.steered = true
 		}
-		p.tx = append(p.tx, tx)
+	}
+	tx, consecutive, err := openTxSockets(local, cfg.SendSockets)
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("vxlan: open send socket on %v: %w", cfg.Local, err)
+	}
+	p.tx, p.consecutive = tx, consecutive
+	if !consecutive {
+		log.Warn("vxlan: no free block of consecutive send ports; the kernel picked them", "send_sockets", len(p.tx))
 	}
 	if cfg.Offload {
 		var gso bool
@@ -274,6 +290,7 @@ func Listen(cfg Config) (*Port, error) {
 	p.SetCoalesceUDP(cfg.CoalesceUDP)
 	p.txPool.New = func() any { return p.newTxScratch() }
 	log.Info("vxlan: tunnel port open", "local", laddr.String(), "readers", readers, "flow_queues", flowQueues, "send_sockets", len(p.tx), "batch", cfg.Batch,
+		"steered_by_port", p.steered, "consecutive_send_ports", p.consecutive,
 		"udp_gro", p.groOn, "udp_gso", p.gso.Load(), "coalesce_udp", cfg.CoalesceUDP)
 	return p, nil
 }
@@ -310,6 +327,18 @@ func (p *Port) SourcePorts() []uint16 {
 	}
 	return out
 }
+
+// Steering reports how flows spread over the receive sockets
+// (steer_linux.go): steered is whether the receive sockets' SO_REUSEPORT
+// group picks a socket by outer source port (false with a single socket,
+// or where the kernel refused the program: then its hash picks), and
+// consecutive whether the send sockets hold a block of consecutive ports
+// (false where no free block was found).
+func (p *Port) Steering() (steered, consecutive bool) { return p.steered, p.consecutive }
+
+// ReceiveSockets returns the number of receive sockets: Config.Readers ×
+// Config.FlowQueues, after defaults.
+func (p *Port) ReceiveSockets() int { return len(p.rx) }
 
 // SourcePortFor returns the outer UDP source port Write uses for a frame
 // whose port.Meta.Hash is hash: that of send socket hash %

@@ -497,15 +497,16 @@ const sendTimeout = time.Second
 // errSendTimeout is the error of a send that waited sendTimeout.
 var errSendTimeout = fmt.Errorf("no send buffer space for %v: %w", sendTimeout, unix.EAGAIN)
 
-// openTx opens a send socket bound to local:0, outside Go's netpoller: a
+// openTx opens a send socket bound to local:port (0: a port the kernel
+// picks), outside Go's netpoller: a
 // blocking socket whose sends wait in the kernel for buffer space (at most
 // sendTimeout). In the netpoller, every packet buffer the kernel frees
 // (sock_wfree, at each hop of the underlay) signals write space to Go's
 // epoll set and wakes its poller thread for an event nobody waits on; that
 // was ≈ 2 % of the machine under one TCP stream (docs/benchmarks.md).
-func openTx(local [4]byte) (txSocket, error) {
+func openTx(local [4]byte, port int) (txSocket, error) {
 	tv := unix.NsecToTimeval(sendTimeout.Nanoseconds())
-	f, rc, err := blockingUDP("vxlan-tx", &unix.SockaddrInet4{Addr: local},
+	f, rc, err := blockingUDP("vxlan-tx", &unix.SockaddrInet4{Addr: local, Port: port},
 		// Nobody reads the send sockets; keep what strays into them small.
 		intOpt("SO_RCVBUF", unix.SO_RCVBUF, 1),
 		sockOpt{"SO_SNDTIMEO", func(fd int) error { return unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv) }})

@@ -30,7 +30,7 @@ func compareCmd(ctx context.Context, args []string) error {
 	queues := fs.Int("queues", 1, "gvs-switchd queues: queues of each pod TAP and receive sockets of vxlan0, a worker each")
 	readers := fs.Int("vxlan-readers", 0, "gvs-switchd vxlanReaders: receive sockets of vxlan0 (0: as -queues)")
 	goMaxProcs := fs.Int("go-max-procs", 0, "gvs-switchd goMaxProcs: its Go processors (0: its default)")
-	flowQueues := fs.Int("vxlan-flow-queues", 0, "gvs-switchd vxlanFlowQueues: receive sockets each vxlan0 reader drains in round robin (0: its default, 8; 1: off)")
+	flowQueues := fs.Int("vxlan-flow-queues", 0, "gvs-switchd vxlanFlowQueues: receive sockets each vxlan0 reader drains in round robin (0: its default, 16; 1: off)")
 	slice := fs.String("sched-slice", "", "gvs-switchd schedSlice: the scheduler time slice of its threads while the CPUs are busy (\"\": its default, 100us; 0: the kernel's)")
 	sliceWhen := fs.String("sched-slice-when", "", "gvs-switchd schedSliceWhen: busy (\"\") or always")
 	busyPoll := fs.String("busy-poll", "", "gvs-switchd busyPoll: how long its readers may poll an empty queue before they sleep, such as 50us (\"\": its default, 50us; 0: off)")

@@ -286,6 +286,9 @@ func printShow(w io.Writer, r control.ShowResult) {
 	if r.BusyPoll != "" {
 		fmt.Fprintf(w, "  busy polling: %s\n", r.BusyPoll)
 	}
+	if r.Tunnel != "" {
+		fmt.Fprintf(w, "  vxlan0: %s\n", r.Tunnel)
+	}
 	for _, rm := range r.Remotes {
 		fmt.Fprintf(w, "  remote %s %s subnet %s\n", rm.Name, rm.IP, rm.Subnet)
 	}

@@ -34,7 +34,11 @@ type ShowResult struct {
 	RxBuffers string `json:"rxBuffers,omitempty"`
 	// Rings is the io_uring rings the TAP queues (pods' and tun0's) hold
 	// now ("" without io_uring).
-	Rings   string   `json:"rings,omitempty"`
+	Rings string `json:"rings,omitempty"`
+	// Tunnel is how vxlan0 spreads flows: its receive sockets, whether
+	// they are steered by outer source port, and its send ports ("" with
+	// no tunnel port).
+	Tunnel  string   `json:"tunnel,omitempty"`
 	Remotes []Remote `json:"remotes"`
 	// Registry is how the node reaches the control plane (nil without one).
 	Registry *Registry `json:"registry,omitempty"`

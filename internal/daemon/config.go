@@ -100,9 +100,9 @@ type Config struct {
 	// Queues.
 	VXLANReaders int `json:"vxlanReaders,omitempty"`
 	// VXLANFlowQueues is how many receive sockets each vxlan0 reader
-	// drains in round robin, the kernel putting each peer flow in one of
-	// them, so that a ping or a DNS query does not wait behind a bulk
-	// flow's backlog (1..64; 0 means vxlan.DefaultFlowQueues, 8; 1 turns
+	// drains in round robin, each peer flow landing in one of them by
+	// its outer source port (vxlan's steer_linux.go), so that a ping or a DNS query does not wait behind a bulk
+	// flow's backlog (1..64; 0 means vxlan.DefaultFlowQueues, 16; 1 turns
 	// it off).
 	VXLANFlowQueues int `json:"vxlanFlowQueues,omitempty"`
 	// ConntrackMax is the connection tracker's entry limit (0:

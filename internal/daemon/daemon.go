@@ -475,6 +475,31 @@ func (d *Daemon) ringsState() string {
 	return fmt.Sprintf("%d receive (a thread each), %d transmit", rx, tx)
 }
 
+// tunnelState is how vxlan0 spreads flows over its receive sockets and
+// send ports (vxlan's steer_linux.go), for gvsctl show ("" without it).
+func (d *Daemon) tunnelState() string {
+	if d.vx == nil {
+		return ""
+	}
+	steered, consecutive := d.vx.Steering()
+	s := "1 receive socket"
+	if n := d.vx.ReceiveSockets(); n != 1 {
+		s = fmt.Sprintf("%d receive sockets", n)
+	}
+	if d.vx.ReceiveSockets() > 1 {
+		if steered {
+			s += ", steered by outer source port"
+		} else {
+			s += ", placed by the kernel's hash (steering refused)"
+		}
+	}
+	ports := d.vx.SourcePorts()
+	if consecutive {
+		return s + fmt.Sprintf("; send ports %d-%d", ports[0], ports[len(ports)-1])
+	}
+	return s + fmt.Sprintf("; %d send ports the kernel picked (no free block)", len(ports))
+}
+
 // tapIO is how the switch drives a TAP queue: through io_uring
 // (uring.Port) when the daemon uses it, else the device itself.
 func (d *Daemon) tapIO(dev *tap.Device) vswitch.Port {

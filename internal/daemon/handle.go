@@ -73,6 +73,7 @@ func (d *Daemon) show() control.ShowResult {
 		Rules: d.table.Len(), Generation: snap.Generation(), Remotes: remotes, Registry: d.registryInfo(),
 		IOEngine: d.ioEngineName(), SchedSlice: d.sliceState(),
 		BusyPoll: d.busyState(), RxBuffers: d.rxBudgetState(), Rings: d.ringsState(),
+		Tunnel: d.tunnelState(),
 	}
 }
 

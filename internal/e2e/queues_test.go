@@ -108,6 +108,14 @@ func TestQueues(t *testing.T) {
 		if n, want := len(strings.Split(strings.TrimSpace(string(out)), "\n")), 2*vxlan.DefaultFlowQueues; n != want {
 			t.Errorf("node %d: %d sockets on the VXLAN port, want %d:\n%s", i, n, want, out)
 		}
+		// Steered by source port, sent from a block of consecutive ports
+		// (vxlan's TestSteering checks where datagrams land).
+		tun := showJSON(t, c, i).Tunnel
+		var lo, hi int
+		if _, err := fmt.Sscanf(tun, fmt.Sprintf("%d receive sockets, steered by outer source port; send ports %%d-%%d", 2*vxlan.DefaultFlowQueues), &lo, &hi); err != nil ||
+			hi-lo+1 != vxlan.DefaultSendSockets || lo%vxlan.DefaultSendSockets != 0 {
+			t.Errorf("node %d: show says vxlan0 %q: want %d steered sockets and %d consecutive send ports (%v)", i, tun, 2*vxlan.DefaultFlowQueues, vxlan.DefaultSendSockets, err)
+		}
 	}
 
 	if res := tcpTransfer(t, c.Lab, a, b.NS, b.IP.String(), 4<<20); !strings.Contains(res, "intact=true") {
