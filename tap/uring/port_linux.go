@@ -250,7 +250,7 @@ func Supported() error {
 	probe.once.Do(func() {
 		done := make(chan error)
 		go func() {
-			runtime.LockOSThread() // the thread dies with the goroutine (the main thread, parked)
+			runtime.LockOSThread() // the thread dies with the goroutine (Go parks the main thread instead)
 			done <- probeKernel()
 		}()
 		probe.err = <-done
