@@ -482,11 +482,10 @@ func (d *Daemon) tunnelState() string {
 		return ""
 	}
 	steered, consecutive := d.vx.Steering()
+	n := d.vx.ReceiveSockets()
 	s := "1 receive socket"
-	if n := d.vx.ReceiveSockets(); n != 1 {
+	if n > 1 {
 		s = fmt.Sprintf("%d receive sockets", n)
-	}
-	if d.vx.ReceiveSockets() > 1 {
 		if steered {
 			s += ", steered by outer source port"
 		} else {
