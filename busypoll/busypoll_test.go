@@ -70,16 +70,22 @@ func TestAdapt(t *testing.T) {
 	}
 }
 
+// TestPoll: a new reader does not poll; one with a window tries until it
+// finds frames, or until its window has passed. The window is the longest
+// allowed (1 ms), so that a loaded machine that keeps the test's thread off
+// its CPU between two tries (a 20 µs window was not enough in CI) does not
+// end the poll before its third try.
 func TestPoll(t *testing.T) {
-	p := mustNew(t, Config{Max: 200 * time.Microsecond})
+	p := mustNew(t, Config{Max: MaxWindow})
 	r := p.Reader()
 	calls := 0
 	try := func() bool { calls++; return calls == 3 }
 	if r.Poll(try) || calls != 0 {
 		t.Fatalf("a new reader polled (%d tries)", calls)
 	}
-	r.adapt(0)
-	r.adapt(0) // 20 µs
+	for r.Window() < MaxWindow {
+		r.adapt(0) // doubles from 10 µs, capped at Max
+	}
 	if !r.Poll(try) || calls != 3 {
 		t.Fatalf("Poll did not find the frames of the third try (%d tries)", calls)
 	}
