@@ -4,10 +4,11 @@
 
 // The one's-complement sums below add the data as little-endian 32-bit
 // words, each zero-extended into a 64-bit lane (VPUNPCKLDQ/VPUNPCKHDQ with
-// a zero register), in four accumulators of four lanes. A lane takes at
-// most one word per 128 bytes of data, so it cannot overflow for any slice
-// Go can make; the result is the plain sum of the lanes, which the caller
-// folds like its own 64-bit sum (2^32 ≡ 1 modulo 0xffff).
+// a zero register), in four accumulators of four lanes. A lane takes one
+// word (< 2^32) per 64 bytes of data, so the sixteen lanes together stay
+// under n·2^30 for n bytes: exact for anything under 16 GiB (frames are at
+// most 64 KiB). The caller folds the result like its own 64-bit sum
+// (2^32 ≡ 1 modulo 0xffff).
 
 // func copySumAVX2(dst, src *byte, n int) uint64
 // n is a positive multiple of 32; dst and src hold n bytes and do not overlap.
