@@ -37,7 +37,65 @@ func checkCopyChecksum(t *testing.T, src []byte, init uint16) {
 	}
 }
 
+// eachLoop runs f with the loops CopyChecksum and Checksum may use on this
+// machine: the AVX2 loops where the CPU has them, and the portable loops.
+// The tests that call it must not run in parallel (it sets haveAVX2).
+func eachLoop(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	loops := []bool{false}
+	if haveAVX2 {
+		loops = append(loops, true)
+	}
+	saved := haveAVX2
+	t.Cleanup(func() { haveAVX2 = saved })
+	for _, avx2 := range loops {
+		name := "portable"
+		if avx2 {
+			name = "avx2"
+		}
+		haveAVX2 = avx2
+		t.Run(name, f)
+	}
+}
+
+// TestCopyChecksumLoopsAgree compares the AVX2 and the portable loops on
+// every length up to 600 bytes and every source and destination
+// alignment up to 8, so each tail of the vector loop meets each tail of
+// the portable one.
+func TestCopyChecksumLoopsAgree(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2 loops on this machine: the reference tests cover the portable loops")
+	}
+	t.Cleanup(func() { haveAVX2 = true })
+	r := rand.New(rand.NewPCG(7, 8))
+	src := make([]byte, 600+8)
+	fillTestBytes(r, src, 1)
+	d1, d2 := make([]byte, len(src)+8), make([]byte, len(src)+8)
+	for n := range 601 {
+		for so := range 8 {
+			do := (n + so) % 8
+			s := src[so : so+n]
+			haveAVX2 = true
+			v := CopyChecksum(d1[do:], s, uint16(n))
+			c := Checksum(s, uint16(n))
+			haveAVX2 = false
+			pv := CopyChecksum(d2[do:], s, uint16(n))
+			pc := Checksum(s, uint16(n))
+			if v != pv || c != pc {
+				t.Fatalf("len %d: AVX2 sums %#04x, %#04x; portable %#04x, %#04x", n, v, c, pv, pc)
+			}
+			if !bytes.Equal(d1[do:do+n], s) {
+				t.Fatalf("len %d src offset %d dst offset %d: the AVX2 copy differs", n, so, do)
+			}
+		}
+	}
+}
+
 func TestCopyChecksumMatchesReference(t *testing.T) {
+	eachLoop(t, testCopyChecksumMatchesReference)
+}
+
+func testCopyChecksumMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	buf := make([]byte, 70000+8)
 	for i := range 2000 {

@@ -69,6 +69,14 @@ var (
 func Checksum(b []byte, initial uint16) uint16 {
 	sum := uint64(initial)
 	var carry uint64
+	if haveAVX2 && len(b) >= avx2Min {
+		// The vector loop sums little-endian words (copysum_amd64.s);
+		// folded and swapped, that is the big-endian sum of the prefix
+		// (RFC 1071 §2(B)), whose length is even, so it adds to initial.
+		m := len(b) &^ 31
+		sum = uint64(AddChecksum(initial, bits.ReverseBytes16(fold64(sumAVX2(&b[0], m)))))
+		b = b[m:]
+	}
 	for len(b) >= 32 {
 		sum, carry = bits.Add64(sum, binary.BigEndian.Uint64(b), carry)
 		sum, carry = bits.Add64(sum, binary.BigEndian.Uint64(b[8:]), carry)
@@ -96,11 +104,7 @@ func Checksum(b []byte, initial uint16) uint16 {
 		sum, carry = bits.Add64(sum, uint64(b[0])<<8, 0)
 		sum += carry
 	}
-	sum = (sum >> 32) + (sum & 0xffffffff)
-	sum = (sum >> 32) + (sum & 0xffffffff)
-	sum = (sum >> 16) + (sum & 0xffff)
-	sum = (sum >> 16) + (sum & 0xffff)
-	return uint16(sum)
+	return fold64(sum)
 }
 
 // PseudoHeaderSum returns the folded sum of the TCP/UDP pseudo-header for

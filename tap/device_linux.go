@@ -610,12 +610,31 @@ func (d *Device) readRaw(fd uintptr) bool {
 // is) return port.ErrWoken without frames. It is safe to call from any
 // goroutine.
 func (d *Device) Wake() {
-	d.woken.Store(true)
+	// The flag is set under fileMu, as takeWake clears it: a Wake whose
+	// flag a Read consumed must not set its past deadline after that Read
+	// put the caller's back (the next Read then saw a deadline with no
+	// wake-up and returned "i/o timeout", which stops a switch worker).
 	d.fileMu.Lock()
 	defer d.fileMu.Unlock()
+	d.woken.Store(true)
 	if d.file != nil {
 		_ = d.file.SetReadDeadline(time.Unix(1, 0))
 	} // else SetPolled(true) applies it
+}
+
+// takeWake consumes a Wake, if one is pending, and puts the caller's read
+// deadline back in place of the Wake's past one; flag and deadline change
+// together under fileMu (Wake).
+func (d *Device) takeWake() bool {
+	d.fileMu.Lock()
+	defer d.fileMu.Unlock()
+	if !d.woken.Swap(false) {
+		return false
+	}
+	if d.file != nil {
+		_ = d.file.SetReadDeadline(d.callerDeadline())
+	}
+	return true
 }
 
 // Read reads at least one frame, waiting for it, then as many more as are
@@ -661,13 +680,9 @@ func (d *Device) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) 
 			err = d.rerr
 		}
 		d.rbuf, d.rerr = nil, nil
-		if errors.Is(err, os.ErrDeadlineExceeded) && d.woken.Swap(false) {
-			// Wake: the caller's deadline back; the wake-up is reported
-			// now (no frames yet) or, with frames, dropped (the reader
-			// is awake anyway).
-			d.fileMu.Lock()
-			_ = d.file.SetReadDeadline(d.callerDeadline())
-			d.fileMu.Unlock()
+		if errors.Is(err, os.ErrDeadlineExceeded) && d.takeWake() {
+			// Wake: the wake-up is reported now (no frames yet) or,
+			// with frames, dropped (the reader is awake anyway).
 			if n > 0 {
 				break
 			}

@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -480,6 +482,49 @@ func TestTAPWake(t *testing.T) {
 	if err := <-errc; !errors.Is(err, tap.ErrClosed) {
 		t.Fatalf("Read after Close: %v, want ErrClosed", err)
 	}
+}
+
+// TestTAPWakeStorm: Wakes from several goroutines at once, racing the
+// reader's own handling of the last one, only ever end a Read with
+// port.ErrWoken. A Wake used to set its flag and its past deadline in two
+// steps, so a Read could consume the flag between them and the next Read
+// found the deadline without a wake-up: "i/o timeout", on which a switch
+// worker stops reading its port for good.
+func TestTAPWakeStorm(t *testing.T) {
+	needRoot(t)
+	_, nsPath := testNS(t, "ws")
+	dev := createIn(t, nsPath, tap.Config{})
+	bufs, meta := newBufs(2)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				dev.Wake()
+				runtime.Gosched()
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	woken := 0
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		_, err := dev.Read(bufs, meta, headroom)
+		if err != nil && !errors.Is(err, port.ErrWoken) {
+			t.Fatalf("Read %d during a storm of Wakes: %v, want port.ErrWoken", woken, err)
+		}
+		woken++
+	}
+	t.Logf("%d reads ended by a Wake", woken)
 }
 
 // TestTAPSetPolled: out of Go's netpoller a device still writes (its

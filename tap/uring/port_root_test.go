@@ -567,6 +567,7 @@ func TestPortWakesLoseNothing(t *testing.T) {
 	var mu sync.Mutex
 	var seqs []uint64
 	moves := 0
+	var readErr error
 	var reader func()
 	reader = func() {
 		for {
@@ -585,6 +586,9 @@ func TestPortWakesLoseNothing(t *testing.T) {
 				return
 			case errors.Is(err, port.ErrWoken):
 			case err != nil:
+				mu.Lock()
+				readErr = err
+				mu.Unlock()
 				return // closed
 			}
 		}
@@ -637,7 +641,7 @@ func TestPortWakesLoseNothing(t *testing.T) {
 		}
 	}
 	if len(seqs) != want {
-		t.Fatalf("%d of %d frames arrived (moves %d)", len(seqs), want, moves)
+		t.Fatalf("%d of %d frames arrived (moves %d, read error %v)", len(seqs), want, moves, readErr)
 	}
 	t.Logf("%d frames, the reader moved %d times", want, moves)
 }
