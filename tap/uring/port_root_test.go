@@ -589,7 +589,7 @@ func TestPortWakesLoseNothing(t *testing.T) {
 				mu.Lock()
 				readErr = err
 				mu.Unlock()
-				return // closed
+				return // closed, or a failure the test reports
 			}
 		}
 	}
