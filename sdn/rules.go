@@ -13,7 +13,7 @@ import (
 // version note in table 253. It must change whenever the rules produced by
 // the generators change: the golden test pins the hash of the program's
 // text (Text) to it.
-const RuleVersion = 3
+const RuleVersion = 4
 
 // The tables of the rule program (docs/openshift-rules.md).
 const (
@@ -29,6 +29,7 @@ const (
 	TableService          = 60  // service network → tun0 (multitenant: per service)
 	TableIPLocal          = 70  // IP to a local pod: reg1, reg2
 	TableIsolation        = 80  // tenant isolation, output reg2
+	TableCommit           = 81  // NetworkPolicy: commit what table 80 let in, output reg2
 	TableIPRemote         = 90  // IP to a remote subnet
 	TableEgressDNS        = 99  // DNS to the node IP bypasses egress policy
 	TableEgressFW         = 100 // egress firewall (keyed by reg0)
@@ -117,6 +118,14 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 	b.Add(TableClassify, 500, 0, match{inTun0, ip, nwDst(multicastNet)}, drop...)
 	b.Add(TableClassify, 400, 0, match{inTun0, ip, flowtable.NwSrc(gw)}, loadReg(0, 0), gotoTable(TableConntrack))
 	for _, cn := range cfg.ClusterNetworks {
+		if mode == ModeNetworkPolicy {
+			// Committed only once accepted (tables 30 and 81), with the
+			// mark then: reg3 bit 0 carries it there.
+			b.Add(TableClassify, 300, 0, match{inTun0, ip, nwSrc(sub), nwDst(cn)},
+				flowtable.Load(1, flowtable.FieldReg3.Bits(0, 0)),
+				flowtable.Ct(flowtable.CT{Recirc: true, Table: TableFromHost}))
+			continue
+		}
 		b.Add(TableClassify, 300, 0, match{inTun0, ip, nwSrc(sub), nwDst(cn)},
 			flowtable.Ct(flowtable.CT{Commit: true, Recirc: true, Table: TableFromHost,
 				Exec: []flowtable.CTExec{flowtable.SetCtMark(viaHostMark, viaHostMark)}}))
@@ -141,20 +150,42 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 	// Table 25: pod traffic back from the host (PodRules).
 	b.Add(TableFromHost, 0, 0, nil, drop...)
 
-	// Tables 27 and 30: NetworkPolicy egress and connection state. In
+	// Tables 27, 30 and 81: NetworkPolicy egress and connection state. In
 	// networkpolicy mode replies (and ICMP errors) of tracked connections
 	// pass egress; so does the first pass of a request to a service, which
 	// the host DNATs and sends back through tun0 and table 25, where the
-	// real destination meets the egress rules (PolicyRules). Every allowed
-	// IP packet is committed, so that its replies pass. Other modes pass.
+	// real destination meets the egress rules (PolicyRules). A connection
+	// is committed, so that its replies pass, only once every policy on
+	// its way has let it through: what leaves the node (to another node,
+	// a service, the outside) in table 30, after egress; what goes to a
+	// local pod in table 81, after that pod's ingress (table 80) — never
+	// before, or a pod denied all egress could answer a peer's request its
+	// own ingress dropped, as if it were a reply. What came from vxlan0 was
+	// committed at the node it left, and is committed here in table 81.
+	// Requests the host DNATed (reg3 bit 0, table 0) are committed with
+	// viaHostMark. Other modes pass.
 	if mode == ModeNetworkPolicy {
 		b.Add(TablePolicyEgress, 300, 0, match{ip, flowtable.CtState(conntrack.StateTrk|conntrack.StateRpl, 0)}, gotoTable(TableConntrack))
 		b.Add(TablePolicyEgress, 300, 0, match{ip, flowtable.CtState(conntrack.StateTrk|conntrack.StateRel, 0)}, gotoTable(TableConntrack))
 		b.Add(TablePolicyEgress, 250, 0, match{ip, nwDst(cfg.ServiceNetwork.Masked())}, gotoTable(TableConntrack))
 	}
 	b.Add(TablePolicyEgress, 0, 0, nil, gotoTable(TableConntrack))
+	viaHostPending := flowtable.RegMasked(3, 1, 1)
 	if mode == ModeNetworkPolicy {
-		b.Add(TableConntrack, 100, 0, match{ip}, flowtable.Ct(flowtable.CT{Commit: true, Recirc: true, Table: TableRoute}))
+		commit := func(mark bool, recirc bool, table uint8) flowtable.Action {
+			c := flowtable.CT{Commit: true, Recirc: recirc, Table: table}
+			if mark {
+				c.Exec = []flowtable.CTExec{flowtable.SetCtMark(viaHostMark, viaHostMark)}
+			}
+			return flowtable.Ct(c)
+		}
+		b.Add(TableConntrack, 200, 0, match{ip, nwDst(sub)}, gotoTable(TableRoute))
+		b.Add(TableConntrack, 200, 0, match{inVXLAN, ip}, gotoTable(TableRoute))
+		b.Add(TableConntrack, 110, 0, match{ip, viaHostPending}, commit(true, true, TableRoute))
+		b.Add(TableConntrack, 100, 0, match{ip}, commit(false, true, TableRoute))
+		b.Add(TableCommit, 110, 0, match{ip, viaHostPending}, commit(true, false, 0), outputReg2())
+		b.Add(TableCommit, 100, 0, match{ip}, commit(false, false, 0), outputReg2())
+		b.Add(TableCommit, 0, 0, nil, outputReg2())
 	}
 	b.Add(TableConntrack, 0, 0, nil, gotoTable(TableRoute))
 
@@ -201,7 +232,11 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 	b.Add(TableIPLocal, 0, 0, nil, drop...)
 
 	// Table 80: isolation. The host (gateway) reaches every pod.
-	b.Add(TableIsolation, 300, 0, match{ip, flowtable.NwSrc(gw)}, outputReg2())
+	if mode == ModeNetworkPolicy {
+		b.Add(TableIsolation, 300, 0, match{ip, flowtable.NwSrc(gw)}, gotoTable(TableCommit))
+	} else {
+		b.Add(TableIsolation, 300, 0, match{ip, flowtable.NwSrc(gw)}, outputReg2())
+	}
 	switch mode {
 	case ModeMultitenant:
 		// VNID 0 is global both ways; reg0 = reg1 = V rules come from VNIDRules.
@@ -211,10 +246,11 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 	case ModeNetworkPolicy:
 		// Replies of allowed connections always pass; a pod no ingress
 		// policy selects accepts everything (priority 0); the rules of
-		// selected pods (PolicyRules, 100 and 150) sit between.
+		// selected pods (PolicyRules, 100 and 150) sit between. What a
+		// pod accepts is committed in table 81.
 		b.Add(TableIsolation, 200, 0, match{ip, flowtable.CtState(conntrack.StateTrk|conntrack.StateRpl, 0)}, outputReg2())
 		b.Add(TableIsolation, 200, 0, match{ip, flowtable.CtState(conntrack.StateTrk|conntrack.StateRel, 0)}, outputReg2())
-		b.Add(TableIsolation, 0, 0, nil, outputReg2())
+		b.Add(TableIsolation, 0, 0, nil, gotoTable(TableCommit))
 	default:
 		b.Add(TableIsolation, 100, 0, nil, outputReg2())
 	}

@@ -246,12 +246,13 @@ var (
 		`(tun_src|tun_dst)=\d+\.\d+\.\d+\.\d+|` +
 		`(dl_src|dl_dst|arp_sha)=([0-9a-f]{2}:){5}[0-9a-f]{2}|` +
 		`(tp_dst|udp_dst|nw_proto|arp_op)=\d+|` +
-		`reg[0-7]=\d+|tun_id=\d+)$`)
+		`reg[0-7]=\d+|reg[0-7]=0x[0-9a-f]+/0x[0-9a-f]+|tun_id=\d+)$`)
 	actionRE = regexp.MustCompile(`^(output:\d+|output:NXM_NX_REG2\[\]|goto_table:\d+|drop|` +
-		`load:0x[0-9a-f]+->NXM_NX_REG[0-7]\[\]|load:0x[0-9a-f]+->NXM_NX_TUN_ID\[0\.\.31\]|` +
+		`load:0x[0-9a-f]+->NXM_NX_REG[0-7]\[(\d+)?\]|load:0x[0-9a-f]+->NXM_NX_TUN_ID\[0\.\.31\]|` +
 		`move:NXM_NX_TUN_ID\[0\.\.31\]->NXM_NX_REG0\[\]|move:NXM_NX_REG0\[\]->NXM_NX_TUN_ID\[0\.\.31\]|` +
 		`set_field:\d+\.\d+\.\d+\.\d+->tun_dst|set_field:([0-9a-f]{2}:){5}[0-9a-f]{2}->eth_dst|note:[0-9a-f]{2}(\.[0-9a-f]{2})*|` +
-		`ct\((commit,)?table=\d+(,exec\(set_field:0x[0-9a-f]+/0x[0-9a-f]+->ct_mark\))?\))$`)
+		`ct\((commit,)?table=\d+(,exec\(set_field:0x[0-9a-f]+/0x[0-9a-f]+->ct_mark\))?\)|` +
+		`ct\(commit(,exec\(set_field:0x[0-9a-f]+/0x[0-9a-f]+->ct_mark\))?\))$`)
 )
 
 // parseRule checks a rule against the ovs-ofctl subset the flowtable

@@ -179,7 +179,7 @@ const certUsage = `usage:
   gvs-master cert etcd-server NAME -san HOST[,HOST...] [-out DIR]
                              a server and peer certificate for an external etcd member
   gvs-master authorize-node NAME   the etcd user of a node whose certificate your own CA issued
-  gvs-master revoke-node NAME      delete a node's etcd user: its certificate no longer opens etcd
+  gvs-master revoke-node NAME      delete a node's etcd user (its certificate no longer opens etcd) and end its lease
 
 common flags: -data-dir DIR (default /var/lib/gvs-master) or -pki-dir DIR;
 -etcd-endpoints URL,... (default: the endpoints the running gvs-master recorded).
@@ -347,7 +347,7 @@ func nodeAuthCmd(cmd string, args []string, out io.Writer) error {
 		if err := reg.RevokeNode(ctx, pos[0]); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "etcd user %q deleted: its certificate no longer opens etcd\n", pki.NodeUser(pos[0]))
+		fmt.Fprintf(out, "etcd user %q deleted: its certificate no longer opens etcd; its node and pod records are gone with its lease\n", pki.NodeUser(pos[0]))
 		return nil
 	}
 	if err := reg.AuthorizeNode(ctx, pos[0]); err != nil {

@@ -419,6 +419,25 @@ func TestHostSubnets(t *testing.T) {
 		return err == nil && hs.HostIP == "192.168.50.22" && hs.Subnet == want[2]
 	})
 
+	// Another node's address is refused (a node's kubelet may write its
+	// Node's status): node2 keeps its hostIP while it claims node1's, and
+	// a new node with node1's address gets no HostSubnet.
+	n2, _ = e.admin.CoreV1().Nodes().Get(e.ctx(), "node2", metav1.GetOptions{})
+	e.setNodeIP(n2, "192.168.50.1")
+	e.createNode("node6", "192.168.50.1")
+	time.Sleep(2 * time.Second) // what the master does with both, it has done by now
+	if hs, err := e.net.HostSubnets().Get(e.ctx(), "node2"); err != nil || hs.HostIP != "192.168.50.22" {
+		t.Fatalf("node2 claiming node1's address: HostSubnet %v, %v; want hostIP 192.168.50.22 kept", hs, err)
+	}
+	if s, ok := e.subnets()["node6"]; ok {
+		t.Fatalf("node6 with node1's address got HostSubnet %s", s)
+	}
+	n2, _ = e.admin.CoreV1().Nodes().Get(e.ctx(), "node2", metav1.GetOptions{})
+	e.setNodeIP(n2, "192.168.50.22")
+	if err := e.admin.CoreV1().Nodes().Delete(e.ctx(), "node6", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	if err := e.admin.CoreV1().Nodes().Delete(e.ctx(), "node1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

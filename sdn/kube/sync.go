@@ -199,6 +199,15 @@ func (c *controller) syncNode(ctx context.Context, name string) error {
 		c.log.Warn("node has no IPv4 InternalIP yet; no HostSubnet", "node", name)
 		return nil
 	}
+	if other := c.hostIPHolder(name, ip); other != "" {
+		// A node's kubelet may write its own Node's status: two HostSubnets
+		// with one hostIP would make every node replace one's routes with
+		// the other's (their rules are keyed by the address). The address
+		// stays with the node that has it; this one keeps its old hostIP,
+		// or gets no HostSubnet, until it stops claiming it.
+		c.log.Error("master: node's InternalIP is another node's hostIP; refused", "node", name, "ip", ip, "holder", other)
+		return nil
+	}
 	if hs != nil {
 		if _, ok := c.held[name]; !ok {
 			if err := c.hold(hs); err != nil {
@@ -231,6 +240,18 @@ func (c *controller) syncNode(ctx context.Context, name string) error {
 		c.log.Info("HostSubnet hostIP updated", "node", name, "hostIP", ip, "was", hs.HostIP)
 	}
 	return nil
+}
+
+// hostIPHolder returns the name of another HostSubnet whose hostIP is ip,
+// or "".
+func (c *controller) hostIPHolder(name string, ip netip.Addr) string {
+	for _, o := range c.hsInf.GetStore().List() {
+		hs, ok := o.(*networkv1.HostSubnet)
+		if ok && hs.Name != name && hs.HostIP == ip.String() {
+			return hs.Name
+		}
+	}
+	return ""
 }
 
 // createHostSubnet creates the HostSubnet of node, allocating a subnet

@@ -429,7 +429,7 @@ func (c *Cluster) ingressRules(p Pod) ([]*flowtable.Rule, error) {
 		return nil, nil
 	}
 	cookie := sdn.IngressCookie(p.IP)
-	out := []flowtable.Action{flowtable.OutputField(flowtable.FieldReg2.Whole())}
+	out := []flowtable.Action{flowtable.GotoTable(sdn.TableCommit)} // commit, output reg2
 	var b flowtable.Builder
 	b.Add(sdn.TableIsolation, PriorityDeny, cookie, match{flowtable.IP(), flowtable.NwDst(p.IP)})
 	for _, pol := range pols {

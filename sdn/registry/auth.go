@@ -186,8 +186,15 @@ func (r *Registry) AuthorizeNode(ctx context.Context, name string) error {
 	return r.user(ctx, u, RoleNode, u)
 }
 
-// RevokeNode deletes node name's etcd user and role: its certificate no
-// longer opens the registry. A missing user is not an error.
+// RevokeNode deletes node name's etcd user and role, so that its
+// certificate no longer opens the registry, and then ends the leases its
+// node record and pod address records are kept on, so that they go at once
+// (and the node's subnet with its record, as at a lease's expiry): a
+// connection the node opened before keeps its session, and some etcd
+// versions (3.4) let it renew a lease without checking its permissions
+// again. A missing user is not an error. Watches the node opened before
+// are not ended: etcd checks permissions when a watch starts, so they
+// deliver until the node's connection drops (docs/security.md).
 func (r *Registry) RevokeNode(ctx context.Context, name string) error {
 	u := pki.NodeUser(name)
 	if _, err := r.c.UserDelete(ctx, u); err != nil && !errors.Is(err, rpctypes.ErrUserNotFound) {
@@ -195,6 +202,30 @@ func (r *Registry) RevokeNode(ctx context.Context, name string) error {
 	}
 	if _, err := r.c.RoleDelete(ctx, u); err != nil && !errors.Is(err, rpctypes.ErrRoleNotFound) {
 		return fmt.Errorf("revoke %s: %w", u, err)
+	}
+	leases := map[clientv3.LeaseID]bool{}
+	for _, q := range []struct {
+		key  string
+		opts []clientv3.OpOption
+	}{
+		{NodeKey(name), nil},
+		{PodsPrefix + name + "/", []clientv3.OpOption{clientv3.WithPrefix()}},
+	} {
+		// Not WithKeysOnly: etcd 3.5+ then leaves out the lease too.
+		resp, err := r.c.Get(ctx, q.key, q.opts...)
+		if err != nil {
+			return fmt.Errorf("revoke %s: its records: %w", u, err)
+		}
+		for _, kv := range resp.Kvs {
+			if kv.Lease != 0 {
+				leases[clientv3.LeaseID(kv.Lease)] = true
+			}
+		}
+	}
+	for id := range leases {
+		if _, err := r.c.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return fmt.Errorf("revoke %s: its lease %x: %w", u, int64(id), err)
+		}
 	}
 	return nil
 }

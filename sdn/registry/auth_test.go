@@ -235,12 +235,39 @@ func TestPermissions(t *testing.T) {
 			})
 
 			t.Run("revoked node", func(t *testing.T) {
+				// n2 is up: its node record and a pod's address on its lease.
+				before := e.Dial(t, pki.NodeUser("n2"))
+				l, err := before.Client().Grant(ctx, 60)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := before.Register(ctx, registry.Node{Name: "n2", IP: netip.MustParseAddr("192.168.0.2")}, l.ID); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := before.Client().Put(ctx, registry.PodKey("n2", "alpha", "a"), `{"ip":"10.128.2.5"}`, clientv3.WithLease(l.ID)); err != nil {
+					t.Fatal(err)
+				}
 				if err := m.RevokeNode(ctx, "n2"); err != nil {
 					t.Fatal(err)
 				}
 				n2 := e.Dial(t, pki.NodeUser("n2"))
 				if _, err := n2.GetConfig(ctx); err == nil || !registry.IsRefused(err) {
 					t.Errorf("a revoked node reads the registry: %v", err)
+				}
+				// Its records went with its lease, which neither its old
+				// connection nor a new one can renew.
+				for _, k := range []string{registry.NodeKey("n2"), registry.PodKey("n2", "alpha", "a")} {
+					if resp, err := m.Client().Get(ctx, k); err != nil || len(resp.Kvs) != 0 {
+						t.Errorf("%s after revocation: %v, %v", k, resp, err)
+					}
+				}
+				for _, c := range []*registry.Registry{before, n2} {
+					if ka, err := c.Client().KeepAliveOnce(ctx, l.ID); err == nil {
+						t.Errorf("a revoked node renewed its lease: TTL %d", ka.TTL)
+					}
+				}
+				if err := m.RevokeNode(ctx, "n2"); err != nil {
+					t.Errorf("revoking again: %v", err)
 				}
 			})
 		})

@@ -15,7 +15,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -75,7 +77,17 @@ type Follower struct {
 
 	mu      sync.Mutex // one Sink call at a time; guards the fields below
 	subnet  netip.Prefix
-	remotes map[string]netip.Addr // remote node name → underlay address
+	remotes map[string]remote // by remote node name
+	// pods holds the pods with a pod-network address, by node name and
+	// then namespace/name, so that a change of a node's subnet checks
+	// their addresses again (podAddress).
+	pods map[string]map[string]*corev1.Pod
+}
+
+// remote is another node as its HostSubnet gives it.
+type remote struct {
+	ip     netip.Addr // underlay address
+	subnet netip.Prefix
 }
 
 // ParseClusterNetwork reads a ClusterNetwork.
@@ -148,7 +160,8 @@ func Start(ctx context.Context, cfg Config) (*Follower, Bootstrap, error) {
 	if err != nil {
 		return nil, b, err
 	}
-	f := &Follower{cfg: cfg, log: log, net: netc, kc: kc, remotes: map[string]netip.Addr{}}
+	f := &Follower{cfg: cfg, log: log, net: netc, kc: kc, remotes: map[string]remote{},
+		pods: map[string]map[string]*corev1.Pod{}}
 	var cn *networkv1.ClusterNetwork
 	if err := f.wait(ctx, "the ClusterNetwork "+networkv1.ClusterNetworkDefault, func(ctx context.Context) (err error) {
 		cn, err = netc.ClusterNetworks().Get(ctx, networkv1.ClusterNetworkDefault)
@@ -335,28 +348,85 @@ func (f *Follower) pod(ls source.LabelSink, o any, deleted bool) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var err error
+	key := p.Namespace + "/" + p.Name
+	if byKey := f.pods[p.Spec.NodeName]; byKey != nil {
+		delete(byKey, key)
+		if len(byKey) == 0 {
+			delete(f.pods, p.Spec.NodeName)
+		}
+	}
 	if deleted {
-		err = ls.DeletePod(p.Namespace, p.Name)
-	} else {
-		sp := source.Pod{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels}
-		if sp.Labels == nil {
-			sp.Labels = map[string]string{}
+		if err := ls.DeletePod(p.Namespace, p.Name); err != nil {
+			f.log.Error("pod", "pod", key, "err", err)
 		}
-		if a, err := netip.ParseAddr(p.Status.PodIP); err == nil && !p.Spec.HostNetwork {
-			sp.IP = a
+		return
+	}
+	if _, err := netip.ParseAddr(p.Status.PodIP); err == nil && !p.Spec.HostNetwork && p.Spec.NodeName != "" {
+		if f.pods[p.Spec.NodeName] == nil {
+			f.pods[p.Spec.NodeName] = map[string]*corev1.Pod{}
 		}
-		for _, c := range p.Spec.Containers {
-			for _, cp := range c.Ports {
-				if cp.Name != "" && cp.ContainerPort > 0 && cp.ContainerPort <= 65535 {
-					sp.Ports = append(sp.Ports, netpol.NamedPort{Name: cp.Name, Protocol: cp.Protocol, Port: uint16(cp.ContainerPort)})
-				}
+		f.pods[p.Spec.NodeName][key] = p
+	}
+	f.setPod(ls, p)
+}
+
+// setPod hands pod p to ls; f.mu is held.
+func (f *Follower) setPod(ls source.LabelSink, p *corev1.Pod) {
+	sp := source.Pod{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, IP: f.podAddress(p)}
+	if sp.Labels == nil {
+		sp.Labels = map[string]string{}
+	}
+	for _, c := range p.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.Name != "" && cp.ContainerPort > 0 && cp.ContainerPort <= 65535 {
+				sp.Ports = append(sp.Ports, netpol.NamedPort{Name: cp.Name, Protocol: cp.Protocol, Port: uint16(cp.ContainerPort)})
 			}
 		}
-		err = ls.SetPod(sp)
 	}
-	if err != nil {
+	if err := ls.SetPod(sp); err != nil {
 		f.log.Error("pod", "pod", p.Namespace+"/"+p.Name, "err", err)
+	}
+}
+
+// podAddress returns pod p's pod-network address, or the invalid address
+// for a pod on the host network, without an address yet, or whose address
+// is not inside its node's subnet (as the node's HostSubnet gives it) —
+// which policies must not believe: a node's credentials may set the status
+// of its own pods, and with an address of another node's pod a compromised
+// node could lend that pod the labels its policies admit. A pod of a node
+// whose HostSubnet is not known yet gets its address when it is
+// (recheckPods); f.mu is held.
+func (f *Follower) podAddress(p *corev1.Pod) netip.Addr {
+	a, err := netip.ParseAddr(p.Status.PodIP)
+	if err != nil || p.Spec.HostNetwork {
+		return netip.Addr{}
+	}
+	var sub netip.Prefix
+	if p.Spec.NodeName == f.cfg.Node {
+		sub = f.subnet
+	} else if r, ok := f.remotes[p.Spec.NodeName]; ok {
+		sub = r.subnet
+	}
+	switch {
+	case !sub.IsValid():
+		f.log.Debug("pod address withheld until its node's HostSubnet is known", "pod", p.Namespace+"/"+p.Name, "node", p.Spec.NodeName, "ip", a)
+		return netip.Addr{}
+	case !sub.Contains(a):
+		f.log.Warn("pod address outside its node's subnet ignored", "pod", p.Namespace+"/"+p.Name, "node", p.Spec.NodeName, "ip", a, "subnet", sub)
+		return netip.Addr{}
+	}
+	return a
+}
+
+// recheckPods hands node's pods to sink again after its subnet changed;
+// f.mu is held.
+func (f *Follower) recheckPods(sink source.Sink, node string) {
+	ls, ok := sink.(source.LabelSink)
+	if !ok {
+		return
+	}
+	for _, key := range slices.Sorted(maps.Keys(f.pods[node])) {
+		f.setPod(ls, f.pods[node][key])
 	}
 }
 
@@ -422,6 +492,7 @@ func (f *Follower) hostSubnet(sink source.Sink, o any, deleted bool) {
 				return
 			}
 			f.subnet = sub
+			f.recheckPods(sink, hs.Name)
 		}
 		return
 	}
@@ -429,10 +500,11 @@ func (f *Follower) hostSubnet(sink source.Sink, o any, deleted bool) {
 	if deleted {
 		if had {
 			delete(f.remotes, hs.Name)
-			if err := sink.RemoveRemote(old); err != nil {
+			if err := sink.RemoveRemote(old.ip); err != nil {
 				f.log.Error("remove remote node", "node", hs.Name, "err", err)
 			}
-			f.log.Info("remote node removed", "node", hs.Name, "ip", old)
+			f.log.Info("remote node removed", "node", hs.Name, "ip", old.ip)
+			f.recheckPods(sink, hs.Name)
 		}
 		return
 	}
@@ -441,17 +513,23 @@ func (f *Follower) hostSubnet(sink source.Sink, o any, deleted bool) {
 		f.log.Error("remote node", "err", err)
 		return
 	}
-	if had && old != ip {
-		_ = sink.RemoveRemote(old)
+	if had && old.ip != ip {
+		_ = sink.RemoveRemote(old.ip)
 		delete(f.remotes, hs.Name)
 	}
 	if err := sink.AddRemote(sdn.RemoteNode{Name: hs.Name, IP: ip, Subnet: sub}); err != nil {
 		f.log.Error("add remote node", "node", hs.Name, "err", err)
+		if had && old.ip != ip {
+			f.recheckPods(sink, hs.Name)
+		}
 		return
 	}
-	f.remotes[hs.Name] = ip
+	f.remotes[hs.Name] = remote{ip: ip, subnet: sub}
 	if !had {
 		f.log.Info("remote node added", "node", hs.Name, "ip", ip, "subnet", sub)
+	}
+	if !had || old.subnet != sub {
+		f.recheckPods(sink, hs.Name)
 	}
 }
 

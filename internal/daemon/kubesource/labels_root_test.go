@@ -53,6 +53,7 @@ func (r *policyRecorder) DeletePolicy(ns, name string) error {
 type followerLab struct {
 	ctx context.Context
 	kc  kubernetes.Interface
+	nc  *networkv1.Client
 	f   *kubesource.Follower
 	b   kubesource.Bootstrap
 }
@@ -98,7 +99,7 @@ func startFollowerLab(t *testing.T, short, plugin, hostIP string, nsLabels map[s
 		t.Fatal(err)
 	}
 	t.Cleanup(f.Close)
-	return followerLab{ctx: ctx, kc: kc, f: f, b: b}
+	return followerLab{ctx: ctx, kc: kc, nc: nc, f: f, b: b}
 }
 
 // TestFollowerLabels: with gvs-node's token the follower reports Namespace
@@ -172,8 +173,10 @@ func TestFollowerLabels(t *testing.T) {
 }
 
 // TestFollowerPolicies: in networkpolicy mode the follower reports every
-// node's pods (the peers policies name), with their named ports, and the
-// NetworkPolicies as they come and go, with gvs-node's read-only token.
+// node's pods (the peers policies name), with their named ports — their
+// addresses only once the node's HostSubnet shows them inside its subnet —
+// and the NetworkPolicies as they come and go, with gvs-node's read-only
+// token.
 func TestFollowerPolicies(t *testing.T) {
 	l := startFollowerLab(t, "kp", "redhat/openshift-ovs-networkpolicy", "192.168.62.1", nil)
 	ctx, kc, f, b := l.ctx, l.kc, l.f, l.b
@@ -193,7 +196,29 @@ func TestFollowerPolicies(t *testing.T) {
 	if _, err := kc.CoreV1().Pods("alpha").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// n2 has no HostSubnet yet: the address is withheld until it has.
+	waitFor(t, &r.recorder, "pod alpha/db invalid IP map[app:db] ports [{pg TCP 5432}]")
+	if _, err := l.nc.HostSubnets().Create(ctx, &networkv1.HostSubnet{ObjectMeta: metav1.ObjectMeta{Name: "n2"},
+		Host: "n2", HostIP: "192.168.62.2", Subnet: "10.129.0.0/23"}); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, &r.recorder, "pod alpha/db 10.129.0.7 map[app:db] ports [{pg TCP 5432}]")
+	// A pod of n2 with an address of n1's subnet (what a compromised n2
+	// could write into its pods' status): labels yes, address no.
+	forged := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: "alpha", Labels: map[string]string{"app": "db"}},
+		Spec: corev1.PodSpec{NodeName: "n2", Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
+	if forged, err = kc.CoreV1().Pods("alpha").Create(ctx, forged, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	forged.Status.PodIP = "10.128.0.9"
+	if _, err := kc.CoreV1().Pods("alpha").UpdateStatus(ctx, forged, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, &r.recorder, "pod alpha/forged invalid IP map[app:db]")
+	time.Sleep(500 * time.Millisecond) // no later event may give it the address
+	if r.has("pod alpha/forged 10.128.0.9 map[app:db]") {
+		t.Error("n2's pod with an address of n1's subnet was believed")
+	}
 	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "alpha", Name: "db-only"},
 		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}
 	if _, err := kc.NetworkingV1().NetworkPolicies("alpha").Create(ctx, np, metav1.CreateOptions{}); err != nil {
