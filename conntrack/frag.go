@@ -58,6 +58,9 @@ type fragSlot struct {
 	label    Label
 	orig     [2]uint64
 	src, dst uint32 // the addresses the first fragment left with
+	// its ports as it left, for TCP, UDP and SCTP (ports)
+	ports        bool
+	sport, dport uint16
 }
 
 type fragShard struct {
@@ -118,6 +121,14 @@ func (t *Tracker) recordFragment(now Time, k fragKey, plen uint32, b []byte, m *
 		state: m.State, mark: m.Mark, label: m.Label, orig: m.orig,
 		src: get32(b, 12), dst: get32(b, 16),
 	}
+	switch k.proto {
+	case ProtoTCP, ProtoUDP, ProtoSCTP:
+		// parse saw the first fragment's header hold the ports.
+		if ihl := int(b[0]&15) * 4; len(b) >= ihl+4 {
+			s := &sh.slots[victim]
+			s.ports, s.sport, s.dport = true, get16(b, ihl), get16(b, ihl+2)
+		}
+	}
 	sh.mu.Unlock()
 }
 
@@ -160,7 +171,8 @@ func (t *Tracker) laterFragment(now Time, b []byte, pf PacketFlags, a *Action, m
 	if !s.used {
 		return t.invalid(m, zone, ReasonFragment)
 	}
-	*m = Meta{State: s.state, Zone: zone, Mark: s.mark, Label: s.label, orig: s.orig}
+	*m = Meta{State: s.state, Zone: zone, Mark: s.mark, Label: s.label, orig: s.orig,
+		fragPorts: s.ports, sport: s.sport, dport: s.dport}
 	setAddr(b, 0, 12, s.src, -1, false, false)
 	setAddr(b, 0, 16, s.dst, -1, false, false)
 	t.stats.fragments.Add(1)

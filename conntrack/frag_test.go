@@ -220,3 +220,44 @@ func TestFragmentTableBounded(t *testing.T) {
 		t.Errorf("%d fragment records in a table of 16", n)
 	}
 }
+
+// TestFragmentPorts: a later fragment carries the ports its first fragment
+// left the same ct action with (after translation), in both directions; a
+// first fragment, an unfragmented packet and an ICMP fragment have none,
+// also when they reuse a Meta a later fragment filled.
+func TestFragmentPorts(t *testing.T) {
+	tr, c := newTracker(t, Config{})
+	run(t, tr, c, []step{{name: "holder", pkt: udp4(pod, 5000, far, 53, 10), act: snat, state: trkNew | StateSNAT}})
+	var m Meta
+	check := func(what string, b []byte, a Action, sport, dport uint16, want bool) {
+		t.Helper()
+		m.Clear()
+		tr.Process(c.Now(), b, 0, &a, &m)
+		sp, dp, ok := m.FragmentPorts()
+		if ok != want || (ok && (sp != sport || dp != dport)) {
+			t.Errorf("%s: ports %d → %d (%v), want %d → %d (%v)", what, sp, dp, ok, sport, dport, want)
+		}
+	}
+	frags := fragment(build(hdr{src: pod2, dst: far, proto: ProtoUDP, sport: 5000, dport: 53, payload: 3000, ipID: 90}), 1500)
+	check("first fragment", frags[0], snat, 0, 0, false)
+	port := get16(frags[0], 20) // as translated
+	if port == 5000 {
+		t.Fatal("the port did not move")
+	}
+	for i, f := range frags[1:] {
+		check("later fragment "+string(rune('1'+i)), f, natBare, port, 53, true)
+	}
+	// m now holds a later fragment's ports: an unfragmented packet drops them.
+	tr.Process(c.Now(), udp4(pod2, 5001, far, 53, 10), 0, &Action{}, &m)
+	if _, _, ok := m.FragmentPorts(); ok {
+		t.Error("an unfragmented packet after a later fragment kept its ports")
+	}
+	back := fragment(build(hdr{src: far, dst: node, proto: ProtoUDP, sport: 53, dport: port, payload: 3000, ipID: 91}), 1000)
+	check("reply's first fragment", back[0], natBare, 0, 0, false)
+	for _, f := range back[1:] {
+		check("reply's later fragment", f, natBare, 53, 5000, true)
+	}
+	ping := fragment(build(hdr{src: pod, dst: far, proto: ProtoICMP, payload: 3000, ipID: 92}), 1500)
+	check("ICMP first fragment", ping[0], Action{Zone: 3}, 0, 0, false)
+	check("ICMP later fragment", ping[1], Action{Zone: 3}, 0, 0, false)
+}

@@ -55,6 +55,7 @@ func (t *Tracker) Process(now Time, b []byte, pf PacketFlags, a *Action, m *Meta
 	if len(b) >= 20 && b[0]>>4 == 4 && get16(b, 6)&0x1fff != 0 {
 		return stepped(m, step, t.count1(t.laterFragment(now, b, pf, a, m, step)))
 	}
+	m.fragPorts = false // only a later fragment has them
 	first := len(b) >= 20 && get16(b, 6)&0x2000 != 0
 	if m.conn != 0 && !a.Force && !first {
 		if r, ok := t.cached(b, pf, a, m); ok {

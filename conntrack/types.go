@@ -162,6 +162,21 @@ type Meta struct {
 	reply   bool      // the packet is in the connection's reply direction
 	related bool      // the packet is an ICMP error related to the connection
 	step    uint8     // ct actions met since the packet started (or ct_clear): keys fragment records
+	// A later fragment's ports: those its first fragment left with
+	// (FragmentPorts).
+	fragPorts    bool
+	sport, dport uint16
+}
+
+// FragmentPorts returns, for a later IPv4 fragment (one without an L4
+// header) that took its first fragment's verdict, the TCP, UDP or SCTP
+// ports the first fragment left this ct action with; ok is false for
+// every other packet. A switch gives them to the fragment's match fields,
+// so that rules on ports judge every fragment of a datagram as they judged
+// its first, as OVS does by reassembling the datagram before its rules
+// see it.
+func (m *Meta) FragmentPorts() (sport, dport uint16, ok bool) {
+	return m.sport, m.dport, m.fragPorts
 }
 
 // Clear makes m untracked, as the ct_clear action does.

@@ -174,6 +174,10 @@ func (w *worker) runCT(snap *flowtable.Snapshot, d int, buf []byte, size int, g 
 		if a.NAT.Kind != conntrack.NATNone && m.State&(conntrack.StateSNAT|conntrack.StateDNAT) != 0 {
 			flowtable.Extract(frame, hdr) // translated: new addresses, ports
 		}
+		if sp, dp, ok := m.FragmentPorts(); ok {
+			// A later fragment: the rules see its datagram's ports.
+			hdr.TpSrc, hdr.TpDst = sp, dp
+		}
 		if !st.CT.Recirc {
 			continue
 		}

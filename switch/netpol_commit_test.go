@@ -9,14 +9,19 @@ package vswitch
 // read back.
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gvswitch/gvs/conntrack"
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/netpol"
@@ -299,6 +304,59 @@ func TestNetpolViaHost(t *testing.T) {
 		n.send(revV.Port, 0, answer)
 		if got := n.where(); len(got) != 1 || got[sdn.PortTun0] != 1 {
 			t.Fatalf("V's answer %d delivered to %v, want tun0 (the host undoes the DNAT)", i, got)
+		}
+	}
+}
+
+// fragments splits an Ethernet/IPv4 frame (20-byte IP header) into two
+// fragments at payload byte cut (a multiple of 8), with IP ID id.
+func fragments(frame []byte, cut int, id uint16) (first, later []byte) {
+	payload := frame[14+20:]
+	mk := func(data []byte, off int, more bool) []byte {
+		f := make([]byte, 14+20+len(data))
+		copy(f, frame[:14+20])
+		h := f[14:]
+		binary.BigEndian.PutUint16(h[2:], uint16(20+len(data)))
+		binary.BigEndian.PutUint16(h[4:], id)
+		fo := uint16(off / 8)
+		if more {
+			fo |= 0x2000
+		}
+		binary.BigEndian.PutUint16(h[6:], fo)
+		h[10], h[11] = 0, 0
+		binary.BigEndian.PutUint16(h[10:], ^packet.Checksum(h[:20], 0))
+		copy(h[20:], data)
+		return f
+	}
+	return mk(payload[:cut], 0, true), mk(payload[cut:], cut, false)
+}
+
+// TestNetpolFragments: a policy that admits a port admits every fragment
+// of a datagram to it — a later fragment has no UDP header, and the rules
+// match it with the ports its first fragment had (conntrack's
+// Meta.FragmentPorts) — and no fragment of one to another port.
+func TestNetpolFragments(t *testing.T) {
+	udp := corev1.ProtocolUDP
+	p53 := intstr.FromInt32(53)
+	dns := isolatedPolicy("locked")
+	dns.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{
+		From:  []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.128.0.4/32"}}},
+		Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &p53}}}}
+	n := netpolNode(t, dns)
+	const payload = "0123456789abcdef0123456789abcdef"
+	for i, tc := range []struct {
+		port uint16
+		want int
+	}{{53, 1}, {54, 0}, {53, 1}} {
+		frame := udpCT(a4("10.128.0.4"), a4("10.128.0.3"), 5000+uint16(i), tc.port, payload)
+		first, later := fragments(frame, 16, 700+uint16(i))
+		n.send(revX.Port, 0, first)
+		got1 := n.where()
+		n.send(revX.Port, 0, later)
+		got2 := n.where()
+		if got1[revV.Port] != tc.want || got2[revV.Port] != tc.want || len(got1)+len(got2) != 2*tc.want {
+			t.Errorf("datagram %d to port %d: first fragment delivered to %v, later fragment to %v; want V %d times each",
+				i, tc.port, got1, got2, tc.want)
 		}
 	}
 }
