@@ -140,14 +140,7 @@ func (c *ctSwitch) sendMeta(no int, m port.Meta, frames ...[]byte) {
 }
 
 // take returns and forgets what port no was given.
-func (c *ctSwitch) take(no int) [][]byte {
-	p := c.ports[no]
-	out := p.written()
-	p.mu.Lock()
-	p.out = nil
-	p.mu.Unlock()
-	return out
-}
+func (c *ctSwitch) take(no int) [][]byte { return c.ports[no].take() }
 
 const firewallRules = `
 table=0, priority=100, ip, ct_state=-trk, actions=ct(table=1)

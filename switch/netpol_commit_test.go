@@ -99,22 +99,12 @@ func (n *revNode) send(no uint32, vni uint32, frames ...[]byte) {
 	w.process(len(frames))
 }
 
-// take returns and forgets what port no was given.
-func (n *revNode) take(no uint32) [][]byte {
-	p := n.ports[no]
-	out := p.written()
-	p.mu.Lock()
-	p.out = nil
-	p.mu.Unlock()
-	return out
-}
-
 // where returns the ports (other than none) that got something since the
 // last call, and empties them.
 func (n *revNode) where() map[uint32]int {
 	got := map[uint32]int{}
 	for no := range n.ports {
-		if k := len(n.take(no)); k > 0 {
+		if k := len(n.ports[no].take()); k > 0 {
 			got[no] = k
 		}
 	}

@@ -111,6 +111,15 @@ func (p *memPort) written() [][]byte {
 	return out
 }
 
+// take returns the frames written so far and forgets them.
+func (p *memPort) take() [][]byte {
+	out := p.written()
+	p.mu.Lock()
+	p.out = nil
+	p.mu.Unlock()
+	return out
+}
+
 // writtenMeta returns the metadata of the frames written so far.
 func (p *memPort) writtenMeta() []port.Meta {
 	p.mu.Lock()
