@@ -13,7 +13,7 @@ import (
 // version note in table 253. It must change whenever the rules produced by
 // the generators change: the golden test pins the hash of the program's
 // text (Text) to it.
-const RuleVersion = 4
+const RuleVersion = 5
 
 // The tables of the rule program (docs/openshift-rules.md).
 const (
@@ -106,6 +106,15 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 	// (zone 0), whichever port it comes from: a reply is then known as one.
 	b.Add(TableClassify, 1000, 0, match{ip, nwDst(sub), flowtable.CtState(0, conntrack.StateTrk)},
 		flowtable.Ct(flowtable.CT{Recirc: true, Table: TableClassify}))
+	if mode == ModeMultitenant {
+		// Table 60 admits services by port: tracked, a later fragment of a
+		// datagram to a service is matched with its first fragment's
+		// ports (conntrack's Meta.FragmentPorts), not dropped for having
+		// none. (The networkpolicy mode tracks all IP, below; the subnet
+		// mode's table 60 does not look at ports.)
+		b.Add(TableClassify, 1000, 0, match{ip, nwDst(cfg.ServiceNetwork.Masked()), flowtable.CtState(0, conntrack.StateTrk)},
+			flowtable.Ct(flowtable.CT{Recirc: true, Table: TableClassify}))
+	}
 	if mode == ModeNetworkPolicy {
 		// NetworkPolicy passes the replies of allowed connections, in
 		// both directions and to any destination: track all IP.

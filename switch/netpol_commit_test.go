@@ -350,3 +350,32 @@ func TestNetpolFragments(t *testing.T) {
 		}
 	}
 }
+
+// TestMultitenantServiceFragments: in multitenant mode table 60 admits a
+// project's services by port; a later fragment of a datagram to one (no
+// UDP header of its own) is matched with its first fragment's ports, so
+// the whole datagram reaches the host — and no fragment of one to a port
+// the service does not have.
+func TestMultitenantServiceFragments(t *testing.T) {
+	svc, err := sdn.ServiceRules(revCfg(sdn.ModeMultitenant), sdn.Service{Namespace: "other", Name: "dns",
+		ClusterIP: netip.MustParseAddr("172.30.0.10"), VNID: revX.VNID, Ports: []sdn.ServicePort{{Protocol: sdn.ProtoUDP, Port: 53}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newRevNode(t, sdn.ModeMultitenant, []sdn.Pod{revV, revX}, svc)
+	for i, tc := range []struct {
+		port uint16
+		want int
+	}{{53, 1}, {54, 0}} {
+		frame := udpCT(a4("10.128.0.4"), a4("172.30.0.10"), 5000+uint16(i), tc.port, "0123456789abcdef0123456789abcdef")
+		first, later := fragments(frame, 16, 800+uint16(i))
+		n.send(revX.Port, 0, first)
+		got1 := n.where()
+		n.send(revX.Port, 0, later)
+		got2 := n.where()
+		if got1[sdn.PortTun0] != tc.want || got2[sdn.PortTun0] != tc.want || len(got1)+len(got2) != 2*tc.want {
+			t.Errorf("datagram to the service's port %d: first fragment delivered to %v, later fragment to %v; want tun0 %d times each",
+				tc.port, got1, got2, tc.want)
+		}
+	}
+}
