@@ -321,6 +321,16 @@ func fragments(frame []byte, cut int, id uint16) (first, later []byte) {
 	return mk(payload[:cut], 0, true), mk(payload[cut:], cut, false)
 }
 
+// sendFragmented sends frame into port in as two fragments (fragments, cut
+// after 16 payload bytes, IP ID id) and returns where each was delivered.
+func (n *revNode) sendFragmented(in uint32, frame []byte, id uint16) (first, later map[uint32]int) {
+	f1, f2 := fragments(frame, 16, id)
+	n.send(in, 0, f1)
+	first = n.where()
+	n.send(in, 0, f2)
+	return first, n.where()
+}
+
 // TestNetpolFragments: a policy that admits a port admits every fragment
 // of a datagram to it — a later fragment has no UDP header, and the rules
 // match it with the ports its first fragment had (conntrack's
@@ -338,12 +348,7 @@ func TestNetpolFragments(t *testing.T) {
 		port uint16
 		want int
 	}{{53, 1}, {54, 0}, {53, 1}} {
-		frame := udpCT(a4("10.128.0.4"), a4("10.128.0.3"), 5000+uint16(i), tc.port, payload)
-		first, later := fragments(frame, 16, 700+uint16(i))
-		n.send(revX.Port, 0, first)
-		got1 := n.where()
-		n.send(revX.Port, 0, later)
-		got2 := n.where()
+		got1, got2 := n.sendFragmented(revX.Port, udpCT(a4("10.128.0.4"), a4("10.128.0.3"), 5000+uint16(i), tc.port, payload), 700+uint16(i))
 		if got1[revV.Port] != tc.want || got2[revV.Port] != tc.want || len(got1)+len(got2) != 2*tc.want {
 			t.Errorf("datagram %d to port %d: first fragment delivered to %v, later fragment to %v; want V %d times each",
 				i, tc.port, got1, got2, tc.want)
@@ -367,12 +372,7 @@ func TestMultitenantServiceFragments(t *testing.T) {
 		port uint16
 		want int
 	}{{53, 1}, {54, 0}} {
-		frame := udpCT(a4("10.128.0.4"), a4("172.30.0.10"), 5000+uint16(i), tc.port, "0123456789abcdef0123456789abcdef")
-		first, later := fragments(frame, 16, 800+uint16(i))
-		n.send(revX.Port, 0, first)
-		got1 := n.where()
-		n.send(revX.Port, 0, later)
-		got2 := n.where()
+		got1, got2 := n.sendFragmented(revX.Port, udpCT(a4("10.128.0.4"), a4("172.30.0.10"), 5000+uint16(i), tc.port, "0123456789abcdef0123456789abcdef"), 800+uint16(i))
 		if got1[sdn.PortTun0] != tc.want || got2[sdn.PortTun0] != tc.want || len(got1)+len(got2) != 2*tc.want {
 			t.Errorf("datagram to the service's port %d: first fragment delivered to %v, later fragment to %v; want tun0 %d times each",
 				tc.port, got1, got2, tc.want)
