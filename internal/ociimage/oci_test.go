@@ -1,4 +1,4 @@
-package main
+package ociimage
 
 import (
 	"archive/tar"
@@ -85,7 +85,7 @@ func TestImageArchive(t *testing.T) {
 		t.Fatalf("index.json %s: %v", files["index.json"], err)
 	}
 	md := index.Manifests[0]
-	if md.Digest != digest || md.MediaType != mediaManifest || md.Annotations["io.containerd.image.name"] != "gvs:test" ||
+	if md.Digest != digest || md.MediaType != mediaManifest || md.Annotations["io.containerd.image.name"] != "docker.io/library/gvs:test" ||
 		md.Annotations["org.opencontainers.image.ref.name"] != "test" {
 		t.Fatalf("index entry %+v (returned digest %s)", md, digest)
 	}
@@ -165,5 +165,74 @@ func TestImageRefused(t *testing.T) {
 		if _, err := img.WriteArchive(filepath.Join(dir, "img.tar")); err == nil {
 			t.Errorf("%+v: written", img)
 		}
+	}
+}
+
+func TestReference(t *testing.T) {
+	for in, want := range map[string]string{
+		"gvs:devel":                  "docker.io/library/gvs:devel",
+		"me/gvs:1":                   "docker.io/me/gvs:1",
+		"registry.k8s.io/pause:3.10": "registry.k8s.io/pause:3.10",
+		"localhost/gvs:1":            "localhost/gvs:1",
+		"reg:5000/gvs:1":             "reg:5000/gvs:1",
+		"registry.k8s.io/e2e-test-images/agnhost:2.56": "registry.k8s.io/e2e-test-images/agnhost:2.56",
+	} {
+		if got := Reference(in); got != want {
+			t.Errorf("Reference(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestImageSymlink(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "busybox")
+	if err := os.WriteFile(bin, []byte("\x7fELF bb"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	img := Image{Tag: "bb:1", Arch: "amd64", Cmd: []string{"sh"}, Env: []string{"PATH=/bin"},
+		Files: []File{{Path: "bin/busybox", Source: bin, Mode: 0o755}, {Path: "bin/sh", Link: "busybox"}}}
+	out := filepath.Join(dir, "img.tar")
+	if _, err := img.WriteArchive(out); err != nil {
+		t.Fatal(err)
+	}
+	files := readArchive(t, out)
+	var index struct{ Manifests []descriptor }
+	if err := json.Unmarshal(files["index.json"], &index); err != nil {
+		t.Fatal(err)
+	}
+	var manifest struct {
+		Config descriptor
+		Layers []descriptor
+	}
+	if err := json.Unmarshal(files[blobPath(index.Manifests[0].Digest)], &manifest); err != nil {
+		t.Fatal(err)
+	}
+	var config struct{ Config struct{ Cmd, Env []string } }
+	if err := json.Unmarshal(files[blobPath(manifest.Config.Digest)], &config); err != nil {
+		t.Fatal(err)
+	}
+	if len(config.Config.Cmd) != 1 || config.Config.Cmd[0] != "sh" || len(config.Config.Env) != 1 || config.Config.Env[0] != "PATH=/bin" {
+		t.Fatalf("config %+v", config)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(files[blobPath(manifest.Layers[0].Digest)]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	found := false
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name == "bin/sh" {
+			found = h.Typeflag == tar.TypeSymlink && h.Linkname == "busybox"
+		}
+	}
+	if !found {
+		t.Error("bin/sh is not a symbolic link to busybox in the layer")
 	}
 }

@@ -1,4 +1,12 @@
-package main
+// Package ociimage writes single-layer container images of local files as
+// OCI image archives (the OCI image layout in a tar file), without a
+// container engine or a base image: gvs's own image (deploy/image) and the
+// images the real-node lab imports into each node's containerd (agnhost,
+// the pause image) are made with it. An archive loads with `ctr images
+// import`, `docker load -i` (Docker 25 and later), `podman load -i`, or
+// `skopeo copy oci-archive:FILE …`. The same files make the same archive,
+// byte for byte.
+package ociimage
 
 import (
 	"archive/tar"
@@ -18,17 +26,42 @@ import (
 
 // Image is a single-layer image of files.
 type Image struct {
-	Tag        string // name:tag, recorded for docker load and ctr import
-	Arch       string // GOARCH
-	Files      []File
-	Entrypoint []string
+	// Tag is the image's reference, name:tag ("gvs:devel",
+	// "registry.k8s.io/pause:3.10"). The archive records it fully
+	// qualified (Reference), the name container runtimes look it up by.
+	Tag  string
+	Arch string // GOARCH
+	// Files are the layer's files, in order; a directory is made for
+	// each parent.
+	Files []File
+	// Entrypoint and Cmd are the image configuration's; Env defaults to
+	// PATH=/usr/local/bin.
+	Entrypoint, Cmd, Env []string
 }
 
-// File is a file of the layer.
+// File is a file of the layer: a regular file copied from Source, or a
+// symbolic link to Link when Link is set.
 type File struct {
 	Path   string // inside the image, relative ("usr/local/bin/x")
 	Source string // on this machine
 	Mode   int64
+	Link   string // the target of a symbolic link ("busybox", "/bin/busybox")
+}
+
+// Reference returns the fully qualified form of an image reference, as
+// container runtimes name an image they pull ("gvs:devel" →
+// "docker.io/library/gvs:devel", "quay.io/x/y:1" unchanged): the first
+// component is a registry host when it has a dot or a colon or is
+// "localhost", else the reference is Docker Hub's.
+func Reference(ref string) string {
+	first, _, hasSlash := strings.Cut(ref, "/")
+	if hasSlash && (strings.ContainsAny(first, ".:") || first == "localhost") {
+		return ref
+	}
+	if !hasSlash {
+		ref = "library/" + ref
+	}
+	return "docker.io/" + ref
 }
 
 // The media types of the OCI image specification.
@@ -60,11 +93,19 @@ func (img Image) WriteArchive(out string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	env := img.Env
+	if env == nil {
+		env = []string{"PATH=/usr/local/bin"}
+	}
+	cfg := map[string]any{"Entrypoint": img.Entrypoint, "Env": env}
+	if img.Cmd != nil {
+		cfg["Cmd"] = img.Cmd
+	}
 	config, err := json.Marshal(map[string]any{
 		"created":      epoch.Format(time.RFC3339),
 		"architecture": img.Arch,
 		"os":           "linux",
-		"config":       map[string]any{"Entrypoint": img.Entrypoint, "Env": []string{"PATH=/usr/local/bin"}},
+		"config":       cfg,
 		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{diffID}},
 		"history":      []map[string]string{{"created": epoch.Format(time.RFC3339), "created_by": "gvs deploy/image"}},
 	})
@@ -83,7 +124,9 @@ func (img Image) WriteArchive(out string) (string, error) {
 	md := describe(mediaManifest, manifest)
 	md.Annotations = map[string]string{
 		"org.opencontainers.image.ref.name": tag,
-		"io.containerd.image.name":          img.Tag, // docker load and ctr import name the image after it
+		// docker load and ctr import name the image after it; qualified,
+		// so that the CRI plug-in finds "gvs:devel" where a pod names it.
+		"io.containerd.image.name": Reference(img.Tag),
 	}
 	index, err := json.Marshal(map[string]any{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": []descriptor{md}})
 	if err != nil {
@@ -143,6 +186,12 @@ func (img Image) layer() (gz []byte, diffID string, err error) {
 					return nil, "", err
 				}
 			}
+		}
+		if f.Link != "" {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: f.Path, Linkname: f.Link, Mode: 0o777, ModTime: epoch}); err != nil {
+				return nil, "", err
+			}
+			continue
 		}
 		b, err := os.ReadFile(f.Source)
 		if err != nil {
