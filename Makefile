@@ -6,7 +6,8 @@ BIN     := bin
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 PKGS    := ./...
 # Debian packages the tests and the demo use (installed by `make deps` when root).
-DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump tshark ethtool openvswitch-switch etcd-server etcd-client containernetworking-plugins iptables nftables skopeo
+DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump tshark ethtool openvswitch-switch etcd-server etcd-client containernetworking-plugins iptables nftables skopeo \
+  containerd runc busybox-static
 # Fuzzing budgets are counts of executions, not durations: with a duration, Go
 # before 1.27 can fail a target with a bare "context deadline exceeded" when
 # the deadline races a busy worker (golang/go#75804). A count also bounds the
@@ -19,10 +20,10 @@ IMAGE ?= gvs:devel
 
 export PATH := $(PATH):$(GOBIN):/usr/local/go/bin
 
-.PHONY: help build image deps tools kube-tools test test-unit test-root test-race test-scale fuzz fuzz-long bench bench-compare lint demo demo-down clean
+.PHONY: help build image deps tools kube-tools kube-images e2e-test test test-unit test-root test-race test-scale fuzz fuzz-long bench bench-compare lint demo demo-down clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 build: ## build every binary into bin/
 	@mkdir -p $(BIN)
@@ -45,23 +46,42 @@ tools: ## install Go tools (staticcheck, cnitool)
 	@command -v staticcheck >/dev/null 2>&1 || GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	@command -v cnitool >/dev/null 2>&1 || GOFLAGS= $(GO) install github.com/containernetworking/cni/cnitool@$(CNITOOL_VERSION)
 
-# kube-apiserver and kube-proxy, built from the k8s.io/kubernetes module in the
-# separate module tools/kube (so the product's go.mod never requires it), in one
-# `go build` (10-20 minutes cold on 2 cores, then cached: docs/kubernetes.md). They are rebuilt only
-# when tools/kube/go.mod or go.sum is newer than them.
-KUBE_TOOLS   := $(BIN)/kube-apiserver $(BIN)/kube-proxy
+# The Kubernetes programs the tests run (the control plane, and the kubelet,
+# kube-proxy and kubectl of the real-node lab), built from the k8s.io/kubernetes
+# module in the separate module tools/kube (so the product's go.mod never requires
+# it), in one `go build` (15-20 minutes cold on 2 cores, then cached:
+# docs/kubernetes.md). They are rebuilt only when tools/kube/go.mod or go.sum is
+# newer than them.
+KUBE_CMDS    := kube-apiserver kube-proxy kube-controller-manager kube-scheduler kubelet kubectl
+KUBE_TOOLS   := $(addprefix $(BIN)/,$(KUBE_CMDS))
 KUBE_VERSION := $(shell sed -n 's|^require k8s.io/kubernetes \(v[0-9.]*\).*|\1|p' tools/kube/go.mod)
 KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
   -X k8s.io/component-base/version.gitMajor=$(word 2,$(subst ., ,$(KUBE_VERSION:v%=x.%))) \
   -X k8s.io/component-base/version.gitMinor=$(word 3,$(subst ., ,$(KUBE_VERSION:v%=x.%)))
 
-kube-tools: $(KUBE_TOOLS) ## build kube-apiserver and kube-proxy into bin/ (for the Kubernetes-mode tests)
+kube-tools: $(KUBE_TOOLS) ## build the Kubernetes programs into bin/ (API server, controllers, kubelet, kube-proxy, kubectl)
 
 $(KUBE_TOOLS) &: tools/kube/go.mod tools/kube/go.sum
 	@mkdir -p $(BIN)
 	cd tools/kube && GOFLAGS=-buildvcs=false $(GO) build -o ../../$(BIN)/ -ldflags "$(KUBE_LDFLAGS)" \
-	  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-proxy
+	  $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_CMDS))
 	@touch $(KUBE_TOOLS)
+
+# Upstream's end-to-end tests (the network suites; tools/kube/e2e).
+E2E_TEST := $(BIN)/e2e.test
+e2e-test: $(E2E_TEST) ## build upstream's e2e.test (the [sig-network] suites) into bin/
+
+$(E2E_TEST): tools/kube/go.mod tools/kube/go.sum tools/kube/e2e/e2e_test.go
+	@mkdir -p $(BIN)
+	cd tools/kube && GOFLAGS=-buildvcs=false $(GO) test -c -o ../../$(E2E_TEST) -ldflags "$(KUBE_LDFLAGS)" ./e2e
+
+# The images the real-node lab's containerd imports: pause, agnhost and busybox,
+# built from source (internal/kubetest/mkimages).
+KUBE_IMAGES := $(addprefix $(BIN)/images/,pause.tar agnhost.tar busybox.tar)
+kube-images: $(KUBE_IMAGES) ## build the lab's pause, agnhost and busybox images (OCI archives in bin/images)
+
+$(KUBE_IMAGES) &: tools/kube/go.mod tools/kube/go.sum internal/kubetest/pause/main.go $(wildcard internal/kubetest/mkimages/*.go internal/ociimage/*.go)
+	$(GO) run ./internal/kubetest/mkimages -o $(BIN)/images
 
 # The dataplane packages that must build on any OS (Linux-only code lives in _linux.go files).
 PORTABLE := ./packet/ ./port/ ./busypoll/ ./flowtable/ ./switch/ ./tap/ ./vxlan/
@@ -72,12 +92,12 @@ lint: tools ## gofmt, go vet, staticcheck, the portable dataplane built for darw
 	staticcheck $(PKGS)
 	GOOS=darwin GOARCH=arm64 $(GO) build $(PORTABLE)
 
-test: deps lint build kube-tools ## everything: lint, unit tests, namespace tests (as root), brief fuzzing
+test: deps lint build kube-tools image kube-images e2e-test ## everything: lint, unit tests, namespace tests (as root), brief fuzzing
 	$(GO) test -count=1 -timeout 30m $(PKGS)
 	@$(MAKE) --no-print-directory fuzz
 	@echo "make test: all passed"
 
-test-race: deps kube-tools ## unit and namespace tests under the race detector
+test-race: deps kube-tools image kube-images ## unit and namespace tests under the race detector
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 # The scale test runs gvs-master (embedded etcd) on loopback; as root it runs

@@ -1,0 +1,120 @@
+// Command mkimages builds the container images the real-node lab imports
+// into its nodes' containerd, from source and without a registry, as OCI
+// archives in one directory (make kube-images):
+//
+//   - pause.tar: registry.k8s.io/pause, the sandbox image (internal/kubetest/pause);
+//   - agnhost.tar: registry.k8s.io/e2e-test-images/agnhost, upstream's test
+//     server (k8s.io/kubernetes/test/images/agnhost, built in tools/kube),
+//     with Debian's static busybox for /bin/sh and the usual tools, as
+//     upstream's image has a shell;
+//   - busybox.tar: registry.k8s.io/e2e-test-images/busybox, that busybox.
+//
+// The names and tags are the ones the Kubernetes release in tools/kube
+// names (test/utils/image/manifest.go, cmd/kubeadm's pause), so e2e.test
+// and the kubelet find them already present; change them with it.
+//
+//	go run ./internal/kubetest/mkimages -o bin/images
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/gvswitch/gvs/internal/ociimage"
+)
+
+// The images' references (Kubernetes v1.37).
+const (
+	PauseRef   = "registry.k8s.io/pause:3.10.2"
+	AgnhostRef = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	BusyboxRef = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
+)
+
+// busybox is Debian's busybox-static.
+const busybox = "/bin/busybox"
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "mkimages:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	out := flag.String("o", "bin/images", "the directory to write the archives to")
+	flag.Parse()
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "gvs-mkimages")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if err := goBuild(".", filepath.Join(tmp, "pause"), "./internal/kubetest/pause"); err != nil {
+		return err
+	}
+	if err := goBuild("tools/kube", filepath.Join(tmp, "agnhost"), "k8s.io/kubernetes/test/images/agnhost"); err != nil {
+		return err
+	}
+	shell, err := busyboxFiles("bin")
+	if err != nil {
+		return err
+	}
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	images := []struct {
+		file string
+		img  ociimage.Image
+	}{
+		{"pause.tar", ociimage.Image{Tag: PauseRef, Entrypoint: []string{"/pause"},
+			Files: []ociimage.File{{Path: "pause", Source: filepath.Join(tmp, "pause"), Mode: 0o755}}}},
+		{"agnhost.tar", ociimage.Image{Tag: AgnhostRef, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: env,
+			Files: append([]ociimage.File{{Path: "agnhost", Source: filepath.Join(tmp, "agnhost"), Mode: 0o755}}, shell...)}},
+		{"busybox.tar", ociimage.Image{Tag: BusyboxRef, Cmd: []string{"sh"}, Env: env, Files: shell}},
+	}
+	for _, im := range images {
+		im.img.Arch = runtime.GOARCH
+		d, err := im.img.WriteArchive(filepath.Join(*out, im.file))
+		if err != nil {
+			return fmt.Errorf("%s: %w", im.file, err)
+		}
+		fmt.Printf("%s: %s (%s)\n", filepath.Join(*out, im.file), im.img.Tag, d)
+	}
+	return nil
+}
+
+// goBuild builds pkg, statically, in the module at dir.
+func goBuild(dir, out, pkg string) error {
+	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w", "-o", out, pkg)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build %s: %w", pkg, err)
+	}
+	return nil
+}
+
+// busyboxFiles returns busybox in dir and a symbolic link to it for each
+// of its applets (sh, nc, wget, nslookup, …).
+func busyboxFiles(dir string) ([]ociimage.File, error) {
+	var list bytes.Buffer
+	cmd := exec.Command(busybox, "--list")
+	cmd.Stdout = &list
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s --list (Debian's busybox-static; make deps): %w", busybox, err)
+	}
+	files := []ociimage.File{{Path: dir + "/busybox", Source: busybox, Mode: 0o755}}
+	for _, a := range strings.Fields(list.String()) {
+		if a != "busybox" && !strings.Contains(a, "/") {
+			files = append(files, ociimage.File{Path: dir + "/" + a, Link: "busybox"})
+		}
+	}
+	return files, nil
+}
