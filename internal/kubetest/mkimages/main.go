@@ -5,8 +5,9 @@
 //   - pause.tar: registry.k8s.io/pause, the sandbox image (internal/kubetest/pause);
 //   - agnhost.tar: registry.k8s.io/e2e-test-images/agnhost, upstream's test
 //     server (k8s.io/kubernetes/test/images/agnhost, built in tools/kube),
-//     with Debian's static busybox for /bin/sh and the usual tools, as
-//     upstream's image has a shell;
+//     with Debian's static busybox for /bin/sh and the usual tools, and
+//     Debian's dash, curl and OpenBSD netcat (with their shared libraries), which
+//     the e2e suites run in it as they do in upstream's image;
 //   - busybox.tar: registry.k8s.io/e2e-test-images/busybox, that busybox.
 //
 // The names and tags are the ones the Kubernetes release in tools/kube
@@ -24,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 
 	"github.com/gvswitch/gvs/internal/ociimage"
@@ -67,6 +69,20 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// Debian's busybox-static runs its own applets before PATH when it is
+	// the shell, so agnhost's /bin/sh is dash: `sh -c "… | nc -u …"` then
+	// finds OpenBSD's nc, as in upstream's image.
+	tools, err := dynamicFiles(map[string]string{"usr/bin/curl": "/usr/bin/curl", "usr/bin/nc": "/usr/bin/nc.openbsd", "usr/bin/dash": "/bin/dash"})
+	if err != nil {
+		return err
+	}
+	var agnShell []ociimage.File
+	for _, f := range shell {
+		if f.Path != "bin/sh" {
+			agnShell = append(agnShell, f)
+		}
+	}
+	agnShell = append(agnShell, ociimage.File{Path: "bin/sh", Link: "/usr/bin/dash"})
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	images := []struct {
 		file string
@@ -75,7 +91,7 @@ func run() error {
 		{"pause.tar", ociimage.Image{Tag: PauseRef, Entrypoint: []string{"/pause"},
 			Files: []ociimage.File{{Path: "pause", Source: filepath.Join(tmp, "pause"), Mode: 0o755}}}},
 		{"agnhost.tar", ociimage.Image{Tag: AgnhostRef, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: env,
-			Files: append([]ociimage.File{{Path: "agnhost", Source: filepath.Join(tmp, "agnhost"), Mode: 0o755}}, shell...)}},
+			Files: append(append([]ociimage.File{{Path: "agnhost", Source: filepath.Join(tmp, "agnhost"), Mode: 0o755}}, agnShell...), tools...)}},
 		{"busybox.tar", ociimage.Image{Tag: BusyboxRef, Cmd: []string{"sh"}, Env: env, Files: shell}},
 	}
 	for _, im := range images {
@@ -114,6 +130,42 @@ func busyboxFiles(dir string) ([]ociimage.File, error) {
 	for _, a := range strings.Fields(list.String()) {
 		if a != "busybox" && !strings.Contains(a, "/") {
 			files = append(files, ociimage.File{Path: dir + "/" + a, Link: "busybox"})
+		}
+	}
+	return files, nil
+}
+
+// dynamicFiles returns the programs (image path → host path) and the
+// shared libraries and loader each needs (ldd), at the paths ldd names.
+func dynamicFiles(progs map[string]string) ([]ociimage.File, error) {
+	var files []ociimage.File
+	seen := map[string]bool{}
+	paths := make([]string, 0, len(progs))
+	for p := range progs {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		src := progs[p]
+		files = append(files, ociimage.File{Path: p, Source: src, Mode: 0o755})
+		out, err := exec.Command("ldd", src).Output()
+		if err != nil {
+			return nil, fmt.Errorf("ldd %s (Debian's curl and netcat-openbsd; make deps): %w", src, err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			var lib string
+			switch {
+			case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+				lib = f[2]
+			case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+				lib = f[0]
+			}
+			if lib == "" || seen[lib] {
+				continue
+			}
+			seen[lib] = true
+			files = append(files, ociimage.File{Path: strings.TrimPrefix(lib, "/"), Source: lib, Mode: 0o755})
 		}
 	}
 	return files, nil
