@@ -51,7 +51,7 @@ func eventually(d time.Duration, cond func() bool) bool {
 }
 
 // leaseLosses counts the times node i's gvs-switchd logged that it lost its
-// node lease (internal/daemon/agent.go, keepAlive).
+// node lease (internal/daemon/etcdsource/follower.go, keepAlive).
 func leaseLosses(t *testing.T, c *cluster.Cluster, i int) int {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(c.Lab.StateDir(), c.Nodes[i].Name+".log"))
