@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
 )
@@ -211,18 +212,6 @@ func testHash(frame []byte) uint32 {
 func addrVNI(e port.Endpoint) port.Endpoint {
 	e.Port = 0
 	return e
-}
-
-// waitUntil polls cond until it holds, failing the test after 5 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // readFrames reads until it has want frames or the deadline passes.
@@ -569,7 +558,7 @@ func closeEndsRead(t *testing.T, p *Port, b *batch) {
 		_, err := p.Read(b.bufs, b.meta, headroom)
 		errc <- err
 	}()
-	waitUntil(t, "Read to wait for a datagram", func() bool { return p.Stats().RxWaits > before })
+	testutil.WaitFor(t, 5*time.Second, "Read to wait for a datagram", func() (bool, error) { return p.Stats().RxWaits > before, nil })
 	select {
 	case err := <-errc:
 		t.Fatalf("Read returned before Close: %v", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gvswitch/gvs/internal/daemon/kubesource"
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 )
@@ -62,13 +63,9 @@ func (r *recorder) snapshot() []string {
 
 func waitFor(t *testing.T, r *recorder, e string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !r.has(e) {
-		if time.Now().After(deadline) {
-			t.Fatalf("never told %q; told:\n%v", e, r.snapshot())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 20*time.Second, fmt.Sprintf("to be told %q", e), func() (bool, error) {
+		return r.has(e), fmt.Errorf("told:\n%v", r.snapshot())
+	})
 }
 
 // TestFollower runs the follower with gvs-switchd's ServiceAccount
