@@ -79,7 +79,7 @@ func TestTrimIdle(t *testing.T) {
 		t.Fatalf("after the release the switch wrote %x, want %x", got, frame)
 	}
 	// One small frame leaves the buffers clean: no further release.
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // several TrimIdle periods in which nothing may happen
 	if n := sw.Stats().BufferReleases; n != 1 {
 		t.Errorf("%d releases after a clean batch, want 1", n)
 	}
@@ -168,7 +168,7 @@ func TestTrimMovesReader(t *testing.T) {
 	}
 	// Holding nothing, with clean buffers: no more wake-ups, no more moves.
 	wakes := in.wakes.Load()
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // several TrimIdle periods in which nothing may happen
 	if w := in.wakes.Load(); w != wakes {
 		t.Errorf("%d wake-ups of a queue that holds nothing", w-wakes)
 	}
@@ -203,7 +203,7 @@ func TestTrimSoonerUnderPressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 5*time.Second, "the batch", func() (bool, error) { return len(out.written()) == 3, nil })
-	time.Sleep(idle * 3 / 8)
+	time.Sleep(idle * 3 / 8) // part of TrimIdle, which no release may come before
 	if n := sw.Stats().BufferReleases; n != 0 {
 		t.Fatalf("released %d times after %v without pressure, before TrimIdle", n, time.Since(start))
 	}

@@ -118,7 +118,7 @@ func TestFollower(t *testing.T) {
 		f, b, err := kubesource.Start(ctx, kubesource.Config{REST: cfg, Node: "n1"})
 		done <- started{f, b, err}
 	}()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // Start must find no HostSubnet first and wait for it; no hook says it is waiting
 	if _, err := nc.HostSubnets().Create(ctx, hostSubnet("n1", "192.168.60.1", "10.128.0.0/23")); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestFollower(t *testing.T) {
 	if err := srv.StopAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // a while without the API server, in which nothing may be told
 	if got := r.snapshot(); len(got) != before {
 		t.Errorf("told %v while the API server was down", got[before:])
 	}
