@@ -13,8 +13,10 @@ DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump tshark ethtool openvswit
 # minimisation of each new input, which with a duration may take up to 60 s.
 FUZZTIME ?= 50000x
 # staticcheck is pinned: 2026.2.2 (module version v0.8.2) is the release built
-# for go 1.26. `make tools` reinstalls it when the one on PATH is another version.
+# for go 1.26. `make staticcheck` reinstalls it when the one in GOPATH/bin is
+# another version, and the lint targets run that one, whatever else is on PATH.
 STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK = $(GOBIN)/staticcheck
 CNITOOL_VERSION ?= v1.3.1
 # The image make image names (deploy/kustomization.yaml sets the same).
 IMAGE ?= gvs:devel
@@ -46,8 +48,8 @@ deps: ## install the Debian packages the tests and the demo need (as root)
 tools: staticcheck ## install Go tools (staticcheck, cnitool)
 	@command -v cnitool >/dev/null 2>&1 || GOFLAGS= $(GO) install github.com/containernetworking/cni/cnitool@$(CNITOOL_VERSION)
 
-staticcheck: ## install the pinned staticcheck (STATICCHECK_VERSION) unless it is on PATH already
-	@staticcheck -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION:v%=%))' || \
+staticcheck: ## install the pinned staticcheck (STATICCHECK_VERSION) into GOPATH/bin unless it is there already
+	@$(STATICCHECK) -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION:v%=%))' || \
 	  GOFLAGS= GOBIN=$(GOBIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 # kube-apiserver and kube-proxy, built from the k8s.io/kubernetes module in the
@@ -74,7 +76,7 @@ PORTABLE := ./packet/ ./port/ ./busypoll/ ./flowtable/ ./switch/ ./tap/ ./vxlan/
 vet: staticcheck ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	staticcheck $(PKGS)
+	$(STATICCHECK) $(PKGS)
 
 lint: tools vet ## vet, and the portable dataplane built for darwin
 	GOOS=darwin GOARCH=arm64 $(GO) build $(PORTABLE)
