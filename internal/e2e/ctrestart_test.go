@@ -72,7 +72,7 @@ func TestConntrackSurvivesRestart(t *testing.T) {
 				"-t", fmt.Sprint(int(d.Seconds())), "--connect-timeout", "3000", "--rcv-timeout", "4000")
 			done <- result{out, err}
 		}()
-		time.Sleep(d / 4)
+		time.Sleep(d / 4) // pacing: restart a quarter into the transfer
 		restart()
 		r := <-done
 		return string(r.out), r.err

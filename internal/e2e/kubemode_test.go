@@ -88,7 +88,7 @@ func TestKubeMode(t *testing.T) {
 		if ok, out := ping(t, c.Lab, alpha1.NS, alpha2.IP, 56); !ok {
 			t.Fatalf("alpha → alpha across nodes failed while the API server was down:\n%s", out)
 		}
-		time.Sleep(5 * time.Second)
+		time.Sleep(5 * time.Second) // pacing: a ping every 5 s while the API server is down
 	}
 	if reaches() {
 		t.Error("isolation lost while the API server was down")

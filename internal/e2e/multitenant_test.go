@@ -375,7 +375,7 @@ func tcpTransfer(t *testing.T, l *lab.Lab, src cluster.Pod, dstNS, dstIP string,
 		if err == nil || !strings.Contains(string(out), "connection refused") {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // retry: the server may not listen yet
 	}
 	if err != nil {
 		t.Errorf("tcp-client: %v\n%s", err, out)

@@ -73,7 +73,7 @@ func TestNetworkPolicy(t *testing.T) {
 		out, err := c.Lab.Exec(cctx, def1.NS, bench, "tcp-client", "-c", ip(alpha2)+":5201", "-t", "6s")
 		streamed <- err == nil && strings.Contains(string(out), "intact=true")
 	}()
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // pacing: the stream runs before the policy changes under it
 
 	// alpha denies all ingress.
 	create(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "alpha", Name: "deny-all"},
@@ -174,7 +174,7 @@ func TestNetworkPolicy(t *testing.T) {
 		},
 	}
 	for _, change := range churn {
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // pacing: one change every half second
 		if err := change(); err != nil {
 			t.Fatal(err)
 		}
