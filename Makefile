@@ -13,14 +13,18 @@ DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump tshark ethtool openvswit
 # the deadline races a busy worker (golang/go#75804). A count also bounds the
 # minimisation of each new input, which with a duration may take up to 60 s.
 FUZZTIME ?= 50000x
-STATICCHECK_VERSION ?= latest
+# staticcheck is pinned: 2026.2.2 (module version v0.8.2) is the release built
+# for go 1.26. `make staticcheck` reinstalls it when the one in GOPATH/bin is
+# another version, and the lint targets run that one, whatever else is on PATH.
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK = $(GOBIN)/staticcheck
 CNITOOL_VERSION ?= v1.3.1
 # The image make image names (deploy/kustomization.yaml sets the same).
 IMAGE ?= gvs:devel
 
 export PATH := $(PATH):$(GOBIN):/usr/local/go/bin
 
-.PHONY: help build image deps tools kube-tools kube-images e2e-test test test-unit test-root test-race test-scale fuzz fuzz-long bench bench-compare lint demo demo-down clean
+.PHONY: help build image deps tools staticcheck kube-tools kube-images e2e-test check docs vet lint test test-race test-scale fuzz fuzz-long bench bench-compare demo demo-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -42,9 +46,12 @@ deps: ## install the Debian packages the tests and the demo need (as root)
 	  fi; \
 	else echo "not root: skipping Debian packages ($(DEB_PKGS))"; fi
 
-tools: ## install Go tools (staticcheck, cnitool)
-	@command -v staticcheck >/dev/null 2>&1 || GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+tools: staticcheck ## install Go tools (staticcheck, cnitool)
 	@command -v cnitool >/dev/null 2>&1 || GOFLAGS= $(GO) install github.com/containernetworking/cni/cnitool@$(CNITOOL_VERSION)
+
+staticcheck: ## install the pinned staticcheck (STATICCHECK_VERSION) into GOPATH/bin unless it is there already
+	@$(STATICCHECK) -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION:v%=%))' || \
+	  GOFLAGS= GOBIN=$(GOBIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 # The Kubernetes programs the tests run (the control plane, and the kubelet,
 # kube-proxy and kubectl of the real-node lab), built from the k8s.io/kubernetes
@@ -86,11 +93,23 @@ $(KUBE_IMAGES) &: tools/kube/go.mod tools/kube/go.sum internal/kubetest/pause/ma
 # The dataplane packages that must build on any OS (Linux-only code lives in _linux.go files).
 PORTABLE := ./packet/ ./port/ ./busypoll/ ./flowtable/ ./switch/ ./tap/ ./vxlan/
 
-lint: tools ## gofmt, go vet, staticcheck, the portable dataplane built for darwin
+vet: staticcheck ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	staticcheck $(PKGS)
+	$(STATICCHECK) $(PKGS)
+
+lint: tools vet ## vet, and the portable dataplane built for darwin
 	GOOS=darwin GOARCH=arm64 $(GO) build $(PORTABLE)
+
+# The contributor's check before a commit: no root, no Debian packages, no
+# Kubernetes build; a few minutes on a warm build cache. Tests that need root
+# skip when not root and slow ones skip under -short; `make test` runs them all.
+check: vet docs ## the quick check for contributors, no root needed: gofmt, go vet, staticcheck, docs, go test -short
+	$(GO) test -short -timeout 10m $(PKGS)
+	@echo "make check: all passed"
+
+docs: ## check that the links and repository paths in README.md and docs/*.md exist
+	$(GO) test -count=1 ./internal/docscheck/
 
 test: deps lint build kube-tools image kube-images e2e-test ## everything: lint, unit tests, namespace tests (as root), brief fuzzing
 	$(GO) test -count=1 -timeout 30m $(PKGS)

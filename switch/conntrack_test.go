@@ -7,6 +7,7 @@ import (
 
 	"github.com/gvswitch/gvs/conntrack"
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
 )
@@ -395,7 +396,7 @@ func TestConntrackSweeper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the sweeper to free the expired connection", func() bool { return tr.Len() == 0 })
+	testutil.WaitFor(t, 5*time.Second, "the sweeper to free the expired connection", func() (bool, error) { return tr.Len() == 0, nil })
 	if err := sw.Close(); err != nil {
 		t.Fatal(err)
 	}

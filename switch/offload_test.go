@@ -2,8 +2,10 @@ package vswitch
 
 import (
 	"testing"
+	"time"
 
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
 )
@@ -27,14 +29,14 @@ table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.5, actions=output:5
 	a.sendMeta(udpFrame(3, 4), port.Meta{GSO: g})
 	a.sendMeta(udpFrame(3, 5), port.Meta{GSO: g})
 	a.send(udpFrame(3, 5))
-	waitFor(t, "the frames", func() bool { return len(b.written()) == 1 && len(c.written()) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the frames", func() (bool, error) { return len(b.written()) == 1 && len(c.written()) == 1, nil })
 	if got, m := b.written()[0], b.writtenMeta()[0]; m.GSO != g || string(got) != string(udpFrame(3, 4)) {
 		t.Errorf("offload port got %x %+v", got, m)
 	}
 	if m := c.writtenMeta()[0]; m.GSO.IsGSO() {
 		t.Errorf("plain port got GSO metadata %+v", m)
 	}
-	waitFor(t, "a gso drop", func() bool { return sw.Stats().Drops[DropGSO] == 1 })
+	testutil.WaitFor(t, 5*time.Second, "a gso drop", func() (bool, error) { return sw.Stats().Drops[DropGSO] == 1, nil })
 }
 
 // TestSwitchNoOffload: with Config.NoOffload no port counts as an offload
@@ -63,8 +65,8 @@ func TestSwitchNoOffload(t *testing.T) {
 	}
 	a.sendMeta(udpFrame(3, 4), port.Meta{GSO: packet.GSO{Type: packet.GSOTCPv4, HdrLen: 54, Size: 1000}})
 	a.send(udpFrame(3, 4))
-	waitFor(t, "the complete frame", func() bool { return len(b.written()) == 1 })
-	waitFor(t, "a gso drop", func() bool { return sw.Stats().Drops[DropGSO] == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the complete frame", func() (bool, error) { return len(b.written()) == 1, nil })
+	testutil.WaitFor(t, 5*time.Second, "a gso drop", func() (bool, error) { return sw.Stats().Drops[DropGSO] == 1, nil })
 }
 
 func TestSwitchGSOToTunnel(t *testing.T) {
@@ -82,7 +84,7 @@ table=0, priority=100, in_port=3, ip, actions=set_field:192.0.2.2->tun_dst, load
 	}
 	g := packet.GSO{Type: packet.GSOTCPv4, Size: 1000, HdrLen: 54}
 	a.sendMeta(udpFrame(3, 9), port.Meta{GSO: g})
-	waitFor(t, "the tunnel write", func() bool { return len(vx.written()) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the tunnel write", func() (bool, error) { return len(vx.written()) == 1, nil })
 	if m := vx.writtenMeta()[0]; m.GSO != g || m.Tunnel != (port.Endpoint{Addr: [4]byte{192, 0, 2, 2}, VNI: 42}) {
 		t.Errorf("tunnel got metadata %+v", m)
 	}

@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/port"
 )
 
@@ -43,8 +45,8 @@ table=0, priority=100, in_port=4, ip, nw_dst=10.0.0.3, actions=output:3
 		}
 	}
 	queueOf := map[uint16]int{} // source port → queue
-	waitFor(t, "b's queues to receive every frame", func() bool {
-		return len(b[0].written())+len(b[1].written())+len(b[2].written()) == 2*flows
+	testutil.WaitFor(t, 5*time.Second, "b's queues to receive every frame", func() (bool, error) {
+		return len(b[0].written())+len(b[1].written())+len(b[2].written()) == 2*flows, nil
 	})
 	for qi, q := range b {
 		if len(q.written()) == 0 {
@@ -64,7 +66,7 @@ table=0, priority=100, in_port=4, ip, nw_dst=10.0.0.3, actions=output:3
 	for i := range flows {
 		b[i%3].send(udpFlowFrame(4, 3, 53, uint16(1000+i)))
 	}
-	waitFor(t, "a to receive every reply", func() bool { return len(a.written()) == flows })
+	testutil.WaitFor(t, 5*time.Second, "a to receive every reply", func() (bool, error) { return len(a.written()) == flows, nil })
 	for i := range flows {
 		var req, rep flowtable.Fields
 		if !flowtable.Extract(udpFlowFrame(3, 4, uint16(1000+i), 53), &req) ||
@@ -142,11 +144,11 @@ table=0, priority=100, in_port=3, ip, actions=set_field:192.0.2.2->tun_dst, outp
 	for i, q := range vx {
 		q.sendMeta(udpFlowFrame(9, 3, uint16(i), 4), port.Meta{Tunnel: port.Endpoint{Addr: [4]byte{192, 0, 2, 2}}})
 	}
-	waitFor(t, "a to receive from both tunnel queues", func() bool { return len(a.written()) == 2 })
+	testutil.WaitFor(t, 5*time.Second, "a to receive from both tunnel queues", func() (bool, error) { return len(a.written()) == 2, nil })
 	for i := range 32 {
 		a.send(udpFlowFrame(3, 9, uint16(1000+i), 53))
 	}
-	waitFor(t, "the tunnel to take 32 frames", func() bool { return len(vx[0].written())+len(vx[1].written()) == 32 })
+	testutil.WaitFor(t, 5*time.Second, "the tunnel to take 32 frames", func() (bool, error) { return len(vx[0].written())+len(vx[1].written()) == 32, nil })
 	for qi, q := range vx {
 		if len(q.written()) == 0 {
 			t.Errorf("no frame of 32 flows written to tunnel queue %d", qi)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/port"
 )
 
@@ -168,17 +169,6 @@ func newTestSwitch(t *testing.T, rules string) (*Switch, *flowtable.Table) {
 	return sw, tbl
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestSwitchForwardsByRules(t *testing.T) {
 	sw, _ := newTestSwitch(t, `
 table=0, priority=100, in_port=3, ip, nw_dst=10.0.0.4, actions=load:0x4->NXM_NX_REG2[], goto_table:10
@@ -199,7 +189,7 @@ table=10, priority=100, actions=output:NXM_NX_REG2[]
 	a.send(udpFrame(3, 9))
 	a.send(udpFrame(3, 7)) // no rule: table miss in table 0
 	a.send([]byte{1, 2, 3})
-	waitFor(t, "b and the tunnel to receive", func() bool { return len(b.written()) == 1 && len(vx.written()) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "b and the tunnel to receive", func() (bool, error) { return len(b.written()) == 1 && len(vx.written()) == 1, nil })
 	if got := b.written()[0]; string(got) != string(udpFrame(3, 4)) {
 		t.Errorf("port 4 got %x", got)
 	}
@@ -213,9 +203,9 @@ table=10, priority=100, actions=output:NXM_NX_REG2[]
 	if m.Hash != FlowHash(&f) || m.Size != len(udpFrame(3, 9)) {
 		t.Errorf("tunnel frame meta %+v, want hash %#x", m, FlowHash(&f))
 	}
-	waitFor(t, "drops to be counted", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "drops to be counted", func() (bool, error) {
 		st := sw.Stats()
-		return st.Drops[DropTableMiss] == 1 && st.Drops[DropMalformed] == 1
+		return st.Drops[DropTableMiss] == 1 && st.Drops[DropMalformed] == 1, nil
 	})
 	if st := sw.Stats(); st.TableDrops[0] != 1 {
 		t.Errorf("table 0 drops = %d, want 1", st.TableDrops[0])
@@ -243,15 +233,15 @@ table=0, priority=100, in_port=1, tun_src=192.0.2.7, tun_id=0x2a, actions=output
 	}
 	vx.sendMeta(udpFrame(9, 3), port.Meta{Tunnel: port.Endpoint{Addr: [4]byte{192, 0, 2, 7}, VNI: 42}})
 	vx.sendMeta(udpFrame(9, 3), port.Meta{Tunnel: port.Endpoint{Addr: [4]byte{192, 0, 2, 8}, VNI: 42}}) // unknown source: miss
-	waitFor(t, "one frame through the tunnel rule", func() bool { return len(a.written()) == 1 })
-	waitFor(t, "one table miss", func() bool { return sw.Stats().Drops[DropTableMiss] == 1 })
+	testutil.WaitFor(t, 5*time.Second, "one frame through the tunnel rule", func() (bool, error) { return len(a.written()) == 1, nil })
+	testutil.WaitFor(t, 5*time.Second, "one table miss", func() (bool, error) { return sw.Stats().Drops[DropTableMiss] == 1, nil })
 
 	// Output to a port that went away is counted, not a crash.
 	if err := sw.RemovePort(3); err != nil {
 		t.Fatal(err)
 	}
 	vx.sendMeta(udpFrame(9, 3), port.Meta{Tunnel: port.Endpoint{Addr: [4]byte{192, 0, 2, 7}, VNI: 42}})
-	waitFor(t, "a no_port drop", func() bool { return sw.Stats().Drops[DropNoPort] == 1 })
+	testutil.WaitFor(t, 5*time.Second, "a no_port drop", func() (bool, error) { return sw.Stats().Drops[DropNoPort] == 1, nil })
 	if err := sw.RemovePort(3); !errors.Is(err, ErrNoSuchPort) {
 		t.Fatalf("removing port 3 twice: %v", err)
 	}

@@ -13,7 +13,7 @@ import (
 // goroutine, so only the worker may give their pages back: the trimmer
 // finds workers idle for TrimIdle whose buffers hold more than a page or
 // two, or whose queue holds resources of its own (Holder), and wakes them
-// (Waker); a woken worker releases its buffers (release, trim_linux.go)
+// (Waker); a woken worker releases its buffers (release; port.ReleasePages)
 // and reads on, the queue having given up its own.
 
 // Waker is an optional interface of a port queue whose blocked Read can be

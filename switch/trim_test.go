@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/port"
 )
 
@@ -68,17 +69,17 @@ func TestTrimIdle(t *testing.T) {
 	if err := sw.AddPort(1, in); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the batch", func() bool { return len(out.written()) == 3 })
-	waitFor(t, "a release", func() bool { return sw.Stats().BufferReleases == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the batch", func() (bool, error) { return len(out.written()) == 3, nil })
+	testutil.WaitFor(t, 5*time.Second, "a release", func() (bool, error) { return sw.Stats().BufferReleases == 1, nil })
 
 	frame := udpFrame(1, 99)
 	in.send(frame)
-	waitFor(t, "a frame after the release", func() bool { return len(out.written()) == 4 })
+	testutil.WaitFor(t, 5*time.Second, "a frame after the release", func() (bool, error) { return len(out.written()) == 4, nil })
 	if got := out.written()[3]; !bytes.Equal(got, frame) {
 		t.Fatalf("after the release the switch wrote %x, want %x", got, frame)
 	}
 	// One small frame leaves the buffers clean: no further release.
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // several TrimIdle periods in which nothing may happen
 	if n := sw.Stats().BufferReleases; n != 1 {
 		t.Errorf("%d releases after a clean batch, want 1", n)
 	}
@@ -144,10 +145,10 @@ func TestTrimMovesReader(t *testing.T) {
 	if err := sw.AddPort(1, in); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the holding queue woken and its reader moved", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the holding queue woken and its reader moved", func() (bool, error) {
 		in.mu.Lock()
 		defer in.mu.Unlock()
-		return !in.held.Load() && len(in.readers) >= 2
+		return !in.held.Load() && len(in.readers) >= 2, nil
 	})
 	in.mu.Lock()
 	first, second := in.readers[0], in.readers[1]
@@ -155,19 +156,19 @@ func TestTrimMovesReader(t *testing.T) {
 	if first == second {
 		t.Fatalf("the reader did not move: %s", first)
 	}
-	waitFor(t, "the first reader's goroutine to end", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the first reader's goroutine to end", func() (bool, error) {
 		buf := make([]byte, 1<<20)
-		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), first+" [")
+		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), first+" ["), nil
 	})
 	frame := udpFrame(1, 7)
 	in.send(frame)
-	waitFor(t, "a frame read by the new reader", func() bool { return len(out.written()) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "a frame read by the new reader", func() (bool, error) { return len(out.written()) == 1, nil })
 	if got := out.written()[0]; !bytes.Equal(got, frame) {
 		t.Fatalf("wrote %x, want %x", got, frame)
 	}
 	// Holding nothing, with clean buffers: no more wake-ups, no more moves.
 	wakes := in.wakes.Load()
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // several TrimIdle periods in which nothing may happen
 	if w := in.wakes.Load(); w != wakes {
 		t.Errorf("%d wake-ups of a queue that holds nothing", w-wakes)
 	}
@@ -201,15 +202,15 @@ func TestTrimSoonerUnderPressure(t *testing.T) {
 	if err := sw.AddPort(1, wakePort{mp}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the batch", func() bool { return len(out.written()) == 3 })
-	time.Sleep(idle * 3 / 8)
+	testutil.WaitFor(t, 5*time.Second, "the batch", func() (bool, error) { return len(out.written()) == 3, nil })
+	time.Sleep(idle * 3 / 8) // part of TrimIdle, which no release may come before
 	if n := sw.Stats().BufferReleases; n != 0 {
 		t.Fatalf("released %d times after %v without pressure, before TrimIdle", n, time.Since(start))
 	}
 	if budget.Take(2) {
 		t.Fatal("a budget of 1 byte gave 2")
 	}
-	waitFor(t, "a release under pressure", func() bool { return sw.Stats().BufferReleases == 1 })
+	testutil.WaitFor(t, 5*time.Second, "a release under pressure", func() (bool, error) { return sw.Stats().BufferReleases == 1, nil })
 	if d := time.Since(start); d >= idle*7/8 {
 		t.Errorf("released after %v under pressure, TrimIdle is %v", d, idle)
 	}

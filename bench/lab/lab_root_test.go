@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gvswitch/gvs/internal/testutil"
 )
 
 func requireRoot(t *testing.T) {
@@ -132,14 +134,10 @@ func TestLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The shell says "ready" once its trap is set.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if b, _ := os.ReadFile(log); strings.Contains(string(b), "ready") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the shell did not get ready")
-		}
-	}
+	testutil.WaitFor(t, 10*time.Second, "the shell to get ready", func() (bool, error) {
+		b, _ := os.ReadFile(log)
+		return strings.Contains(string(b), "ready"), nil
+	})
 	start := time.Now()
 	if err := p.Stop(); err != nil {
 		t.Errorf("Stop: %v", err)

@@ -67,7 +67,7 @@ func TestInstallCNI(t *testing.T) {
 	// Nothing changed: the files are not rewritten (a runtime watching
 	// the directory sees no event).
 	before, _ := os.Stat(conf)
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // past the file system's time granularity, so that a rewrite would show in ModTime
 	if err := d.installCNI(cfg.CNISocket); err != nil {
 		t.Fatal(err)
 	}

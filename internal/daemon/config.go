@@ -56,7 +56,7 @@ type Config struct {
 	// switch. false keeps every frame MTU-sized end to end.
 	Offload *bool `json:"offload,omitempty"`
 	// EtcdEndpoints, when set, makes the node follow the control plane
-	// (agent.go): it registers with a lease, takes its subnet from
+	// (internal/daemon/etcdsource): it registers with a lease, takes its subnet from
 	// gvs-master, learns remote nodes and project VNIDs live, and fills
 	// subnet, clusterNetworks, serviceNetwork, mode and vxlanPort from the
 	// registry when they are not given here. Peers and projects listed

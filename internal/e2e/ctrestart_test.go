@@ -12,6 +12,7 @@ import (
 
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/internal/testutil"
 )
 
 // TestConntrackSurvivesRestart: a long-lived TCP connection through a
@@ -71,14 +72,14 @@ func TestConntrackSurvivesRestart(t *testing.T) {
 				"-t", fmt.Sprint(int(d.Seconds())), "--connect-timeout", "3000", "--rcv-timeout", "4000")
 			done <- result{out, err}
 		}()
-		time.Sleep(d / 4)
+		time.Sleep(d / 4) // pacing: restart a quarter into the transfer
 		restart()
 		r := <-done
 		return string(r.out), r.err
 	}
 	// The connection is through the service before anything restarts.
 	var out string
-	if !eventually(10*time.Second, func() bool {
+	if !testutil.Eventually(10*time.Second, func() bool {
 		cctx, cancel := context.WithTimeout(ctx(t), 5*time.Second)
 		defer cancel()
 		o, err := c.Lab.Exec(cctx, client.NS, bench, "tcp-client", "-c", svc.String()+":80", "-bytes", "100000")
@@ -135,7 +136,7 @@ func TestConntrackSurvivesRestart(t *testing.T) {
 			t.Errorf("the daemon's log does not say it refused the corrupt table")
 		}
 		var out string
-		if !eventually(10*time.Second, func() bool {
+		if !testutil.Eventually(10*time.Second, func() bool {
 			cctx, cancel := context.WithTimeout(ctx(t), 5*time.Second)
 			defer cancel()
 			o, err := c.Lab.Exec(cctx, client.NS, bench, "tcp-client", "-c", svc.String()+":80", "-bytes", fmt.Sprint(100000))
@@ -156,7 +157,7 @@ func TestConntrackSurvivesRestart(t *testing.T) {
 			_, _ = c.Lab.Exec(cctx, client.NS, bench, "tcp-client", "-c", svc.String()+":80", "-t", "3s")
 		}()
 		var dump string
-		if !eventually(5*time.Second, func() bool {
+		if !testutil.Eventually(5*time.Second, func() bool {
 			dump = ctl(t, c, 0, "dump-conntrack")
 			return strings.Contains(dump, "dport=5201") && strings.Contains(dump, "mark=1")
 		}) {

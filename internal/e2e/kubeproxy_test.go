@@ -17,6 +17,7 @@ import (
 	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/internal/testutil"
 )
 
 // TestKubeProxy: the real kube-proxy (built from k8s.io/kubernetes by
@@ -149,7 +150,7 @@ func TestKubeProxy(t *testing.T) {
 			// kube-proxy has programmed the ClusterIPs when the pod reaches
 			// the first one.
 			var out string
-			if !eventually(45*time.Second, func() bool {
+			if !testutil.Eventually(45*time.Second, func() bool {
 				ok, o := tcpOK(alpha1.Pod, svcs[0].ip.String()+":80")
 				out = o
 				return ok

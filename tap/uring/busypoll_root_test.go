@@ -81,13 +81,13 @@ func TestPortBusyPoll(t *testing.T) {
 	// Wake and Close end a Read (the window is open: the last sleeps
 	// were short).
 	reqs <- 0
-	time.Sleep(10 * time.Millisecond)
+	time.Sleep(10 * time.Millisecond) // so that the Read is polling or blocked: no hook says it is
 	pb.Wake()
 	if r := <-res; !errors.Is(r.err, port.ErrWoken) {
 		t.Fatalf("after Wake: %v", r.err)
 	}
 	reqs <- 0
-	time.Sleep(10 * time.Millisecond)
+	time.Sleep(10 * time.Millisecond) // so that the Read is polling or blocked: no hook says it is
 	if err := pb.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gvswitch/gvs/internal/iofloor"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
 	vswitch "github.com/gvswitch/gvs/switch"
@@ -193,7 +194,7 @@ func TestPortWakeClose(t *testing.T) {
 	}()
 	defer close(reqs)
 	reqs <- struct{}{}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // so that the Read is blocked in the ring: no hook says it is
 	pb.Wake()
 	if err := <-res; !errors.Is(err, port.ErrWoken) {
 		t.Fatalf("after Wake: %v", err)
@@ -207,7 +208,7 @@ func TestPortWakeClose(t *testing.T) {
 		t.Fatalf("read after a wake-up: %v", err)
 	}
 	reqs <- struct{}{}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // so that the Read is blocked in the ring: no hook says it is
 	if err := pb.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +456,7 @@ func TestPortOnDemand(t *testing.T) {
 
 	// Woken idle: the receive ring and the thread go.
 	ask()
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // so that the Read is blocked in the ring: no hook says it is
 	pb.Wake()
 	if r := recv(); !errors.Is(r.err, port.ErrMoveReader) || !errors.Is(r.err, port.ErrWoken) || r.n != 0 {
 		t.Fatalf("woken with the ring up: %d, %v", r.n, r.err)
@@ -470,14 +471,10 @@ func TestPortOnDemand(t *testing.T) {
 		t.Logf("the ring's reader ran on the main thread %d, which Go parks instead of ending; not checked", ringTid)
 	} else {
 		task := fmt.Sprintf("/proc/self/task/%d", ringTid)
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if _, err := os.Stat(task); errors.Is(err, os.ErrNotExist) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the ring's thread %d is still there", ringTid)
-			}
-		}
+		testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("the ring's thread %d to end", ringTid), func() (bool, error) {
+			_, err := os.Stat(task)
+			return errors.Is(err, os.ErrNotExist), nil
+		})
 	}
 	// The sender's transmit ring was used since its last wake-up (never):
 	// kept the first time, given up the second.
@@ -526,7 +523,7 @@ func TestPortOnDemand(t *testing.T) {
 		}
 		rings(fmt.Sprintf("busy again (%d)", cycle), true, true)
 		ask()
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // so that the Read is blocked in the ring: no hook says it is
 		pb.Wake()
 		if r := recv(); !errors.Is(r.err, port.ErrMoveReader) {
 			t.Fatalf("cycle %d: woken with the ring up: %v", cycle, r.err)
@@ -543,7 +540,7 @@ func TestPortOnDemand(t *testing.T) {
 	}
 	rings("busy before Close", true, true)
 	ask()
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // so that the Read is blocked in the ring: no hook says it is
 	pa.Close()
 	pb.Close()
 	if r := recv(); !errors.Is(r.err, tap.ErrClosed) {
@@ -618,18 +615,15 @@ func TestPortWakesLoseNothing(t *testing.T) {
 		if n, err := pa.Write(out, om, iofloor.Headroom); n != per || err != nil {
 			t.Fatalf("wrote %d: %v", n, err)
 		}
-		time.Sleep(300 * time.Microsecond)
+		time.Sleep(300 * time.Microsecond) // pacing: batches spaced so that the reader goes idle between them
 	}
 	close(done)
 	want := batches * per
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	testutil.Eventually(5*time.Second, func() bool {
 		mu.Lock()
-		got := len(seqs)
-		mu.Unlock()
-		if got >= want {
-			break
-		}
-	}
+		defer mu.Unlock()
+		return len(seqs) >= want
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	if moves < 5 {
@@ -676,11 +670,11 @@ func TestPortFramesDuringGiveUp(t *testing.T) {
 		if n, err := pa.Write(three, metas(three, nil), iofloor.Headroom); n != 3 || err != nil {
 			t.Errorf("wrote %d: %v", n, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // pacing: the frames reach the ring before the cancel the hook precedes
 	})
 	t.Cleanup(func() { uring.SetHookBeforeCancel(nil) })
 	ask()
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // so that the Read is blocked in the ring: no hook says it is
 	pb.Wake()
 	r := recv()
 	uring.SetHookBeforeCancel(nil)
@@ -709,7 +703,7 @@ func TestPortFramesDuringGiveUp(t *testing.T) {
 	}
 	if kept { // the kept ring still sees a wake-up
 		ask()
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // so that the Read is blocked in the ring: no hook says it is
 		pb.Wake()
 		if r = recv(); !errors.Is(r.err, port.ErrMoveReader) {
 			t.Fatalf("the kept ring's next wake-up: %v", r.err)
