@@ -28,7 +28,7 @@ var realNodeUnderlay = netip.MustParsePrefix("192.168.244.0/24")
 // (containerd, kubelet, kube-proxy) with the control plane in the first,
 // installs gvs with `kubectl apply -k deploy/` and waits until every node
 // is Ready. Everything is removed when the test ends.
-func startRealCluster(t *testing.T, short string) *kubetest.Cluster {
+func startRealCluster(t *testing.T, short, mode string) *kubetest.Cluster {
 	t.Helper()
 	needRoot(t)
 	if m := kubetest.MissingForNodes(kubetest.BinDir()); len(m) > 0 {
@@ -75,7 +75,7 @@ func startRealCluster(t *testing.T, short string) *kubetest.Cluster {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if err := c.InstallGVS(ctx); err != nil {
+	if err := c.InstallGVS(ctx, mode); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("gvs installed, every node Ready, in %v", time.Since(start).Round(time.Millisecond))
@@ -116,7 +116,7 @@ func agnhostPod(name, node string, hostNetwork bool, labels map[string]string) *
 // pods reach pods and are reached by them, and a Service works through
 // kube-proxy; in multitenant mode another project's pod is refused.
 func TestRealNodes(t *testing.T) {
-	c := startRealCluster(t, "rn")
+	c := startRealCluster(t, "rn", "multitenant")
 	t.Run("pods", func(t *testing.T) { realNodePods(t, c) })
 	// Upstream's judge, on the same cluster: the Networking Granular
 	// Checks for pods (intra-pod and node-pod, HTTP and UDP; SCTP is
@@ -126,6 +126,17 @@ func TestRealNodes(t *testing.T) {
 		runUpstream(t, c, "Networking Granular Checks: Pods", "Feature:SCTPConnectivity")
 	})
 }
+
+// TestRealNodesNetworkPolicy installs gvs in networkpolicy mode on real
+// nodes and runs the first cases of upstream's NetworkPolicy suite
+// (make e2e-upstream runs all of it).
+func TestRealNodesNetworkPolicy(t *testing.T) {
+	c := startRealCluster(t, "np", "networkpolicy")
+	runUpstream(t, c, upstreamNetpolQuick, "Feature:SCTPConnectivity")
+}
+
+// upstreamNetpolQuick are the NetworkPolicy suite's cases make test runs.
+const upstreamNetpolQuick = `Netpol NetworkPolicy between server and client should (support a 'default-deny-ingress' policy|support a 'default-deny-all' policy|enforce policy to allow traffic from pods within server namespace based on PodSelector|enforce policy based on Ports)`
 
 // runUpstream runs upstream's e2e.test (make e2e-test) against the
 // cluster with a ginkgo focus and skip, in the API server's namespace,

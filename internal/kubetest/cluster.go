@@ -177,10 +177,19 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) ([]byte, error) {
 
 // InstallGVS installs gvs as an administrator does, `kubectl apply -k
 // deploy/`, and waits until gvs-master's Deployment is available,
-// gvs-node's DaemonSet runs on every node and every Node is Ready.
-func (c *Cluster) InstallGVS(ctx context.Context) error {
-	if out, err := c.Kubectl(ctx, "apply", "-k", filepath.Join(RepoRoot(), "deploy")); err != nil {
-		return fmt.Errorf("kubetest: kubectl apply -k deploy/: %w\n%s", err, out)
+// gvs-node's DaemonSet runs on every node and every Node is Ready. A mode
+// other than deploy/'s (multitenant) is set as an administrator would, with
+// a kustomization over deploy/ that patches gvs-master's --mode.
+func (c *Cluster) InstallGVS(ctx context.Context, mode string) error {
+	dir := filepath.Join(RepoRoot(), "deploy")
+	if mode != "" && mode != "multitenant" {
+		var err error
+		if dir, err = c.overlay(mode); err != nil {
+			return err
+		}
+	}
+	if out, err := c.Kubectl(ctx, "apply", "-k", dir); err != nil {
+		return fmt.Errorf("kubetest: kubectl apply -k %s: %w\n%s", dir, err, out)
 	}
 	for {
 		ds, err1 := c.Client.AppsV1().DaemonSets("gvs").Get(ctx, "gvs-node", metav1.GetOptions{})
@@ -196,6 +205,37 @@ func (c *Cluster) InstallGVS(ctx context.Context) error {
 		}
 	}
 	return c.waitNodes(ctx, true)
+}
+
+// overlayKustomization patches deploy/'s gvs-master to another mode; the
+// test op makes it fail loudly if deploy/ moves the argument.
+const overlayKustomization = `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %s
+patches:
+- target: {kind: Deployment, name: gvs-master}
+  patch: |-
+    - op: test
+      path: /spec/template/spec/containers/0/args/2
+      value: --mode=multitenant
+    - op: replace
+      path: /spec/template/spec/containers/0/args/2
+      value: --mode=%s
+`
+
+// overlay writes a kustomization over deploy/ for mode and returns its
+// directory. Kustomize takes bases by relative path only.
+func (c *Cluster) overlay(mode string) (string, error) {
+	dir := filepath.Join(NodeRoot, c.Lab.Prefix, "install-"+mode)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	base, err := filepath.Rel(dir, filepath.Join(RepoRoot(), "deploy"))
+	if err != nil {
+		return "", err
+	}
+	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), fmt.Appendf(nil, overlayKustomization, base, mode), 0o644)
 }
 
 func daemonSetReady(ds *appsv1.DaemonSet, nodes int) bool {
