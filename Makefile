@@ -112,7 +112,7 @@ docs: ## check that the links and repository paths in README.md and docs/*.md ex
 	$(GO) test -count=1 ./internal/docscheck/
 
 test: deps lint build kube-tools image kube-images e2e-test ## everything: lint, unit tests, namespace tests (as root), brief fuzzing
-	$(GO) test -count=1 -timeout 30m $(PKGS)
+	$(GO) test -count=1 -timeout 45m $(PKGS)
 	@$(MAKE) --no-print-directory fuzz
 	@echo "make test: all passed"
 
