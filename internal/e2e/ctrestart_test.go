@@ -163,8 +163,14 @@ func TestConntrackSurvivesRestart(t *testing.T) {
 		}) {
 			t.Errorf("dump-conntrack does not show the service connection:\n%s", dump)
 		}
-		if s := ctl(t, c, 0, "conntrack-stats"); !strings.Contains(s, "tcp_established") {
-			t.Errorf("conntrack-stats:\n%s", s)
+		// The dump can show the connection while its SYN-ACK is still on
+		// the way (syn_sent); established follows a moment later.
+		var stats string
+		if !testutil.Eventually(5*time.Second, func() bool {
+			stats = ctl(t, c, 0, "conntrack-stats")
+			return strings.Contains(stats, "tcp_established")
+		}) {
+			t.Errorf("conntrack-stats never shows the connection established:\n%s", stats)
 		}
 		<-done
 		if out := ctl(t, c, 0, "flush-conntrack"); !strings.Contains(out, "flushed") {
