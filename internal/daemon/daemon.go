@@ -3,11 +3,12 @@
 //
 //   - sdn/node: the node's rule program, kept live in the flow table;
 //   - internal/daemon/pods: the pod lifecycle (attach, adopt, detach, CNI);
-//   - internal/daemon/etcdsource: the follower of the etcd registry, which
-//     drives the node through internal/daemon/source.Sink (a Kubernetes
-//     source sits beside it);
-//   - this package: configuration, the Sink (sink.go, the subnet change in
-//     subnet.go), the control socket's handlers (handle.go, capture.go),
+//   - internal/daemon/source: the control plane as the node follows it
+//     (ControlPlane) and the Mirror that drives the node (Sink); its
+//     followers are internal/daemon/etcdsource (the etcd registry) and
+//     internal/daemon/kubesource (a Kubernetes API server);
+//   - this package: configuration, the start-up with a control plane
+//     (controlplane.go), the Sink (sink.go, the subnet change in subnet.go), the control socket's handlers (handle.go, capture.go),
 //     /metrics (metrics.go) and the CNI server (cni.go).
 //
 // cmd/gvs-switchd is a thin main around it.
@@ -31,8 +32,8 @@ import (
 	"github.com/gvswitch/gvs/internal/accept"
 	"github.com/gvswitch/gvs/internal/control"
 	"github.com/gvswitch/gvs/internal/daemon/etcdsource"
-	"github.com/gvswitch/gvs/internal/daemon/kubesource"
 	"github.com/gvswitch/gvs/internal/daemon/pods"
+	"github.com/gvswitch/gvs/internal/daemon/source"
 	"github.com/gvswitch/gvs/internal/sched"
 	"github.com/gvswitch/gvs/port"
 	"github.com/gvswitch/gvs/sdn"
@@ -82,8 +83,8 @@ type Daemon struct {
 	prog  *node.Program
 	pods  *pods.Manager
 	vnids *vnidWaiter
-	src   *etcdsource.Follower // nil without the etcd registry
-	kube  *kubesource.Follower // nil without a Kubernetes API server
+	// cp is the control plane the node follows (nil without one).
+	cp source.ControlPlane
 
 	labels labels           // namespace and pod labels (labels.go)
 	egress *egressFirewalls // egress firewalls (egressfw.go)
@@ -198,17 +199,11 @@ func (d *Daemon) init(n sdn.NodeConfig, projects map[string]uint32, implicitDefa
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.closeSwitch() // the CNI pods' TAPs stay
 	d.startSched(ctx)
-	if d.cfg.FromRegistry() {
-		if err := d.startRegistry(ctx); err != nil {
+	if d.cfg.FromRegistry() || d.cfg.FromKubernetes() {
+		if err := d.startControlPlane(ctx); err != nil {
 			return err
 		}
-		defer d.src.Close()
-	}
-	if d.cfg.FromKubernetes() {
-		if err := d.startKube(ctx); err != nil {
-			return err
-		}
-		defer d.kube.Close()
+		defer d.cp.Close()
 	}
 	if err := d.setup(ctx); err != nil {
 		return err
@@ -217,8 +212,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.startCNI(ctx, errc); err != nil {
 		return err
 	}
-	if d.src != nil { // after startCNI: a subnet change also marks CNI leases stale
-		d.src.KeepAlive()
+	if ka, ok := d.cp.(source.KeepAliver); ok { // after startCNI: a subnet change also marks CNI leases stale
+		ka.KeepAlive()
 	}
 	sock := d.cfg.ControlSocket
 	if sock == "" {
@@ -247,68 +242,33 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 }
 
-// startRegistry registers the node with the control plane, completes the
-// configuration from the registry's answer, makes the rule program and
-// starts following the registry (before the static pods are attached:
-// they wait for their projects' VNIDs).
-func (d *Daemon) startRegistry(ctx context.Context) error {
+// registrySource is the etcd registry as the node follows it: it asks for
+// the subnet the configuration names, or else for the one it had before a
+// restart.
+func (d *Daemon) registrySource() (source.ControlPlane, error) {
 	dc := d.cfg.dialConfig(d.log)
 	if !dc.TLS.IsZero() {
 		tc, err := dc.TLS.NewClient()
 		if err != nil {
-			return fmt.Errorf("etcdTLS: %w", err)
+			return nil, fmt.Errorf("etcdTLS: %w", err)
 		}
 		dc.Client = tc
 		d.regTLS.Store(tc)
 	}
 	ip, err := netip.ParseAddr(d.cfg.NodeIP)
 	if err != nil {
-		return fmt.Errorf("nodeIP: %w", err)
+		return nil, fmt.Errorf("nodeIP: %w", err)
 	}
 	sc := etcdsource.Config{Dial: dc, Node: registry.Node{Name: d.cfg.NodeName, IP: ip},
 		Logger: d.log.With("component", "agent")}
 	if d.cfg.Subnet != "" {
 		if sc.Want, err = netip.ParsePrefix(d.cfg.Subnet); err != nil {
-			return fmt.Errorf("subnet: %w", err)
+			return nil, fmt.Errorf("subnet: %w", err)
 		}
 	} else if p, ok := d.rememberedSubnet(); ok {
 		sc.Want, sc.Remembered = p, true // ask for it back after a restart past the lease
 	}
-	src, b, err := etcdsource.Start(ctx, sc)
-	if err != nil {
-		return err
-	}
-	d.fillFromRegistry(b.Cluster)
-	if b.Lost.IsValid() {
-		d.subnet.previous, d.subnet.changes = b.Lost, 1
-	}
-	d.cfg.Subnet = b.Subnet.String()
-	d.rememberSubnet(b.Subnet)
-	n, err := d.cfg.Node()
-	if err != nil {
-		src.Close()
-		return fmt.Errorf("configuration from the registry: %w", err)
-	}
-	if err := d.init(n, b.Projects, false); err != nil {
-		src.Close()
-		return err
-	}
-	d.vnids.setRequester(src.RequestProject)
-	d.src = src
-	go d.egress.follow(ctx)
-	src.Follow(ctx, d)
-	if n.Mode.Canonical() == sdn.ModeNetworkPolicy {
-		// Every policy, label and pod address before any pod is adopted
-		// or attached (fail closed: a pod must not run outside the
-		// policies that select it).
-		start := time.Now()
-		if !src.WaitForSync(ctx) {
-			return fmt.Errorf("registry: policies and labels not listed: %w", ctx.Err())
-		}
-		d.log.Info("registry: policies, labels and pod addresses listed", "took", time.Since(start).Round(time.Millisecond))
-	}
-	src.PublishPods(d.podAddresses)
-	return nil
+	return etcdsource.New(sc), nil
 }
 
 // podAddresses returns the local pods' addresses by namespace/name, as
@@ -328,26 +288,8 @@ func (d *Daemon) podAddresses() map[string]netip.Addr {
 
 // podsChanged is told of every pod attached or detached.
 func (d *Daemon) podsChanged() {
-	if d.src != nil {
-		d.src.PodsChanged()
-	}
-}
-
-// fillFromRegistry takes what the configuration leaves out from gvs-master's.
-func (d *Daemon) fillFromRegistry(rc registry.Config) {
-	if len(d.cfg.ClusterNetworks) == 0 {
-		for _, cn := range rc.ClusterNetworks {
-			d.cfg.ClusterNetworks = append(d.cfg.ClusterNetworks, cn.CIDR.String())
-		}
-	}
-	if d.cfg.ServiceNetwork == "" {
-		d.cfg.ServiceNetwork = rc.ServiceNetwork
-	}
-	if d.cfg.Mode == "" {
-		d.cfg.Mode = rc.Mode
-	}
-	if d.cfg.VXLANPort == 0 {
-		d.cfg.VXLANPort = rc.VXLANPort
+	if p, ok := d.cp.(source.PodPublisher); ok {
+		p.PodsChanged()
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gvswitch/gvs/internal/daemon/kubesource"
+	"github.com/gvswitch/gvs/internal/daemon/source"
 	"github.com/gvswitch/gvs/internal/kubetest"
 	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/sdn"
@@ -110,12 +111,13 @@ func TestFollower(t *testing.T) {
 	// Start waits for this node's HostSubnet.
 	type started struct {
 		f   *kubesource.Follower
-		b   kubesource.Bootstrap
+		b   source.Bootstrap
 		err error
 	}
 	done := make(chan started, 1)
 	go func() {
-		f, b, err := kubesource.Start(ctx, kubesource.Config{REST: cfg, Node: "n1"})
+		f := kubesource.New(kubesource.Config{REST: cfg, Node: "n1"})
+		b, err := f.Start(ctx)
 		done <- started{f, b, err}
 	}()
 	time.Sleep(time.Second) // Start must find no HostSubnet first and wait for it; no hook says it is waiting
@@ -213,7 +215,7 @@ func TestStartRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := kubesource.Start(ctx, kubesource.Config{REST: cfg, Node: "n1"}); err == nil || ctx.Err() != nil {
+	if _, err := kubesource.New(kubesource.Config{REST: cfg, Node: "n1"}).Start(ctx); err == nil || ctx.Err() != nil {
 		t.Fatalf("Start with no role: %v (ctx %v), want a refusal", err, ctx.Err())
 	}
 }
