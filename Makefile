@@ -24,7 +24,7 @@ IMAGE ?= gvs:devel
 
 export PATH := $(PATH):$(GOBIN):/usr/local/go/bin
 
-.PHONY: help build image deps tools staticcheck kube-tools kube-images e2e-test check docs vet lint test test-race test-scale fuzz fuzz-long bench bench-compare demo demo-down clean
+.PHONY: help build image deps tools staticcheck kube-tools kube-images e2e-test check docs vet lint test test-slow test-race test-scale fuzz fuzz-long bench bench-compare demo demo-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -111,10 +111,30 @@ check: vet docs ## the quick check for contributors, no root needed: gofmt, go v
 docs: ## check that the links and repository paths in README.md and docs/*.md exist
 	$(GO) test -count=1 ./internal/docscheck/
 
-test: deps lint build kube-tools image kube-images e2e-test ## everything: lint, unit tests, namespace tests (as root), brief fuzzing
-	$(GO) test -count=1 -timeout 45m $(PKGS)
+# make test runs its tests in two lanes at once. The real-node lane
+# (TestRealNodes*: kubelets, containerd, upstream's e2e.test) mostly waits on
+# the lab's programs; it needs the lab's images and e2e.test, which it builds
+# first while the other lane's tests run. The other lane is every other test
+# of every package, except the benchmark harness's (make test-slow). A lane's
+# output is kept in $(TESTLOG)/ and the real-node lane's is printed at its end.
+TESTLOG       ?= $(BIN)/test-logs
+REALNODE_TESTS := ^TestRealNodes
+HARNESS_TESTS  := ^(TestCompare|TestTrials)$$
+test: deps lint build kube-tools image ## everything but test-slow: lint, unit tests, namespace and real-node tests (as root), brief fuzzing
+	@mkdir -p $(TESTLOG)
+	@( $(MAKE) --no-print-directory kube-images e2e-test && \
+	   $(GO) test -count=1 -timeout 45m -run '$(REALNODE_TESTS)' ./internal/e2e/ ) >$(TESTLOG)/realnodes.log 2>&1 & lane=$$!; \
+	$(GO) test -count=1 -timeout 45m -skip '$(REALNODE_TESTS)|$(HARNESS_TESTS)' $(PKGS); rc=$$?; \
+	wait $$lane; lrc=$$?; \
+	echo "--- real-node lane (make kube-images e2e-test; go test -run '$(REALNODE_TESTS)' ./internal/e2e/): exit $$lrc"; \
+	cat $(TESTLOG)/realnodes.log; \
+	[ $$rc = 0 ] && [ $$lrc = 0 ]
 	@$(MAKE) --no-print-directory fuzz
 	@echo "make test: all passed"
+
+test-slow: deps build kube-tools ## the benchmark harness's tests (gvs-bench compare and trials) and the control-plane scale test
+	$(GO) test -count=1 -timeout 20m -run '$(HARNESS_TESTS)' ./internal/e2e/
+	@$(MAKE) --no-print-directory test-scale
 
 test-race: deps kube-tools image kube-images ## unit and namespace tests under the race detector
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
