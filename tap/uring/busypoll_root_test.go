@@ -49,6 +49,7 @@ func TestPortBusyPoll(t *testing.T) {
 		}
 	}()
 	defer close(reqs)
+	blocked := uring.Blocked(pb)
 	reqs <- frames
 	out, _ := iofloor.Buffers(frames, 64)
 	for i := range out {
@@ -80,14 +81,12 @@ func TestPortBusyPoll(t *testing.T) {
 
 	// Wake and Close end a Read (the window is open: the last sleeps
 	// were short).
-	reqs <- 0
-	time.Sleep(10 * time.Millisecond) // so that the Read is polling or blocked: no hook says it is
+	askBlocked(t, blocked, func() { reqs <- 0 })
 	pb.Wake()
 	if r := <-res; !errors.Is(r.err, port.ErrWoken) {
 		t.Fatalf("after Wake: %v", r.err)
 	}
-	reqs <- 0
-	time.Sleep(10 * time.Millisecond) // so that the Read is polling or blocked: no hook says it is
+	askBlocked(t, blocked, func() { reqs <- 0 })
 	if err := pb.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -193,8 +193,8 @@ func TestPortWakeClose(t *testing.T) {
 		}
 	}()
 	defer close(reqs)
-	reqs <- struct{}{}
-	time.Sleep(50 * time.Millisecond) // so that the Read is blocked in the ring: no hook says it is
+	blocked := uring.Blocked(pb)
+	askBlocked(t, blocked, func() { reqs <- struct{}{} })
 	pb.Wake()
 	if err := <-res; !errors.Is(err, port.ErrWoken) {
 		t.Fatalf("after Wake: %v", err)
@@ -207,8 +207,7 @@ func TestPortWakeClose(t *testing.T) {
 	if err := <-res; err != nil {
 		t.Fatalf("read after a wake-up: %v", err)
 	}
-	reqs <- struct{}{}
-	time.Sleep(50 * time.Millisecond) // so that the Read is blocked in the ring: no hook says it is
+	askBlocked(t, blocked, func() { reqs <- struct{}{} })
 	if err := pb.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -392,6 +391,7 @@ func TestPortOnDemand(t *testing.T) {
 	bufs, _ := buffers(64, iofloor.Headroom+2048)
 	meta := make([]port.Meta, len(bufs))
 	ask, recv := movingReader(t, pb, bufs, meta)
+	blocked := uring.Blocked(pb)
 	liveRx0, liveTx0 := uring.LiveRings() // other tests' leftovers
 	read := func(want int) readResult {
 		t.Helper()
@@ -455,8 +455,7 @@ func TestPortOnDemand(t *testing.T) {
 	}
 
 	// Woken idle: the receive ring and the thread go.
-	ask()
-	time.Sleep(50 * time.Millisecond) // so that the Read is blocked in the ring: no hook says it is
+	askBlocked(t, blocked, ask)
 	pb.Wake()
 	if r := recv(); !errors.Is(r.err, port.ErrMoveReader) || !errors.Is(r.err, port.ErrWoken) || r.n != 0 {
 		t.Fatalf("woken with the ring up: %d, %v", r.n, r.err)
@@ -522,8 +521,7 @@ func TestPortOnDemand(t *testing.T) {
 			}
 		}
 		rings(fmt.Sprintf("busy again (%d)", cycle), true, true)
-		ask()
-		time.Sleep(20 * time.Millisecond) // so that the Read is blocked in the ring: no hook says it is
+		askBlocked(t, blocked, ask)
 		pb.Wake()
 		if r := recv(); !errors.Is(r.err, port.ErrMoveReader) {
 			t.Fatalf("cycle %d: woken with the ring up: %v", cycle, r.err)
@@ -539,8 +537,7 @@ func TestPortOnDemand(t *testing.T) {
 		read(len(burst))
 	}
 	rings("busy before Close", true, true)
-	ask()
-	time.Sleep(20 * time.Millisecond) // so that the Read is blocked in the ring: no hook says it is
+	askBlocked(t, blocked, ask)
 	pa.Close()
 	pb.Close()
 	if r := recv(); !errors.Is(r.err, tap.ErrClosed) {
@@ -649,6 +646,7 @@ func TestPortFramesDuringGiveUp(t *testing.T) {
 	meta := make([]port.Meta, len(bufs))
 	burst, _ := iofloor.Buffers(40, 64)
 	ask, recv := movingReader(t, pb, bufs, meta)
+	blocked := uring.Blocked(pb)
 	for range 2 { // busy: the receive ring is made
 		if n, err := pa.Write(burst, metas(burst, nil), iofloor.Headroom); n != len(burst) || err != nil {
 			t.Fatalf("wrote %d: %v", n, err)
@@ -673,8 +671,7 @@ func TestPortFramesDuringGiveUp(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // pacing: the frames reach the ring before the cancel the hook precedes
 	})
 	t.Cleanup(func() { uring.SetHookBeforeCancel(nil) })
-	ask()
-	time.Sleep(20 * time.Millisecond) // so that the Read is blocked in the ring: no hook says it is
+	askBlocked(t, blocked, ask)
 	pb.Wake()
 	r := recv()
 	uring.SetHookBeforeCancel(nil)
@@ -702,8 +699,7 @@ func TestPortFramesDuringGiveUp(t *testing.T) {
 		t.Fatalf("frames %v, want [0 1 2]", got)
 	}
 	if kept { // the kept ring still sees a wake-up
-		ask()
-		time.Sleep(20 * time.Millisecond) // so that the Read is blocked in the ring: no hook says it is
+		askBlocked(t, blocked, ask)
 		pb.Wake()
 		if r = recv(); !errors.Is(r.err, port.ErrMoveReader) {
 			t.Fatalf("the kept ring's next wake-up: %v", r.err)
@@ -826,5 +822,20 @@ func TestPortBudget(t *testing.T) {
 		if in := c.b.InUse(); in != 0 {
 			t.Errorf("closed: %d bytes still counted", in)
 		}
+	}
+}
+
+// askBlocked hands the reader its turn (ask) and returns once that Read is
+// about to sleep in its ring, which blocked (uring.Blocked) tells.
+func askBlocked(t *testing.T, blocked chan struct{}, ask func()) {
+	t.Helper()
+	for len(blocked) > 0 {
+		<-blocked // from an earlier Read
+	}
+	ask()
+	select {
+	case <-blocked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the Read did not go to sleep in its ring")
 	}
 }
