@@ -152,6 +152,8 @@ type Switch struct {
 	capTotals  captureTotals // capture.go
 	trim       trimmer       // trim.go
 	slabs      slabs         // the workers' frame buffers (slab.go)
+	pause      pauser        // under mu (pause.go)
+	pausing    atomic.Bool   // pause.gate != nil, read by the workers
 }
 
 type portMap map[uint32]*portEntry
