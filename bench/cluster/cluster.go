@@ -250,6 +250,7 @@ func (c *Cluster) writeConfig(i int) error {
 		ServiceNetwork:  c.Spec.ServiceNetwork.String(),
 		Projects:        c.Spec.VNIDs,
 		ControlSocket:   n.Socket,
+		HandoffSocket:   c.HandoffSocket(i),
 		MetricsAddr:     "127.0.0.1:9101",
 		Queues:          c.Spec.Queues,
 		VXLANReaders:    c.Spec.VXLANReaders,

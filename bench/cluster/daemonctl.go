@@ -60,3 +60,38 @@ func (c *Cluster) StartDaemon(ctx context.Context, i int) error {
 	}
 	return c.waitReady(ctx, i)
 }
+
+// HandoffSocket is node i's gvs-switchd handoff socket (a live upgrade,
+// UpgradeDaemon).
+func (c *Cluster) HandoffSocket(i int) string {
+	return filepath.Join(c.Lab.StateDir(), c.Nodes[i].Name+"-handoff", "handoff.sock")
+}
+
+// UpgradeDaemon upgrades node i's gvs-switchd live: it starts a new one
+// while the old one runs, which hands its devices, sockets and state over
+// (internal/daemon's handoff.go) and exits; UpgradeDaemon waits for the
+// old one to end and the new one to answer on its control socket. It
+// fails if the old one does not end within lab.StopTimeout (the new one,
+// which then could not take over, is stopped).
+func (c *Cluster) UpgradeDaemon(ctx context.Context, i int) error {
+	n := &c.Nodes[i]
+	old := n.proc
+	if old == nil || old.Exited() {
+		return fmt.Errorf("cluster: node %s runs no gvs-switchd to upgrade", n.Name)
+	}
+	log := filepath.Join(c.Lab.StateDir(), n.Name+".log")
+	next, err := c.Lab.Start(ctx, n.NS, log, filepath.Join(c.Spec.BinDir, "gvs-switchd"), "-config", n.Config)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-old.Done():
+	case <-next.Done():
+		return fmt.Errorf("cluster: the new gvs-switchd on %s exited while taking over (see %s)", n.Name, log)
+	case <-time.After(lab.StopTimeout):
+		_ = next.Stop()
+		return fmt.Errorf("cluster: the old gvs-switchd %d on %s did not hand over and exit within %v", old.PID, n.Name, lab.StopTimeout)
+	}
+	n.proc = next
+	return c.waitReady(ctx, i)
+}

@@ -46,6 +46,12 @@ type Config struct {
 	Pods     []PodConfig       `json:"pods,omitempty"`
 	// ControlSocket is the unix socket gvsctl talks to.
 	ControlSocket string `json:"controlSocket,omitempty"`
+	// HandoffSocket is where the daemon listens for its successor, and
+	// where a starting daemon looks for a running one to take over from
+	// without a gap (a live upgrade, handoff.go; docs/operations.md). ""
+	// means /run/gvs/handoff.sock; "off" turns both off. Its directory
+	// must be root's and writable by root only.
+	HandoffSocket string `json:"handoffSocket,omitempty"`
 	// MetricsAddr is where /metrics listens, in the node's namespace;
 	// "" means 127.0.0.1:9101, "off" disables it.
 	MetricsAddr string `json:"metricsAddr,omitempty"`

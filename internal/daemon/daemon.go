@@ -93,6 +93,17 @@ type Daemon struct {
 	// regTLS is the node's etcd identity (nil without TLS).
 	regTLS atomic.Pointer[pki.Client]
 
+	// Live upgrade (handoff.go): inherit is what the predecessor handed
+	// over, until used (nil without one; tookOver stays set); handedOff
+	// is set once this daemon handed everything to a successor;
+	// listeners are the CNI and control sockets, pausable; tun0 is
+	// tun0's queue.
+	inherit   *inheritance
+	tookOver  bool
+	handedOff atomic.Bool
+	listeners struct{ cni, control *pausableListener }
+	tun0      *tap.Device
+
 	// mu guards the CNI address manager and the subnet history.
 	mu     sync.Mutex
 	ipam   *cniplugin.IPAM // nil without CNI
@@ -196,8 +207,10 @@ func (d *Daemon) init(n sdn.NodeConfig, projects map[string]uint32, implicitDefa
 // Run sets the node up (rules, vxlan0, tun0, NAT, static pods), serves the
 // control socket and /metrics, and blocks until ctx is done. It must run in
 // the node's network namespace.
-func (d *Daemon) Run(ctx context.Context) error {
-	defer d.closeSwitch() // the CNI pods' TAPs stay
+func (d *Daemon) Run(ctx context.Context) (err error) {
+	defer d.closeSwitch()                // the CNI pods' TAPs stay
+	ctx, exit := context.WithCancel(ctx) // exit: handed over to a successor
+	defer exit()
 	d.startSched(ctx)
 	if d.cfg.FromRegistry() || d.cfg.FromKubernetes() {
 		if err := d.startControlPlane(ctx); err != nil {
@@ -205,6 +218,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		defer d.cp.Close()
 	}
+	d.takeOver() // a running daemon's descriptors and state (handoff.go)
+	defer func() {
+		if in := d.inherit; in != nil && err != nil {
+			d.abortTakeOver(in, err) // the running daemon resumes
+		}
+	}()
 	if err := d.setup(ctx); err != nil {
 		return err
 	}
@@ -219,11 +238,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if sock == "" {
 		sock = control.DefaultSocket
 	}
-	l, err := d.listenLocal(sock, control.Listen, control.Refuse)
+	var ctlIdx = -1
+	if d.inherit != nil {
+		ctlIdx = d.inherit.st.ControlListener
+	}
+	l, err := d.listenLocal(sock, control.Listen, control.Refuse, ctlIdx, &d.listeners.control)
 	if err != nil {
 		return err
 	}
 	go func() { errc <- control.Serve(ctx, l, d.handle, d.log) }()
+	if err := d.finishTakeOver(); err != nil {
+		return err
+	}
+	go d.serveHandoff(ctx, exit)
 	if d.cfg.MetricsAddr != "off" {
 		addr := d.cfg.MetricsAddr
 		if addr == "" {
@@ -238,6 +265,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	case err := <-errc:
+		if d.handedOff.Load() {
+			return nil // the listeners closed as they were handed over
+		}
 		return err
 	}
 }
@@ -302,7 +332,7 @@ func (d *Daemon) setup(ctx context.Context) error {
 	// TAP shows that the kernel takes UDP super-frames (usoSeen).
 	vx, err := vxlan.Listen(vxlan.Config{Local: n.NodeIP, Port: d.cfg.VXLANPort, Peers: d.peers,
 		Offload: d.offload(), Readers: d.vxlanReaders(), FlowQueues: d.cfg.VXLANFlowQueues,
-		BusyPoll: d.busy, Logger: d.log})
+		BusyPoll: d.busy, Sockets: d.inheritedVXLAN(), Logger: d.log})
 	if err != nil {
 		return fmt.Errorf("vxlan0: %w", err)
 	}
@@ -316,10 +346,14 @@ func (d *Daemon) setup(ctx context.Context) error {
 	}
 	d.vx = vx
 	// tun0, port 2: a TAP left in the node namespace, holding the gateway.
-	gw, err := tap.Create(tap.Config{Name: "tun0", Logger: d.log})
+	gw, err := d.inheritedTun0()
+	if gw == nil && err == nil {
+		gw, err = tap.Create(tap.Config{Name: "tun0", Logger: d.log})
+	}
 	if err != nil {
 		return fmt.Errorf("tun0: %w", err)
 	}
+	d.tun0 = gw
 	gwp := d.tapIO(gw)
 	if err := d.sw.AddPort(sdn.PortTun0, gwp); err != nil {
 		gwp.Close()
@@ -373,7 +407,9 @@ func (d *Daemon) closeSwitch() {
 		d.pods.Exiting()
 	}
 	d.sw.Close()
-	d.saveConntrack() // for the next daemon (conntrack.go)
+	if !d.handedOff.Load() {
+		d.saveConntrack() // for the next daemon (conntrack.go)
+	}
 }
 
 // nodeConfig returns the node configuration, which a subnet change may
@@ -383,23 +419,40 @@ func (d *Daemon) nodeConfig() sdn.NodeConfig { return d.prog.Node() }
 // listenLocal opens a local socket with listen and lets only the processes
 // Config.SocketGroup allows use it (root and, if set, the group's members,
 // by SO_PEERCRED); refuse answers the others in the socket's protocol.
-func (d *Daemon) listenLocal(path string, listen func(string) (net.Listener, error), refuse func(net.Conn, error)) (net.Listener, error) {
+//
+// The listener can be paused and handed to a successor (handoff.go): it is
+// stored in *slot. inherited is the index of the predecessor's listening
+// socket to take instead of listening anew (-1: none).
+func (d *Daemon) listenLocal(path string, listen func(string) (net.Listener, error), refuse func(net.Conn, error),
+	inherited int, slot **pausableListener) (net.Listener, error) {
 	p, err := d.cfg.socketPolicy()
 	if err != nil {
 		return nil, err
 	}
-	l, err := listen(path)
+	ul, err := d.inheritedListener(inherited)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: inherited: %w", path, err)
+	}
+	if ul == nil {
+		nl, err := listen(path)
+		if err != nil {
+			return nil, err
+		}
+		if ul, _ = nl.(*net.UnixListener); ul == nil {
+			nl.Close()
+			return nil, fmt.Errorf("%s: listener is a %T", path, nl)
+		}
 	}
 	if err := accept.SocketMode(path, p); err != nil {
-		l.Close()
+		ul.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return accept.Guard(l, p, func(c net.Conn, err error) {
+	pl := &pausableListener{ul: ul, guarded: accept.Guard(ul, p, func(c net.Conn, err error) {
 		d.log.Warn("local socket: connection refused", "socket", path, "err", err)
 		refuse(c, err)
-	}), nil
+	})}
+	*slot = pl
+	return pl, nil
 }
 
 // usesUring reports whether the daemon drives pod TAPs through io_uring.

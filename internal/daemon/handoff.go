@@ -1,0 +1,527 @@
+package daemon
+
+// A live upgrade: the new gvs-switchd takes its predecessor's open
+// descriptors and state over a unix socket (package internal/handoff)
+// instead of waiting for it to exit, so that no frame is dropped.
+//
+// Order of events (O: the running daemon, N: its successor):
+//
+//  1. N starts as usual up to the point where it would open devices
+//     (configuration, registry, rule program in its own table), then
+//     connects to O's handoff socket (Config.HandoffSocket) and says hello.
+//     No socket, or no answer: N starts afresh (adopt-on-start, as after
+//     a stop).
+//  2. O stops accepting on its CNI and control sockets and waits for the
+//     requests in progress (new connections wait in the sockets'
+//     backlogs), then parks its switch's readers (frames wait in the TAP
+//     queues and socket buffers: nothing is read, so nothing is dropped
+//     or forwarded twice). It saves its connection table and sends the
+//     descriptors (every pod TAP queue, vxlan0's sockets, tun0, the two
+//     listening sockets) and the table.
+//  3. N loads the table, builds vxlan0, tun0 and the pods' ports on the
+//     descriptors (rules as on a restart: from the configuration and the
+//     leases, which both read from the same files), starts forwarding,
+//     accepts on the listening sockets, and says ready.
+//  4. O, parked all along, closes its descriptors (N holds the same open
+//     files: nothing is detached), removes its handoff socket, says bye
+//     and exits; N then listens on the handoff socket itself.
+//
+// Fail safe: until O reads "ready", O holds everything and can resume. If
+// N aborts, dies or stays silent (a 30 s deadline), O resumes reading and
+// accepting and carries on; N, if alive, exits with the error (it cannot
+// bind what O holds), and a supervisor tries again. Two daemons never
+// read the same descriptor: O is parked from before it sends the first
+// descriptor until it has closed them all, or resumes only after N is
+// gone or has closed its copies.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gvswitch/gvs/internal/handoff"
+	"github.com/gvswitch/gvs/tap"
+	"github.com/gvswitch/gvs/vxlan"
+)
+
+// Handoff timing limits.
+const (
+	handoffDial     = time.Second      // N connecting to O
+	handoffPauseCNI = 10 * time.Second // O waiting for CNI requests in progress
+	handoffPauseSw  = 2 * time.Second  // O parking its readers
+	handoffReady    = 30 * time.Second // O waiting for N to be ready
+	handoffBye      = 3 * time.Second  // N waiting for O to let go
+)
+
+// handoffPath is the handoff socket ("" when off).
+func (d *Daemon) handoffPath() string {
+	switch d.cfg.HandoffSocket {
+	case "off":
+		return ""
+	case "":
+		return handoff.DefaultSocket
+	}
+	return d.cfg.HandoffSocket
+}
+
+// inheritance is what N received from O, until used.
+type inheritance struct {
+	c     *handoff.Conn
+	st    handoff.State
+	fds   []int // by index; -1 once taken
+	table []byte
+	start time.Time
+}
+
+// take returns descriptor i, which the caller owns from then on (-1: no
+// such descriptor, or taken).
+func (in *inheritance) take(i int) int {
+	if in == nil || i < 0 || i >= len(in.fds) {
+		return -1
+	}
+	fd := in.fds[i]
+	in.fds[i] = -1
+	return fd
+}
+
+// closeRest closes the descriptors nobody took.
+func (in *inheritance) closeRest() int {
+	n := 0
+	for i, fd := range in.fds {
+		if fd >= 0 {
+			unix.Close(fd)
+			in.fds[i] = -1
+			n++
+		}
+	}
+	return n
+}
+
+// takeOver connects to a running daemon and receives its descriptors and
+// state (steps 1–2 above). It returns without an inheritance when there is
+// no daemon to take over from or the exchange fails (O then resumes).
+func (d *Daemon) takeOver() {
+	path := d.handoffPath()
+	if path == "" {
+		return
+	}
+	if _, err := os.Stat(path); err != nil {
+		return
+	}
+	start := time.Now()
+	c, err := handoff.Dial(path, handoffDial)
+	if err != nil {
+		d.log.Info("handoff: no running daemon answers; starting afresh", "socket", path, "err", err)
+		return
+	}
+	_ = c.SetDeadline(time.Now().Add(handoffReady))
+	if err := c.SendJSON(handoff.TypeHello, handoff.Hello{Version: handoff.Version, PID: os.Getpid()}); err != nil {
+		c.Close()
+		d.log.Warn("handoff: hello failed; starting afresh", "err", err)
+		return
+	}
+	st, fds, table, err := c.RecvState()
+	if err != nil {
+		c.Close()
+		d.log.Warn("handoff: the running daemon's state was not received; starting afresh", "err", err)
+		return
+	}
+	n := d.prog.Node()
+	if st.NodeName != n.NodeName || st.Subnet != n.Subnet.String() {
+		err := fmt.Errorf("the running daemon is node %s with subnet %s, this one %s with %s", st.NodeName, st.Subnet, n.NodeName, n.Subnet)
+		d.abortTakeOver(&inheritance{c: c, fds: fds}, err)
+		d.log.Warn("handoff: refused; starting afresh", "err", err)
+		return
+	}
+	d.inherit = &inheritance{c: c, st: st, fds: fds, table: table, start: start}
+	d.tookOver = true
+	d.log.Info("handoff: taking over", "from", st.PID, "descriptors", len(fds), "pods", len(st.Pods),
+		"conntrackBytes", len(table), "took", time.Since(start).Round(time.Microsecond))
+	if len(table) > 0 {
+		res, err := d.sw.Conntrack().Load(bytes.NewReader(table))
+		if err != nil {
+			d.log.Warn("handoff: connection table refused; starting with what is loaded", "err", err)
+		} else {
+			d.log.Info("conntrack: connections taken over from the running daemon", "loaded", res.Loaded, "skipped", res.Skipped)
+		}
+	}
+}
+
+// abortTakeOver tells O to resume and drops what was inherited.
+func (d *Daemon) abortTakeOver(in *inheritance, why error) {
+	_ = in.c.Send(handoff.TypeAbort, []byte(why.Error()), nil)
+	in.c.Close()
+	in.closeRest()
+}
+
+// inheritedVXLAN returns vxlan0's sockets if inherited (nil otherwise).
+func (d *Daemon) inheritedVXLAN() *vxlan.Sockets {
+	in := d.inherit
+	if in == nil {
+		return nil
+	}
+	s := &vxlan.Sockets{Steered: in.st.VXLANSteered}
+	for _, i := range in.st.VXLANRx {
+		s.Rx = append(s.Rx, os.NewFile(uintptr(in.take(i)), "vxlan-rx"))
+	}
+	for _, i := range in.st.VXLANTx {
+		s.Tx = append(s.Tx, os.NewFile(uintptr(in.take(i)), "vxlan-tx"))
+	}
+	return s
+}
+
+// inheritedTun0 returns tun0's first queue if inherited (nil otherwise).
+func (d *Daemon) inheritedTun0() (*tap.Device, error) {
+	in := d.inherit
+	if in == nil {
+		return nil, nil
+	}
+	return tap.FromFd(in.take(in.st.Tun0[0]), tap.Config{Logger: d.log})
+}
+
+// inheritPods gives the pod manager the pods' TAP queues.
+func (d *Daemon) inheritPods() error {
+	in := d.inherit
+	if in == nil {
+		return nil
+	}
+	for _, p := range in.st.Pods {
+		var qs []*tap.Device
+		for _, i := range p.Queues {
+			q, err := tap.FromFd(in.take(i), tap.Config{Offloads: d.podOffloads(), Logger: d.log})
+			if err != nil {
+				for _, q := range qs {
+					q.Close()
+				}
+				return fmt.Errorf("pod %s: %w", p.ContainerID, err)
+			}
+			qs = append(qs, q)
+		}
+		d.pods.Inherit(p.ContainerID, p.IfName, qs)
+	}
+	return nil
+}
+
+// inheritedListener returns the listening socket of descriptor i, if
+// inherited.
+func (d *Daemon) inheritedListener(i int) (*net.UnixListener, error) {
+	fd := d.inherit.take(i)
+	if fd < 0 {
+		return nil, nil
+	}
+	f := os.NewFile(uintptr(fd), "listener")
+	defer f.Close()
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, err
+	}
+	ul, ok := l.(*net.UnixListener)
+	if !ok {
+		l.Close()
+		return nil, fmt.Errorf("inherited listener is a %T", l)
+	}
+	return ul, nil
+}
+
+// finishTakeOver tells O that N forwards (step 3) and waits for it to let
+// go (step 4).
+func (d *Daemon) finishTakeOver() error {
+	in := d.inherit
+	if in == nil {
+		return nil
+	}
+	d.inherit = nil
+	if n := in.closeRest(); n > 0 {
+		d.log.Info("handoff: descriptors not used", "count", n)
+	}
+	if n := d.pods.DropInherited(); n > 0 {
+		d.log.Info("handoff: pods handed over without a lease here; their TAPs stay", "count", n)
+	}
+	defer in.c.Close()
+	if err := in.c.Send(handoff.TypeReady, nil, nil); err != nil {
+		return fmt.Errorf("handoff: ready: %w", err)
+	}
+	_ = in.c.SetDeadline(time.Now().Add(handoffBye))
+	if _, _, err := in.c.Expect(handoff.TypeBye); err != nil {
+		d.log.Warn("handoff: no bye from the old daemon", "err", err)
+	}
+	d.log.Info("handoff: took over", "from", in.st.PID, "took", time.Since(in.start).Round(time.Microsecond))
+	return nil
+}
+
+// pausableListener is a listening unix socket whose accepting can be
+// paused, and which can be handed to a successor (step 2).
+type pausableListener struct {
+	ul      *net.UnixListener
+	guarded net.Listener // ul behind the peer check (accept.Guard)
+
+	mu       sync.Mutex
+	paused   chan struct{} // non-nil while paused; closed by resume
+	gone     bool          // handed over: Accept fails
+	inAccept int           // Accepts in the underlying listener
+	active   int           // connections accepted and not yet closed
+}
+
+func (l *pausableListener) Accept() (net.Conn, error) {
+	for {
+		l.mu.Lock()
+		if l.gone {
+			l.mu.Unlock()
+			return nil, net.ErrClosed
+		}
+		if p := l.paused; p != nil {
+			l.mu.Unlock()
+			<-p
+			continue
+		}
+		l.inAccept++
+		l.mu.Unlock()
+		c, err := l.guarded.Accept()
+		l.mu.Lock()
+		l.inAccept--
+		if err != nil {
+			again := (l.paused != nil || l.gone) && errors.Is(err, os.ErrDeadlineExceeded)
+			l.mu.Unlock()
+			if again {
+				continue
+			}
+			return nil, err
+		}
+		l.active++
+		l.mu.Unlock()
+		return &countedConn{Conn: c, l: l}, nil
+	}
+}
+
+func (l *pausableListener) Close() error   { return l.ul.Close() }
+func (l *pausableListener) Addr() net.Addr { return l.ul.Addr() }
+
+// pause stops accepting and waits until no request is in progress.
+func (l *pausableListener) pause(timeout time.Duration) error {
+	l.mu.Lock()
+	if l.paused == nil {
+		l.paused = make(chan struct{})
+	}
+	l.mu.Unlock()
+	_ = l.ul.SetDeadline(time.Unix(1, 0)) // a blocked Accept returns
+	deadline := time.Now().Add(timeout)
+	for {
+		l.mu.Lock()
+		idle := l.inAccept == 0 && l.active == 0
+		active := l.active
+		l.mu.Unlock()
+		if idle {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			l.resume()
+			return fmt.Errorf("%d requests still in progress after %v", active, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// resume accepts again.
+func (l *pausableListener) resume() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_ = l.ul.SetDeadline(time.Time{})
+	if l.paused != nil {
+		close(l.paused)
+		l.paused = nil
+	}
+}
+
+// handOver closes this process's descriptor of the socket without removing
+// its path: the successor accepts on the same socket.
+func (l *pausableListener) handOver() {
+	l.mu.Lock()
+	l.gone = true
+	p := l.paused
+	l.paused = nil
+	l.mu.Unlock()
+	if p != nil {
+		close(p)
+	}
+	l.ul.SetUnlinkOnClose(false)
+	l.ul.Close()
+}
+
+// fd is the socket's descriptor (the listener's; valid until it closes).
+func (l *pausableListener) fd() int {
+	rc, err := l.ul.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := -1
+	_ = rc.Control(func(u uintptr) { fd = int(u) })
+	return fd
+}
+
+type countedConn struct {
+	net.Conn
+	l    *pausableListener
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		c.l.active--
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// serveHandoff listens for a successor until ctx ends or a handoff
+// succeeds; then it calls exit.
+func (d *Daemon) serveHandoff(ctx context.Context, exit func()) {
+	path := d.handoffPath()
+	if path == "" {
+		return
+	}
+	l, err := handoff.Listen(path)
+	if err != nil {
+		d.log.Warn("handoff: not listening for a successor; an upgrade will restart", "err", err)
+		return
+	}
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	for {
+		c, err := handoff.Accept(l)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			d.log.Warn("handoff: connection refused", "err", err)
+			continue
+		}
+		if !d.handOver(c) {
+			c.Close()
+			continue
+		}
+		l.Close() // removes the socket: the successor listens there next
+		_ = c.Send(handoff.TypeBye, nil, nil)
+		c.Close()
+		exit()
+		return
+	}
+}
+
+// handOver hands everything to the successor on c (steps 2 and 4) and
+// reports whether it did; if not, the daemon carries on.
+func (d *Daemon) handOver(c *handoff.Conn) bool {
+	_ = c.SetDeadline(time.Now().Add(handoffDial))
+	body, _, err := c.Expect(handoff.TypeHello)
+	if err != nil {
+		d.log.Warn("handoff: no hello", "err", err)
+		return false
+	}
+	var h handoff.Hello
+	if err := json.Unmarshal(body, &h); err != nil || h.Version != handoff.Version {
+		d.log.Warn("handoff: bad hello", "hello", string(body), "err", err)
+		_ = c.Send(handoff.TypeAbort, []byte("bad hello"), nil)
+		return false
+	}
+	abort := func(err error) bool {
+		d.log.Warn("handoff: not handing over; carrying on", "to", h.PID, "err", err)
+		_ = c.Send(handoff.TypeAbort, []byte(err.Error()), nil)
+		return false
+	}
+	if len(d.cfg.Pods) > 0 {
+		return abort(errors.New("static pods (configuration key pods) are re-created on start, not handed over: stop this daemon first"))
+	}
+	if d.vx == nil || d.tun0 == nil {
+		return abort(errors.New("not set up yet"))
+	}
+	d.log.Info("handoff: successor connected; pausing", "pid", h.PID)
+	start := time.Now()
+	var paused []*pausableListener
+	resume := func() {
+		d.sw.Resume()
+		for _, l := range paused {
+			l.resume()
+		}
+	}
+	for _, l := range []*pausableListener{d.listeners.cni, d.listeners.control} {
+		if l == nil {
+			continue
+		}
+		if err := l.pause(handoffPauseCNI); err != nil {
+			resume()
+			return abort(err)
+		}
+		paused = append(paused, l)
+	}
+	if err := d.sw.Pause(handoffPauseSw); err != nil {
+		resume()
+		return abort(err)
+	}
+	st, fds := d.handoffState()
+	var table bytes.Buffer
+	if _, err := d.sw.Conntrack().Save(&table); err != nil {
+		resume()
+		return abort(fmt.Errorf("conntrack: %w", err))
+	}
+	_ = c.SetDeadline(time.Now().Add(handoffReady))
+	if err := c.SendState(st, fds, table.Bytes()); err != nil {
+		resume()
+		d.log.Warn("handoff: sending failed; resuming", "err", err)
+		return false
+	}
+	if _, _, err := c.Expect(handoff.TypeReady); err != nil {
+		resume()
+		d.log.Warn("handoff: the successor did not take over; resuming", "pid", h.PID, "err", err,
+			"paused", time.Since(start).Round(time.Microsecond))
+		return false
+	}
+	// Let go: from here on this daemon only exits.
+	d.handedOff.Store(true)
+	d.pods.Exiting()
+	for _, l := range paused {
+		l.handOver()
+	}
+	d.log.Info("handoff: handed over; exiting", "to", h.PID, "pods", len(st.Pods),
+		"paused", time.Since(start).Round(time.Microsecond))
+	return true
+}
+
+// handoffState lists the descriptors to hand over.
+func (d *Daemon) handoffState() (handoff.State, []int) {
+	n := d.prog.Node()
+	st := handoff.State{PID: os.Getpid(), NodeName: n.NodeName, Subnet: n.Subnet.String(),
+		CNIListener: -1, ControlListener: -1}
+	var fds []int
+	add := func(fd int) int { fds = append(fds, fd); return len(fds) - 1 }
+	rx, tx, steered := d.vx.Fds()
+	for _, fd := range rx {
+		st.VXLANRx = append(st.VXLANRx, add(fd))
+	}
+	for _, fd := range tx {
+		st.VXLANTx = append(st.VXLANTx, add(fd))
+	}
+	st.VXLANSteered = steered
+	st.Tun0 = []int{add(d.tun0.Fd())}
+	if l := d.listeners.cni; l != nil {
+		st.CNIListener = add(l.fd())
+	}
+	if l := d.listeners.control; l != nil {
+		st.ControlListener = add(l.fd())
+	}
+	for _, p := range d.pods.HandoffPods() {
+		hp := handoff.Pod{ContainerID: p.ContainerID, IfName: p.IfName, Netns: p.Netns, Port: p.Port}
+		for _, fd := range p.Fds {
+			hp.Queues = append(hp.Queues, add(fd))
+		}
+		st.Pods = append(st.Pods, hp)
+	}
+	return st, fds
+}
