@@ -82,5 +82,14 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return d.Run(ctx)
+	if err := d.Run(ctx); err != nil {
+		return err
+	}
+	if d.HandedOff() && d.LingerAfterHandoff() {
+		// A successor runs the node now; stay, holding nothing, until
+		// told to stop (afterHandoff "wait").
+		log.Info("handed over to a successor; waiting for SIGTERM")
+		<-ctx.Done()
+	}
+	return nil
 }

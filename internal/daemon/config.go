@@ -52,6 +52,12 @@ type Config struct {
 	// means /run/gvs/handoff.sock; "off" turns both off. Its directory
 	// must be root's and writable by root only.
 	HandoffSocket string `json:"handoffSocket,omitempty"`
+	// AfterHandoff is what the daemon does once it has handed everything
+	// to a successor: "exit" (the default) or "wait": stay, idle and
+	// holding nothing, until SIGTERM, so that a supervisor that restarts
+	// exited processes (a DaemonSet's kubelet) does not start the old
+	// version again, which would take over from the new one.
+	AfterHandoff string `json:"afterHandoff,omitempty"`
 	// MetricsAddr is where /metrics listens, in the node's namespace;
 	// "" means 127.0.0.1:9101, "off" disables it.
 	MetricsAddr string `json:"metricsAddr,omitempty"`
@@ -472,6 +478,9 @@ func DecodeConfig(b []byte) (*Config, error) {
 // Validate checks a configuration as ParseConfig does; call it again after
 // changing one (gvs-switchd's -node-name and -node-ip flags).
 func (c *Config) Validate() error {
+	if c.AfterHandoff != "" && c.AfterHandoff != "exit" && c.AfterHandoff != "wait" {
+		return fmt.Errorf("afterHandoff %q: want exit or wait", c.AfterHandoff)
+	}
 	if c.Queues < 0 || c.Queues > MaxQueues {
 		return fmt.Errorf("queues: %d out of range 0..%d", c.Queues, MaxQueues)
 	}

@@ -101,6 +101,7 @@ type Daemon struct {
 	inherit   *inheritance
 	tookOver  bool
 	handedOff atomic.Bool
+	handingMu sync.Mutex // held while handing over
 	listeners struct{ cni, control *pausableListener }
 	tun0      *tap.Device
 
@@ -263,8 +264,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		"mode", n.Mode, "control", sock)
 	select {
 	case <-ctx.Done():
+		d.waitHandoff() // a handoff in progress ends first (handoff.go)
 		return nil
 	case err := <-errc:
+		d.waitHandoff()
 		if d.handedOff.Load() {
 			return nil // the listeners closed as they were handed over
 		}
@@ -443,6 +446,10 @@ func (d *Daemon) listenLocal(path string, listen func(string) (net.Listener, err
 			return nil, fmt.Errorf("%s: listener is a %T", path, nl)
 		}
 	}
+	// Closing does not remove the path: after a live upgrade the
+	// successor serves the same socket there (handoff.go); a stale file
+	// is replaced on the next start.
+	ul.SetUnlinkOnClose(false)
 	if err := accept.SocketMode(path, p); err != nil {
 		ul.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -72,6 +72,22 @@ func (d *Daemon) handoffPath() string {
 	return d.cfg.HandoffSocket
 }
 
+// HandedOff reports whether the daemon handed everything to a successor
+// (Run then returned nil): the process should exit, or wait for SIGTERM
+// with Config.AfterHandoff "wait", touching nothing.
+func (d *Daemon) HandedOff() bool { return d.handedOff.Load() }
+
+// LingerAfterHandoff reports whether Config.AfterHandoff is "wait".
+func (d *Daemon) LingerAfterHandoff() bool { return d.cfg.AfterHandoff == "wait" }
+
+// waitHandoff waits for a handoff in progress to end, handed over or not
+// (Run, when it is told to stop: a DaemonSet may stop the old pod while it
+// hands over).
+func (d *Daemon) waitHandoff() {
+	d.handingMu.Lock()
+	defer d.handingMu.Unlock()
+}
+
 // inheritance is what N received from O, until used.
 type inheritance struct {
 	c     *handoff.Conn
@@ -404,15 +420,18 @@ func (d *Daemon) serveHandoff(ctx context.Context, exit func()) {
 			d.log.Warn("handoff: connection refused", "err", err)
 			continue
 		}
-		if !d.handOver(c) {
-			c.Close()
-			continue
+		d.handingMu.Lock()
+		ok := d.handOver(c)
+		if ok {
+			l.Close() // removes the socket: the successor listens there next
+			_ = c.Send(handoff.TypeBye, nil, nil)
 		}
-		l.Close() // removes the socket: the successor listens there next
-		_ = c.Send(handoff.TypeBye, nil, nil)
+		d.handingMu.Unlock()
 		c.Close()
-		exit()
-		return
+		if ok {
+			exit()
+			return
+		}
 	}
 }
 
