@@ -34,6 +34,7 @@ import (
 	"github.com/gvswitch/gvs/internal/daemon/etcdsource"
 	"github.com/gvswitch/gvs/internal/daemon/pods"
 	"github.com/gvswitch/gvs/internal/daemon/source"
+	"github.com/gvswitch/gvs/internal/handoff"
 	"github.com/gvswitch/gvs/internal/sched"
 	"github.com/gvswitch/gvs/port"
 	"github.com/gvswitch/gvs/sdn"
@@ -102,8 +103,15 @@ type Daemon struct {
 	tookOver  bool
 	handedOff atomic.Bool
 	handingMu sync.Mutex // held while handing over
-	listeners struct{ cni, control *pausableListener }
-	tun0      *tap.Device
+	// released is set when a successor asked this daemon to stop
+	// (handoff fallback); releaseConn is that successor's connection,
+	// left open until the process exits. noSave: do not save the
+	// connection table on exit.
+	released    atomic.Bool
+	releaseConn *handoff.Conn
+	noSave      bool
+	listeners   struct{ cni, control *pausableListener }
+	tun0        *tap.Device
 
 	// mu guards the CNI address manager and the subnet history.
 	mu     sync.Mutex
@@ -222,7 +230,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.takeOver() // a running daemon's descriptors and state (handoff.go)
 	defer func() {
 		if in := d.inherit; in != nil && err != nil {
-			d.abortTakeOver(in, err) // the running daemon resumes
+			err = d.releaseTakeOver(in, err) // fall back: the running daemon stops
 		}
 	}()
 	if err := d.setup(ctx); err != nil {
@@ -410,7 +418,7 @@ func (d *Daemon) closeSwitch() {
 		d.pods.Exiting()
 	}
 	d.sw.Close()
-	if !d.handedOff.Load() {
+	if !d.handedOff.Load() && !d.noSave {
 		d.saveConntrack() // for the next daemon (conntrack.go)
 	}
 }

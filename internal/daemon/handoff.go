@@ -72,6 +72,18 @@ func (d *Daemon) handoffPath() string {
 	return d.cfg.HandoffSocket
 }
 
+// ErrHandoffFallback is returned by Run when it received a running
+// daemon's descriptors but could not use them: it closed them and asked
+// that daemon to stop (Release), which has stopped. Make a new Daemon and
+// Run it: it starts afresh, adopting what the old one left.
+var ErrHandoffFallback = errors.New("handoff failed; the old daemon stopped: start afresh")
+
+// Superseded reports whether the daemon stopped for a successor: it
+// handed everything over, or was asked to stop so that the successor
+// starts afresh. The process should then exit, or with Config.AfterHandoff
+// "wait" stay until SIGTERM.
+func (d *Daemon) Superseded() bool { return d.handedOff.Load() || d.released.Load() }
+
 // HandedOff reports whether the daemon handed everything to a successor
 // (Run then returned nil): the process should exit, or wait for SIGTERM
 // with Config.AfterHandoff "wait", touching nothing.
@@ -168,6 +180,42 @@ func (d *Daemon) takeOver() {
 		} else {
 			d.log.Info("conntrack: connections taken over from the running daemon", "loaded", res.Loaded, "skipped", res.Skipped)
 		}
+	}
+}
+
+// releaseTakeOver is the fallback when N fails after receiving O's state
+// (Run's error err): N closes its switch (ports on inherited descriptors
+// included) and what it did not use, asks O to stop (Release) and waits
+// until O has exited, so that a new Daemon can start afresh.
+func (d *Daemon) releaseTakeOver(in *inheritance, err error) error {
+	d.inherit = nil
+	d.noSave = true // O saves its table; this daemon has nothing of its own
+	if d.pods != nil {
+		d.pods.Exiting()
+		d.pods.DropInherited()
+	}
+	d.sw.Close()
+	in.closeRest()
+	d.log.Warn("handoff: cannot take over; asking the running daemon to stop, then starting afresh", "err", err)
+	if serr := in.c.Send(handoff.TypeRelease, []byte(err.Error()), nil); serr != nil {
+		in.c.Close()
+		return fmt.Errorf("%w (release: %w)", err, serr)
+	}
+	_ = in.c.SetDeadline(time.Now().Add(handoffReady))
+	for {
+		if _, _, _, rerr := in.c.Recv(); rerr != nil {
+			break // closed: the old daemon has exited (or the deadline)
+		}
+	}
+	in.c.Close()
+	return fmt.Errorf("%w: %w", ErrHandoffFallback, err)
+}
+
+// closeRelease closes the connection of a successor that asked this
+// daemon to stop, once it has stopped (the successor waits for it).
+func (d *Daemon) closeRelease() {
+	if d.releaseConn != nil {
+		d.releaseConn.Close()
 	}
 }
 
@@ -422,11 +470,18 @@ func (d *Daemon) serveHandoff(ctx context.Context, exit func()) {
 		}
 		d.handingMu.Lock()
 		ok := d.handOver(c)
-		if ok {
+		if ok && !d.released.Load() {
 			l.Close() // removes the socket: the successor listens there next
 			_ = c.Send(handoff.TypeBye, nil, nil)
 		}
 		d.handingMu.Unlock()
+		if ok && d.released.Load() {
+			// The successor waits for this connection to close, which
+			// it does when the process exits, its devices closed.
+			d.releaseConn = c
+			exit()
+			return
+		}
 		c.Close()
 		if ok {
 			exit()
@@ -496,7 +551,23 @@ func (d *Daemon) handOver(c *handoff.Conn) bool {
 		d.log.Warn("handoff: sending failed; resuming", "err", err)
 		return false
 	}
-	if _, _, err := c.Expect(handoff.TypeReady); err != nil {
+	t, body, fds, err := c.Recv()
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	if err == nil && t == handoff.TypeRelease {
+		// The successor cannot use what it got and closed it all: stop
+		// as on SIGTERM, so that it starts afresh (the fallback).
+		resume()
+		d.released.Store(true)
+		d.log.Warn("handoff: the successor could not take over and asks this daemon to stop; stopping",
+			"pid", h.PID, "reason", string(body))
+		return true
+	}
+	if err == nil && t != handoff.TypeReady {
+		err = fmt.Errorf("got %s: %s", t, body)
+	}
+	if err != nil {
 		resume()
 		d.log.Warn("handoff: the successor did not take over; resuming", "pid", h.PID, "err", err,
 			"paused", time.Since(start).Round(time.Microsecond))

@@ -322,3 +322,37 @@ func TestHandoffSuccessorFails(t *testing.T) {
 		t.Errorf("%d pings lost, want at most one per handoff", lost)
 	}
 }
+
+// TestHandoffFallback: a successor whose configuration cannot use the
+// running daemon's tunnel sockets (another vxlanFlowQueues) asks it to
+// stop and starts afresh, adopting the pods as after a restart: the
+// upgrade completes, traffic resumes and the TCP connection survives.
+func TestHandoffFallback(t *testing.T) {
+	c := up(t, "hfb", cluster.Spec{Lab: lab.Spec{Nodes: 2, PodsPerNode: 1}, Mode: "subnet", CNI: true})
+	a, b := c.Nodes[0].Pods[0], c.Nodes[1].Pods[0]
+	ca, cb := tcpPair(t, a, b)
+	editConfig(t, c, 0, func(m map[string]any) { m["vxlanFlowQueues"] = 4 })
+	if err := c.UpgradeDaemon(ctx(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	if ok, out := ping(t, c.Lab, a.NS, b.IP, 56); !ok {
+		t.Errorf("after the fallback:\n%s", out)
+	}
+	if err := exchange(ca, cb, "after the fallback"); err != nil {
+		t.Errorf("TCP: %v", err)
+	}
+	lb, err := os.ReadFile(filepath.Join(c.Lab.StateDir(), c.Nodes[0].Name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"asks this daemon to stop", "live upgrade failed; starting afresh", "vxlan: adopt:"} {
+		if !strings.Contains(string(lb), want) {
+			t.Errorf("the log has no %q", want)
+		}
+	}
+	for _, l := range strings.Split(string(lb), "\n") {
+		if strings.Contains(l, "handoff") || strings.Contains(l, "starting afresh") || strings.Contains(l, "leases restored") {
+			t.Log(l)
+		}
+	}
+}

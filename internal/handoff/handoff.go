@@ -18,6 +18,12 @@
 //  4. O closes its descriptors (the kernel objects stay: N holds the same
 //     open files), O → N Bye, and O exits.
 //
+// Fallback: N, having received the state but unable to use it (say, its
+// configuration asks for another number of tunnel sockets), closes every
+// descriptor it received and sends Release instead of Ready: O then stops
+// as on SIGTERM (saving its table to disk) and N, once O's end of the
+// connection has closed, starts afresh (adopt-on-start).
+//
 // Every message is one datagram: a 12-byte header (Magic, Version, the
 // Type, two zero bytes, the body's length, big-endian) and the body.
 package handoff
@@ -58,9 +64,10 @@ const (
 	TypeReady
 	TypeBye
 	TypeAbort
+	TypeRelease
 )
 
-var typeNames = [...]string{"", "hello", "state", "fds", "conntrack", "ready", "bye", "abort"}
+var typeNames = [...]string{"", "hello", "state", "fds", "conntrack", "ready", "bye", "abort", "release"}
 
 func (t Type) String() string {
 	if int(t) < len(typeNames) && t != 0 {
@@ -85,7 +92,7 @@ func Parse(b []byte) (Type, []byte, error) {
 		return 0, nil, fmt.Errorf("%w: version %d, this daemon speaks %d", ErrMalformed, b[4], Version)
 	}
 	t := Type(b[5])
-	if t < TypeHello || t > TypeAbort {
+	if t < TypeHello || t > TypeRelease {
 		return 0, nil, fmt.Errorf("%w: unknown type %d", ErrMalformed, b[5])
 	}
 	if b[6] != 0 || b[7] != 0 {
