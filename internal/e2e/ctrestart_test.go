@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +102,22 @@ func TestConntrackSurvivesRestart(t *testing.T) {
 		log, _ := os.ReadFile(filepath.Join(c.Lab.StateDir(), n1.Name+".log"))
 		if !strings.Contains(string(log), "connections taken over from the last run") {
 			t.Errorf("the daemon's log does not say it loaded the saved table")
+		}
+	})
+	// A live upgrade hands the table over in memory (handoff.go): the
+	// connection's state goes with it.
+	t.Run("survives-handoff", func(t *testing.T) {
+		out, err := stream(8*time.Second, func() {
+			if err := c.UpgradeDaemon(ctx(t), 0); err != nil {
+				t.Error(err)
+			}
+		})
+		if err != nil || !strings.Contains(out, "receiver") {
+			t.Errorf("the connection did not survive the live upgrade: %v\n%s", err, out)
+		}
+		log, _ := os.ReadFile(filepath.Join(c.Lab.StateDir(), n1.Name+".log"))
+		if !regexp.MustCompile(`connections taken over from the running daemon" loaded=[1-9]`).Match(log) {
+			t.Errorf("the daemon's log does not say it loaded connections from the running daemon")
 		}
 	})
 	t.Run("negative-control", func(t *testing.T) {
