@@ -171,6 +171,11 @@ func (d *Daemon) takeOver() {
 	}
 	d.inherit = &inheritance{c: c, st: st, fds: fds, table: table, start: start}
 	d.tookOver = true
+	// The ports come one by one (vxlan0, tun0, then each pod): their
+	// workers wait until all are there and every rule is in, so that a
+	// frame for a pod is not read before the pod's port exists (it would
+	// be dropped). finishTakeOver resumes.
+	_ = d.sw.Pause(0)
 	d.log.Info("handoff: taking over", "from", st.PID, "descriptors", len(fds), "pods", len(st.Pods),
 		"conntrackBytes", len(table), "took", time.Since(start).Round(time.Microsecond))
 	if len(table) > 0 {
@@ -310,6 +315,7 @@ func (d *Daemon) finishTakeOver() error {
 		d.log.Info("handoff: pods handed over without a lease here; their TAPs stay", "count", n)
 	}
 	defer in.c.Close()
+	d.sw.Resume() // every port and rule is in: forward
 	if err := in.c.Send(handoff.TypeReady, nil, nil); err != nil {
 		return fmt.Errorf("handoff: ready: %w", err)
 	}
