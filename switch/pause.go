@@ -21,6 +21,15 @@ type Interrupter interface {
 	Interrupt()
 }
 
+// Pender is an optional interface of a port queue that keeps frames of
+// its own between Reads (vxlan.Queue: the rest of a receive batch). A
+// worker does not park while its queue has frames pending: the next Read
+// returns them without waiting, and parked they would be lost with the
+// process that holds them. The reading goroutine calls it.
+type Pender interface {
+	Pending() bool
+}
+
 // ErrPauseTimeout is returned by Pause when a worker did not park in time.
 var ErrPauseTimeout = errors.New("vswitch: pause: workers did not park in time")
 
@@ -98,8 +107,11 @@ func (s *Switch) Paused() bool {
 
 // park waits, if the switch is paused, until it is resumed or ctx ends.
 // Workers call it before each Read; running, it costs one lock-free load.
-func (s *Switch) park(ctx context.Context) {
+func (s *Switch) park(ctx context.Context, q Port) {
 	if !s.pausing.Load() {
+		return
+	}
+	if p, ok := q.(Pender); ok && p.Pending() {
 		return
 	}
 	s.mu.Lock()

@@ -94,7 +94,7 @@ func (s *Switch) worker(ctx context.Context, e *portEntry, qi int, wg *sync.Wait
 	w := e.workers[qi]
 	trim := s.cfg.TrimIdle > 0
 	for {
-		s.park(ctx) // pause.go
+		s.park(ctx, q) // pause.go
 		n, err := q.Read(w.bufs, w.meta, Headroom)
 		if n > 0 {
 			n = min(n, len(w.bufs))

@@ -124,3 +124,9 @@ func (st *rxState) takeInterrupt(err error) bool {
 	_ = st.ep.SetReadDeadline(time.Time{})
 	return true
 }
+
+// Pending reports whether the queue holds datagrams of its last receive
+// batch that Read has not returned yet (vswitch.Pender: the switch's
+// Pause lets Read return them before it parks the reader). Only the
+// reading goroutine may call it.
+func (q *Queue) Pending() bool { return q.st.mi < q.st.got }
