@@ -217,6 +217,7 @@ func (d *Daemon) init(n sdn.NodeConfig, projects map[string]uint32, implicitDefa
 // control socket and /metrics, and blocks until ctx is done. It must run in
 // the node's network namespace.
 func (d *Daemon) Run(ctx context.Context) (err error) {
+	defer d.closeRelease()               // last: a successor may wait for it (handoff.go)
 	defer d.closeSwitch()                // the CNI pods' TAPs stay
 	ctx, exit := context.WithCancel(ctx) // exit: handed over to a successor
 	defer exit()
