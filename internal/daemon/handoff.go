@@ -20,19 +20,26 @@ package daemon
 //     listening sockets) and the table.
 //  3. N loads the table, builds vxlan0, tun0 and the pods' ports on the
 //     descriptors (rules as on a restart: from the configuration and the
-//     leases, which both read from the same files), starts forwarding,
-//     accepts on the listening sockets, and says ready.
+//     leases, which both read from the same files) with its own switch
+//     paused, so that no frame is read before every port and rule is in;
+//     then it resumes (forwards), accepts on the listening sockets, and
+//     says ready.
 //  4. O, parked all along, closes its descriptors (N holds the same open
 //     files: nothing is detached), removes its handoff socket, says bye
-//     and exits; N then listens on the handoff socket itself.
+//     and exits (or idles until SIGTERM: Config.AfterHandoff); N then
+//     listens on the handoff socket itself.
 //
 // Fail safe: until O reads "ready", O holds everything and can resume. If
 // N aborts, dies or stays silent (a 30 s deadline), O resumes reading and
-// accepting and carries on; N, if alive, exits with the error (it cannot
-// bind what O holds), and a supervisor tries again. Two daemons never
-// read the same descriptor: O is parked from before it sends the first
-// descriptor until it has closed them all, or resumes only after N is
-// gone or has closed its copies.
+// accepting and carries on. If N received everything but cannot use it
+// (its configuration wants another shape of vxlan0), N closes its switch
+// and every descriptor it got and sends "release": O stops as on SIGTERM
+// (saving its table), N waits for O's end of the connection to close and
+// Run returns ErrHandoffFallback, on which gvs-switchd's main starts a new
+// Daemon afresh (adopt-on-start). Two daemons never read the same
+// descriptor: O is parked from before it sends the first descriptor until
+// it has closed them all, or resumes only after N is gone or has closed
+// its copies. A SIGTERM to O during a handoff waits for it to end.
 
 import (
 	"bytes"
