@@ -3,7 +3,9 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -94,4 +96,48 @@ func (c *Cluster) UpgradeDaemon(ctx context.Context, i int) error {
 	}
 	n.proc = next
 	return c.waitReady(ctx, i)
+}
+
+// UpgradeDaemonWaiting is UpgradeDaemon for a node whose running daemon
+// was started with "afterHandoff": "wait", as the DaemonSet runs it: the
+// old daemon stays, idle, after handing over, until it gets SIGTERM (the
+// controller deleting the old pod). It waits for the old daemon to log
+// the handoff, then stops it with SIGTERM and waits for it to end.
+func (c *Cluster) UpgradeDaemonWaiting(ctx context.Context, i int) error {
+	n := &c.Nodes[i]
+	old := n.proc
+	if old == nil || old.Exited() {
+		return fmt.Errorf("cluster: node %s runs no gvs-switchd to upgrade", n.Name)
+	}
+	log := filepath.Join(c.Lab.StateDir(), n.Name+".log")
+	const line = "handed over to a successor; waiting for SIGTERM"
+	before := countInFile(log, line)
+	next, err := c.Lab.Start(ctx, n.NS, log, filepath.Join(c.Spec.BinDir, "gvs-switchd"), "-config", n.Config)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(lab.StopTimeout)
+	for countInFile(log, line) == before {
+		switch {
+		case old.Exited():
+			_ = next.Stop()
+			return fmt.Errorf("cluster: the old gvs-switchd %d on %s exited instead of waiting (see %s)", old.PID, n.Name, log)
+		case next.Exited():
+			return fmt.Errorf("cluster: the new gvs-switchd on %s exited while taking over (see %s)", n.Name, log)
+		case time.Now().After(deadline):
+			_ = next.Stop()
+			return fmt.Errorf("cluster: the old gvs-switchd %d on %s did not hand over within %v", old.PID, n.Name, lab.StopTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	n.proc = next
+	if err := old.Stop(); err != nil {
+		return fmt.Errorf("cluster: stopping the old gvs-switchd %d: %w", old.PID, err)
+	}
+	return c.waitReady(ctx, i)
+}
+
+func countInFile(name, s string) int {
+	b, _ := os.ReadFile(name)
+	return strings.Count(string(b), s)
 }

@@ -356,3 +356,60 @@ func TestHandoffFallback(t *testing.T) {
 		}
 	}
 }
+
+// TestHandoffWaitMode is the DaemonSet's upgrade: with "afterHandoff":
+// "wait" the old daemon stays, idle, after handing over, and is stopped
+// with SIGTERM later (the controller deletes its pod). Its SIGTERM must
+// not disturb the new daemon: traffic and the TCP connection carry on,
+// the CNI socket stays where it is and CHECK passes.
+func TestHandoffWaitMode(t *testing.T) {
+	c := up(t, "hfw", cluster.Spec{Lab: lab.Spec{Nodes: 2, PodsPerNode: 1}, Mode: "subnet", CNI: true})
+	a, b := c.Nodes[0].Pods[0], c.Nodes[1].Pods[0]
+	ca, cb := tcpPair(t, a, b)
+	editConfig(t, c, 0, func(m map[string]any) { m["afterHandoff"] = "wait" })
+	if err := c.UpgradeDaemon(ctx(t), 0); err != nil { // the running one exits; the new one waits next time
+		t.Fatal(err)
+	}
+	log := filepath.Join(c.Lab.StateDir(), a.Name+"-ping10.log")
+	pg, err := c.Lab.Start(ctx(t), a.NS, log, "ping", "-D", "-n", "-i", "0.01", "-W", "2", b.IP.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Stop() })
+	p := &pinger{proc: pg, log: log}
+	if _, ok := p.firstReplyAfter(t, time.Now(), 5*time.Second); !ok {
+		t.Fatal("no ping reply")
+	}
+	for k := range 2 {
+		time.Sleep(300 * time.Millisecond)
+		if err := c.UpgradeDaemonWaiting(ctx(t), 0); err != nil {
+			t.Fatalf("upgrade %d: %v", k+1, err)
+		}
+		if _, err := os.Stat(c.CNISocket(0)); err != nil {
+			t.Errorf("after the old daemon's SIGTERM: CNI socket: %v", err)
+		}
+		if err := exchange(ca, cb, fmt.Sprintf("after upgrade %d", k+1)); err != nil {
+			t.Errorf("TCP: %v", err)
+		}
+	}
+	cniAll(t, c, 0, "CHECK")
+	time.Sleep(2500 * time.Millisecond)
+	seqs, _ := pingSeqs(t, log)
+	got := map[int]bool{}
+	for _, s := range seqs {
+		got[s] = true
+	}
+	lost := 0
+	for s := seqs[0]; s <= slices.Max(seqs); s++ {
+		if !got[s] {
+			lost++
+		}
+	}
+	t.Logf("2 upgrades with afterHandoff wait: %d of %d pings lost", lost, slices.Max(seqs)-seqs[0]+1)
+	if lost > 2 {
+		t.Errorf("%d pings lost over 2 upgrades", lost)
+	}
+	if _, err := os.Stat(filepath.Join(c.CNIStateDir(0), "conntrack.table")); err == nil {
+		t.Error("an old daemon that handed over saved a connection table on SIGTERM (the next start would load stale entries)")
+	}
+}
