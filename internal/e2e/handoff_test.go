@@ -413,3 +413,57 @@ func TestHandoffWaitMode(t *testing.T) {
 		t.Error("an old daemon that handed over saved a connection table on SIGTERM (the next start would load stale entries)")
 	}
 }
+
+// TestHandoffRegistry: live upgrades of a node that follows the etcd
+// registry (gvs-master, embedded etcd): the new daemon registers, gets the
+// same subnet, takes over, and the old one's exit does not take the node
+// out of the registry (its lease is not revoked).
+func TestHandoffRegistry(t *testing.T) {
+	c := up(t, "hfr", cluster.Spec{Lab: lab.Spec{Nodes: 2, PodsPerNode: 1}, Mode: "subnet", CNI: true,
+		ControlPlane: cluster.ControlPlaneEmbedded, NodeLeaseTTL: 3})
+	a, b := c.Nodes[0].Pods[0], c.Nodes[1].Pods[0]
+	ca, cb := tcpPair(t, a, b)
+	log := filepath.Join(c.Lab.StateDir(), a.Name+"-ping10.log")
+	pg, err := c.Lab.Start(ctx(t), a.NS, log, "ping", "-D", "-n", "-i", "0.01", "-W", "2", b.IP.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Stop() })
+	p := &pinger{proc: pg, log: log}
+	if _, ok := p.firstReplyAfter(t, time.Now(), 5*time.Second); !ok {
+		t.Fatal("no ping reply")
+	}
+	for k := range 2 {
+		time.Sleep(300 * time.Millisecond)
+		if err := c.UpgradeDaemon(ctx(t), 0); err != nil {
+			t.Fatalf("upgrade %d: %v", k+1, err)
+		}
+		if err := exchange(ca, cb, fmt.Sprintf("after upgrade %d", k+1)); err != nil {
+			t.Errorf("TCP: %v", err)
+		}
+	}
+	// Still reachable after the old daemons' leases (3 s) would have expired.
+	time.Sleep(4 * time.Second)
+	if err := exchange(ca, cb, "later"); err != nil {
+		t.Errorf("TCP 4 s later: %v", err)
+	}
+	seqs, _ := pingSeqs(t, log)
+	got := map[int]bool{}
+	for _, s := range seqs {
+		got[s] = true
+	}
+	lost := 0
+	for s := seqs[0]; s <= slices.Max(seqs); s++ {
+		if !got[s] {
+			lost++
+		}
+	}
+	lb, _ := os.ReadFile(filepath.Join(c.Lab.StateDir(), c.Nodes[0].Name+".log"))
+	if n := strings.Count(string(lb), "handoff: took over"); n != 2 {
+		t.Errorf("%d handoffs in the log, want 2", n)
+	}
+	t.Logf("2 upgrades with the etcd registry: %d of %d pings lost", lost, slices.Max(seqs)-seqs[0]+1)
+	if lost > 2 {
+		t.Errorf("%d pings lost over 2 upgrades", lost)
+	}
+}
