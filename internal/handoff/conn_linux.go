@@ -44,9 +44,11 @@ func Listen(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("handoff: %s: owned by uid %d with mode %#o: want root's, writable by root only", dir, st.Uid, st.Mode&0o777)
 	}
 	_ = os.Remove(path)
-	old := unix.Umask(0o177)
+	// No umask change (it is the process's, and other goroutines create
+	// files): until the chmod below the socket has the default mode, which
+	// gives no one else write permission, needed to connect, and the
+	// directory lets only root in anyway.
 	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
-	unix.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("handoff: listen: %w", err)
 	}
