@@ -3,6 +3,8 @@ package vswitch
 import (
 	"testing"
 	"time"
+
+	"github.com/gvswitch/gvs/internal/testutil"
 )
 
 // TestPauseParksAndResumes: while paused, frames stay in the ports (the
@@ -21,7 +23,7 @@ func TestPauseParksAndResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.send(udpFrame(3, 4))
-	waitFor(t, "the first frame", func() bool { return len(b.written()) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the first frame", func() (bool, error) { return len(b.written()) == 1, nil })
 	if err := sw.Pause(2 * time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ func TestPauseParksAndResumes(t *testing.T) {
 		t.Fatalf("%d frames wait in the port, want 5", n)
 	}
 	sw.Resume()
-	waitFor(t, "the frames that waited", func() bool { return len(b.written()) == 6 })
+	testutil.WaitFor(t, 5*time.Second, "the frames that waited", func() (bool, error) { return len(b.written()) == 6, nil })
 }
 
 // TestPauseTimeout: a worker that cannot be woken and gets no frame does
@@ -55,7 +57,7 @@ func TestPauseTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	stuck.send(udpFrame(3, 4))
-	waitFor(t, "a frame: the worker is back in Read", func() bool { return len(out.written()) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "a frame: the worker is back in Read", func() (bool, error) { return len(out.written()) == 1, nil })
 	time.Sleep(20 * time.Millisecond)
 	if err := sw.Pause(30 * time.Millisecond); err == nil {
 		t.Fatal("Pause of a worker that cannot be woken succeeded")
