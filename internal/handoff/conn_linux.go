@@ -28,22 +28,33 @@ type Conn struct {
 	oob []byte
 }
 
+// ErrInUse is returned by Listen when a daemon still listens on the
+// socket: two daemons on one node, and its socket is not taken from it.
+var ErrInUse = errors.New("handoff: another daemon listens on the socket")
+
 // Listen listens on path for a successor. Its directory is made (0700) if
-// missing and must belong to root and be writable by nobody else; the
-// socket is made 0600. A stale socket file is replaced.
+// missing and must be a directory (not a symbolic link) belonging to root
+// and writable by nobody else; the socket is made 0600. A stale socket
+// (nobody accepts on it) is replaced; a live one is left alone (ErrInUse),
+// and anything at path that is not a socket is refused.
 func Listen(path string) (*net.UnixListener, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("handoff: %w", err)
 	}
 	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
+	if err := unix.Lstat(dir, &st); err != nil {
 		return nil, fmt.Errorf("handoff: %s: %w", dir, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, fmt.Errorf("handoff: %s: not a directory (a symbolic link?)", dir)
 	}
 	if st.Uid != 0 || st.Mode&0o022 != 0 {
 		return nil, fmt.Errorf("handoff: %s: owned by uid %d with mode %#o: want root's, writable by root only", dir, st.Uid, st.Mode&0o777)
 	}
-	_ = os.Remove(path)
+	if err := removeStale(path); err != nil {
+		return nil, err
+	}
 	// No umask change (it is the process's, and other goroutines create
 	// files): until the chmod below the socket has the default mode, which
 	// gives no one else write permission, needed to connect, and the
@@ -57,6 +68,36 @@ func Listen(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("handoff: %w", err)
 	}
 	return l, nil
+}
+
+// removeStale removes a socket at path that nobody accepts on. A socket
+// that answers belongs to a running daemon: ErrInUse (its successor, or a
+// second daemon started by mistake, must not unlink it and take its
+// place). The probe connects and closes at once: the running daemon logs
+// a connection without a hello and carries on.
+func removeStale(path string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("handoff: %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("handoff: %s: exists and is not a socket (mode %#o): not removed", path, st.Mode)
+	}
+	c, err := net.DialTimeout("unixpacket", path, 200*time.Millisecond)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("%w: %s", ErrInUse, path)
+	}
+	if !errors.Is(err, unix.ECONNREFUSED) {
+		return fmt.Errorf("handoff: %s: probing the socket: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("handoff: %w", err)
+	}
+	return nil
 }
 
 // Accept accepts a successor's connection, refusing (closing) one whose

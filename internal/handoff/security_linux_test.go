@@ -123,3 +123,72 @@ func TestHelperDial(t *testing.T) {
 	_ = c.SendJSON(TypeHello, Hello{Version: Version, PID: os.Getpid()})
 	time.Sleep(100 * time.Millisecond)
 }
+
+// TestListenStaleAndLive: a stale socket (nobody accepts) is replaced; a
+// live one is not taken from its daemon (ErrInUse); a regular file or a
+// symbolic link at the path, or a directory that is a symbolic link, is
+// refused and left alone.
+func TestListenStaleAndLive(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "h.sock")
+
+	live, err := Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := Listen(path); !errors.Is(err, ErrInUse) {
+		if l != nil {
+			l.Close()
+		}
+		t.Fatalf("second Listen on a live socket: %v, want ErrInUse", err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the live daemon's socket was removed: %v", err)
+	}
+	// Stale: the listener's descriptor closed, its path kept (as after a
+	// SIGKILL).
+	live.SetUnlinkOnClose(false)
+	live.Close()
+	l, err := Listen(path)
+	if err != nil {
+		t.Fatalf("Listen over a stale socket: %v", err)
+	}
+	l.Close()
+
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := Listen(file); err == nil {
+		l.Close()
+		t.Fatal("Listen over a regular file succeeded")
+	}
+	if _, err := os.Stat(file); err != nil {
+		t.Errorf("the regular file was removed: %v", err)
+	}
+	link := filepath.Join(dir, "link.sock")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := Listen(link); err == nil {
+		l.Close()
+		t.Fatal("Listen over a symbolic link succeeded")
+	}
+
+	real := filepath.Join(dir, "real")
+	if err := os.Mkdir(real, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	linkDir := filepath.Join(dir, "linkdir")
+	if err := os.Symlink(real, linkDir); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := Listen(filepath.Join(linkDir, "h.sock")); err == nil {
+		l.Close()
+		t.Fatal("Listen in a directory reached by a symbolic link succeeded")
+	}
+}
