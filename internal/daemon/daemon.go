@@ -228,12 +228,14 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 		defer d.cp.Close()
 	}
-	d.takeOver() // a running daemon's descriptors and state (handoff.go)
 	defer func() {
 		if in := d.inherit; in != nil && err != nil {
 			err = d.releaseTakeOver(in, err) // fall back: the running daemon stops
 		}
 	}()
+	if err := d.takeOver(); err != nil { // a running daemon's descriptors and state (handoff.go)
+		return err
+	}
 	if err := d.setup(ctx); err != nil {
 		return err
 	}

@@ -140,41 +140,54 @@ func (in *inheritance) closeRest() int {
 	return n
 }
 
+// ErrHandoffRefused is returned by Run when a running daemon answered on
+// the handoff socket but did not hand over (it refused, or the exchange
+// broke): it may still hold the node's devices, and two daemons must never
+// read the same ones, so this one does not start afresh beside it. The
+// process should exit; started again (a DaemonSet's container restart), it
+// tries again, and starts afresh only if nobody answers (the old daemon
+// gone, its socket stale).
+var ErrHandoffRefused = errors.New("handoff: the running daemon did not hand over; not starting beside it")
+
 // takeOver connects to a running daemon and receives its descriptors and
-// state (steps 1–2 above). It returns without an inheritance when there is
-// no daemon to take over from or the exchange fails (O then resumes).
-func (d *Daemon) takeOver() {
+// state (steps 1–2 above). Without a daemon to take over from (no socket,
+// or nobody accepts on it) it returns nil and no inheritance: start
+// afresh. If a daemon answers but the exchange fails, it returns
+// ErrHandoffRefused (fail closed: that daemon may carry on). If what it
+// received is for another node or subnet, it keeps the inheritance and
+// returns the error: Run's fallback (releaseTakeOver) asks the running
+// daemon to stop and starts afresh.
+func (d *Daemon) takeOver() error {
 	path := d.handoffPath()
 	if path == "" {
-		return
+		return nil
 	}
 	if _, err := os.Stat(path); err != nil {
-		return
+		return nil
 	}
 	start := time.Now()
 	c, err := handoff.Dial(path, handoffDial)
 	if err != nil {
+		if errors.Is(err, handoff.ErrNotRoot) {
+			return fmt.Errorf("%w: %w", ErrHandoffRefused, err)
+		}
 		d.log.Info("handoff: no running daemon answers; starting afresh", "socket", path, "err", err)
-		return
+		return nil
 	}
 	_ = c.SetDeadline(time.Now().Add(handoffReady))
 	if err := c.SendJSON(handoff.TypeHello, handoff.Hello{Version: handoff.Version, PID: os.Getpid()}); err != nil {
 		c.Close()
-		d.log.Warn("handoff: hello failed; starting afresh", "err", err)
-		return
+		return fmt.Errorf("%w: hello: %w", ErrHandoffRefused, err)
 	}
 	st, fds, table, err := c.RecvState()
 	if err != nil {
 		c.Close()
-		d.log.Warn("handoff: the running daemon's state was not received; starting afresh", "err", err)
-		return
+		return fmt.Errorf("%w: %w", ErrHandoffRefused, err)
 	}
 	n := d.prog.Node()
 	if st.NodeName != n.NodeName || st.Subnet != n.Subnet.String() {
-		err := fmt.Errorf("the running daemon is node %s with subnet %s, this one %s with %s", st.NodeName, st.Subnet, n.NodeName, n.Subnet)
-		d.abortTakeOver(&inheritance{c: c, fds: fds}, err)
-		d.log.Warn("handoff: refused; starting afresh", "err", err)
-		return
+		d.inherit = &inheritance{c: c, st: st, fds: fds, start: start}
+		return fmt.Errorf("the running daemon is node %s with subnet %s, this one %s with %s", st.NodeName, st.Subnet, n.NodeName, n.Subnet)
 	}
 	d.inherit = &inheritance{c: c, st: st, fds: fds, table: table, start: start}
 	d.tookOver = true
@@ -193,6 +206,7 @@ func (d *Daemon) takeOver() {
 			d.log.Info("conntrack: connections taken over from the running daemon", "loaded", res.Loaded, "skipped", res.Skipped)
 		}
 	}
+	return nil
 }
 
 // releaseTakeOver is the fallback when N fails after receiving O's state
@@ -229,13 +243,6 @@ func (d *Daemon) closeRelease() {
 	if d.releaseConn != nil {
 		d.releaseConn.Close()
 	}
-}
-
-// abortTakeOver tells O to resume and drops what was inherited.
-func (d *Daemon) abortTakeOver(in *inheritance, why error) {
-	_ = in.c.Send(handoff.TypeAbort, []byte(why.Error()), nil)
-	in.c.Close()
-	in.closeRest()
 }
 
 // inheritedVXLAN returns vxlan0's sockets if inherited (nil otherwise).
