@@ -9,8 +9,11 @@ package daemon
 //  1. N starts as usual up to the point where it would open devices
 //     (configuration, registry, rule program in its own table), then
 //     connects to O's handoff socket (Config.HandoffSocket) and says hello.
-//     No socket, or no answer: N starts afresh (adopt-on-start, as after
-//     a stop).
+//     No socket, or nobody accepts on it (a stale socket): N starts afresh
+//     (adopt-on-start, as after a stop). O answers but does not hand over
+//     (it aborts, or the connection breaks): O may carry on, so N exits
+//     (ErrHandoffRefused) rather than run beside it; restarted, it tries
+//     again.
 //  2. O stops accepting on its CNI and control sockets and waits for the
 //     requests in progress (new connections wait in the sockets'
 //     backlogs), then parks its switch's readers (frames wait in the TAP
