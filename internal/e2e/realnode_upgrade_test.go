@@ -94,6 +94,7 @@ func TestRealNodesUpgrade(t *testing.T) {
 			ba := startUDPPinger(ctx, t, nsB, netip.AddrPortFrom(ips["pa"], 8081))
 			time.Sleep(time.Second) // a second of pings before, as a baseline
 			old := daemonPods(ctx, t, c)
+			oldLogs := followLogs(ctx, c, old)
 			start := time.Now()
 			var out []byte
 			var err error
@@ -112,17 +113,20 @@ func TestRealNodesUpgrade(t *testing.T) {
 			took := time.Since(start)
 			times := perNode()
 			time.Sleep(time.Second) // a second of pings after
-			sentAB, lostAB := ab.stop()
-			sentBA, lostBA := ba.stop()
+			sentAB, lostAB, runsAB := ab.stop()
+			sentBA, lostBA, runsBA := ba.stop()
 			reqs, tcpErr := tcp.stop()
-			t.Logf("%s to %s: %v in all; per node (new pod created to old pod gone) %v; pings pa→pb %d sent %d lost, pb→pa %d sent %d lost; TCP connection: %d requests on one connection",
-				phase.name, phase.image, took.Round(time.Millisecond), times, sentAB, lostAB, sentBA, lostBA, reqs)
+			t.Logf("%s to %s: rollout status done after %v; per node (new pod created to old pod gone) %v; pings pa→pb %d sent %d lost %v, pb→pa %d sent %d lost %v (runs of lost pings at UTC times); TCP connection: %d requests on one connection",
+				phase.name, phase.image, took.Round(time.Millisecond), times, sentAB, lostAB, runsAB, sentBA, lostBA, runsBA, reqs)
 			if tcpErr != nil {
 				t.Errorf("the TCP connection did not survive: %v", tcpErr)
 			}
 			nodes := len(c.Nodes)
 			if lostAB > nodes || lostBA > nodes {
 				t.Errorf("pings lost: pa→pb %d, pb→pa %d; want at most %d (one per node upgraded)", lostAB, lostBA, nodes)
+			}
+			for node, l := range oldLogs() {
+				t.Logf("%s: the old gvs-switchd's log from the change on:\n%s", node, l)
 			}
 			checkDaemonPods(ctx, t, c, old, phase.image)
 			if after := nodeInventory(ctx, t, c); after != before {
@@ -164,6 +168,7 @@ func podNetns(ctx context.Context, t *testing.T, nd *kubetest.Node, name string)
 // network namespace and counts the requests that got no answer.
 type udpPinger struct {
 	conn   net.Conn
+	start  time.Time
 	sent   atomic.Int64
 	mu     sync.Mutex
 	got    map[int64]bool
@@ -177,7 +182,7 @@ func startUDPPinger(ctx context.Context, t *testing.T, ns string, to netip.AddrP
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &udpPinger{conn: conn, got: map[int64]bool{}, done: make(chan struct{}), closed: make(chan struct{})}
+	p := &udpPinger{conn: conn, start: time.Now(), got: map[int64]bool{}, done: make(chan struct{}), closed: make(chan struct{})}
 	go func() { // answers
 		buf := make([]byte, 64)
 		for {
@@ -212,8 +217,10 @@ func startUDPPinger(ctx context.Context, t *testing.T, ns string, to netip.AddrP
 }
 
 // stop stops sending, waits half a second for the last answers and
-// returns how many were sent and how many got no answer.
-func (p *udpPinger) stop() (sent, lost int) {
+// returns how many were sent and how many got no answer, and the runs of
+// lost ones ("21:25:45.680×3": three lost in a row; the time, UTC, is the
+// nominal one of the first lost request, 10 ms apart from the start).
+func (p *udpPinger) stop() (sent, lost int, runs []string) {
 	close(p.done)
 	time.Sleep(500 * time.Millisecond) // the last answers' way back
 	p.conn.Close()
@@ -221,12 +228,20 @@ func (p *udpPinger) stop() (sent, lost int) {
 	n := int(p.sent.Load())
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for seq := 1; seq <= n; seq++ {
-		if !p.got[int64(seq)] {
+	run := 0
+	for seq := 1; seq <= n+1; seq++ {
+		if seq <= n && !p.got[int64(seq)] {
 			lost++
+			run++
+			continue
+		}
+		if run > 0 {
+			at := p.start.Add(time.Duration(seq-run) * 10 * time.Millisecond)
+			runs = append(runs, fmt.Sprintf("%s×%d", at.UTC().Format("15:04:05.000"), run))
+			run = 0
 		}
 	}
-	return n, lost
+	return n, lost, runs
 }
 
 // keepAlive sends an HTTP request every 100 ms on one TCP connection from
@@ -351,7 +366,17 @@ func watchNodeUpgrades(ctx context.Context, c *kubetest.Cluster, old map[string]
 		}
 	}()
 	return func() map[string]time.Duration {
-		time.Sleep(300 * time.Millisecond) // one more poll
+		// rollout status returns when the new pods are available; the
+		// last old one may still be going.
+		for range 300 {
+			mu.Lock()
+			n := len(gone)
+			mu.Unlock()
+			if n == len(old) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond) // the poller above
+		}
 		close(stop)
 		<-ended
 		mu.Lock()
@@ -393,6 +418,18 @@ func checkDaemonPods(ctx context.Context, t *testing.T, c *kubetest.Cluster, old
 		if err != nil || !strings.Contains(string(logs), "handoff: took over") {
 			t.Errorf("%s: gvs-switchd in %s did not take over by handoff: %v\n%s", nd.Name, p.Name, err, logTail2(string(logs), 20))
 		}
+		var lines []string
+		for _, l := range strings.Split(string(logs), "\n") {
+			if strings.Contains(l, "handoff") {
+				lines = append(lines, l)
+			}
+		}
+		t.Logf("%s: %s's handoff:\n%s", nd.Name, p.Name, strings.Join(lines, "\n"))
+		if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].RestartCount > 0 {
+			prev, _ := c.Kubectl(ctx, "-n", "gvs", "logs", "--previous", p.Name, "-c", "gvs-switchd")
+			t.Errorf("%s: gvs-switchd in %s restarted %d times; the previous one:\n%s", nd.Name, p.Name,
+				p.Status.ContainerStatuses[0].RestartCount, logTail2(string(prev), 30))
+		}
 	}
 	var ds *appsv1.DaemonSet
 	ds, err := c.Client.AppsV1().DaemonSets("gvs").Get(ctx, "gvs-node", metav1.GetOptions{})
@@ -432,4 +469,38 @@ func nodeInventory(ctx context.Context, t *testing.T, c *kubetest.Cluster) strin
 		fmt.Fprintf(&b, "%s links: %s\n%s leases:\n%s", nd.Name, strings.Join(names, " "), nd.Name, leases)
 	}
 	return b.String()
+}
+
+// followLogs follows the gvs-switchd log of each pod in pods (kubectl logs
+// -f, from now on) until the pod is gone; the returned function waits for
+// the streams to end (at most 10 s) and returns what each wrote, by node.
+func followLogs(ctx context.Context, c *kubetest.Cluster, pods map[string]corev1.Pod) func() map[string]string {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	logs := map[string]string{}
+	fctx, cancel := context.WithCancel(ctx)
+	for node, p := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, _ := c.Kubectl(fctx, "-n", "gvs", "logs", "-f", "--since=1s", p.Name, "-c", "gvs-switchd")
+			mu.Lock()
+			logs[node] = string(out)
+			mu.Unlock()
+		}()
+	}
+	return func() map[string]string {
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cancel()
+			<-done
+		}
+		cancel()
+		mu.Lock()
+		defer mu.Unlock()
+		return logs
+	}
 }
