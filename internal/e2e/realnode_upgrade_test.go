@@ -424,7 +424,13 @@ func checkDaemonPods(ctx context.Context, t *testing.T, c *kubetest.Cluster, old
 				lines = append(lines, l)
 			}
 		}
-		t.Logf("%s: %s's handoff:\n%s", nd.Name, p.Name, strings.Join(lines, "\n"))
+		var started time.Time
+		if cs := p.Status.ContainerStatuses; len(cs) > 0 && cs[0].State.Running != nil {
+			started = cs[0].State.Running.StartedAt.Time
+		}
+		first, _, _ := strings.Cut(string(logs), "\n")
+		t.Logf("%s: %s created %s, container started %s, first log line %q; its handoff:\n%s", nd.Name, p.Name,
+			p.CreationTimestamp.UTC().Format(time.TimeOnly), started.UTC().Format(time.TimeOnly), first, strings.Join(lines, "\n"))
 		if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].RestartCount > 0 {
 			prev, _ := c.Kubectl(ctx, "-n", "gvs", "logs", "--previous", p.Name, "-c", "gvs-switchd")
 			t.Errorf("%s: gvs-switchd in %s restarted %d times; the previous one:\n%s", nd.Name, p.Name,
