@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -196,8 +197,7 @@ func TestRealNodesUpstreamFull(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		log, err := runUpstreamReport(c, f, dir, 3*time.Hour)
-		_ = os.WriteFile(filepath.Join(dir, "e2e.log"), log, 0o644)
+		err := runUpstreamReport(c, f, dir, 3*time.Hour)
 		results, rerr := readJUnit(dir)
 		if rerr != nil {
 			t.Errorf("%s: %v", f.name, rerr)
@@ -223,16 +223,25 @@ func TestRealNodesUpstreamFull(t *testing.T) {
 }
 
 // runUpstreamReport runs e2e.test for one focus against the cluster with
-// its JUnit report in dir and returns its output.
-func runUpstreamReport(c *kubetest.Cluster, f upstreamFocus, dir string, timeout time.Duration) ([]byte, error) {
+// its JUnit report in dir and its output streamed into dir/e2e.log (an
+// hour's run can be followed, and an interrupted one, SIGINT to e2e.test,
+// still writes its report of what ran).
+func runUpstreamReport(c *kubetest.Cluster, f upstreamFocus, dir string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+5*time.Minute)
 	defer cancel()
+	log, err := os.Create(filepath.Join(dir, "e2e.log"))
+	if err != nil {
+		return err
+	}
+	defer log.Close()
 	bin := filepath.Join(kubetest.RepoRoot(), "bin", "e2e.test")
-	return c.Lab.Exec(ctx, c.Server.NS, bin, "--kubeconfig", c.Server.Kubeconfig,
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", c.Server.NS, bin, "--kubeconfig", c.Server.Kubeconfig,
 		"--kubectl-path", filepath.Join(kubetest.BinDir(), kubetest.KubectlBinary),
 		"--num-nodes", fmt.Sprint(len(c.Nodes)), "--provider", "skeleton",
 		"--ginkgo.focus", f.focus, "--ginkgo.skip", f.skip, "--ginkgo.no-color", "--ginkgo.v",
 		"--ginkgo.timeout", timeout.String(), "--report-dir", dir, "--dump-logs-on-failure=false")
+	cmd.Stdout, cmd.Stderr = log, log
+	return cmd.Run()
 }
 
 // specResult is one spec of a JUnit report.
