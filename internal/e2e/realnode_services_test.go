@@ -21,11 +21,17 @@ import (
 )
 
 // upstreamServicesQuick are the Services and HostPort specs make test runs:
-// a [Conformance] ClusterIP spec, a [Conformance] NodePort spec, an
-// endpoints change, session affinity, and the HostPort spec (through the
-// portmap plug-in gvs-switchd chains). make e2e-upstream runs the whole
-// focuses.
-const upstreamServicesQuick = `\[sig-network\] (Services should (serve a basic endpoint from pods|be able to create a functioning NodePort service|have session affinity work for service with type clusterIP)|HostPort)`
+// HostPort's [Conformance] spec (through the portmap plug-in gvs-switchd
+// chains) and a Service recreated over its pods (ClusterIP through
+// kube-proxy from pods and from a host-network pod, endpoints changing).
+// Upstream's [Conformance] ClusterIP and NodePort specs (serve a basic
+// endpoint, a functioning NodePort service, session affinity) first reach
+// the Service by its DNS name (jig.CheckServiceReachability), so they wait
+// for the lab's cluster DNS (issue 33, the DNS work going on beside this):
+// without it they fail on "nodeport-test: Temporary failure in name
+// resolution", never on a ClusterIP or NodePort. make e2e-upstream runs the
+// whole focuses.
+const upstreamServicesQuick = `\[sig-network\] (Services should work after the service has been recreated|HostPort)`
 
 // TestRealNodesServices runs, on real nodes with gvs in multitenant mode,
 // a hostPort pod reached through the node's address and the fast subset of
