@@ -23,7 +23,10 @@ import (
 //
 // Not done yet (issue 33, third bullet): a pod in a namespace gvs does not
 // know yet, and a node reboot (it needs a kubetest helper that recreates
-// one node with the same name and address).
+// one node with the same name and address). The test does not pass yet:
+// on its first run nodeConsistent never settled before any failure was
+// injected (the last try, kubectl exec of gvsctl pods in gvs-switchd, hung
+// until the bound); the cause is not found.
 func TestRealNodesFailures(t *testing.T) {
 	c := startRealCluster(t, "fl", "multitenant")
 	ctx := context.Background()
