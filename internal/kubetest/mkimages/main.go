@@ -7,8 +7,8 @@
 //     server (k8s.io/kubernetes/test/images/agnhost, built in tools/kube),
 //     with Debian's static busybox for /bin/sh and the usual tools, and
 //     Debian's dash, curl, OpenBSD netcat, dig (bind9-dnsutils) and getent
-//     (with their shared libraries), which the e2e suites run in it as they do
-//     in upstream's image (upstream's getent is Alpine's, musl's; this one is
+//     (with their shared libraries), and /coredns (tools/coredns), which the
+//     e2e suites run in it as they do in upstream's image (upstream's getent is Alpine's, musl's; this one is
 //     glibc's);
 //   - busybox.tar: registry.k8s.io/e2e-test-images/busybox, that busybox;
 //   - glibc-dns-testing.tar: registry.k8s.io/e2e-test-images/glibc-dns-testing,
@@ -110,7 +110,8 @@ func run() error {
 		{"pause.tar", ociimage.Image{Tag: PauseRef, Entrypoint: []string{"/pause"},
 			Files: []ociimage.File{{Path: "pause", Source: filepath.Join(tmp, "pause"), Mode: 0o755}}}},
 		{"agnhost.tar", ociimage.Image{Tag: AgnhostRef, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: env,
-			Files: append(append([]ociimage.File{{Path: "agnhost", Source: filepath.Join(tmp, "agnhost"), Mode: 0o755}}, agnShell...), tools...)}},
+			Files: append(append([]ociimage.File{{Path: "agnhost", Source: filepath.Join(tmp, "agnhost"), Mode: 0o755},
+				{Path: "coredns", Source: filepath.Join(tmp, "coredns"), Mode: 0o755}}, agnShell...), tools...)}},
 		{"busybox.tar", ociimage.Image{Tag: BusyboxRef, Cmd: []string{"sh"}, Env: env, Files: shell}},
 		{"glibc-dns-testing.tar", ociimage.Image{Tag: GlibcDNSRef, Cmd: []string{"sh"}, Env: env, Files: append(slices.Clone(shell), dig...)}},
 		{"coredns.tar", ociimage.Image{Tag: CoreDNSRef, Entrypoint: []string{"/coredns"},
