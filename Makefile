@@ -7,7 +7,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 PKGS    := ./...
 # Debian packages the tests and the demo use (installed by `make deps` when root).
 DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump tshark ethtool openvswitch-switch etcd-server etcd-client containernetworking-plugins iptables nftables skopeo \
-  containerd runc busybox-static curl netcat-openbsd
+  containerd runc busybox-static curl netcat-openbsd bind9-dnsutils
 # Fuzzing budgets are counts of executions, not durations: with a duration, Go
 # before 1.27 can fail a target with a bare "context deadline exceeded" when
 # the deadline races a busy worker (golang/go#75804). A count also bounds the
@@ -82,12 +82,15 @@ $(E2E_TEST): tools/kube/go.mod tools/kube/go.sum tools/kube/e2e/e2e_test.go
 	@mkdir -p $(BIN)
 	cd tools/kube && GOFLAGS=-buildvcs=false $(GO) test -c -o ../../$(E2E_TEST) -ldflags "$(KUBE_LDFLAGS)" ./e2e
 
-# The images the real-node lab's containerd imports: pause, agnhost and busybox,
-# built from source (internal/kubetest/mkimages).
-KUBE_IMAGES := $(addprefix $(BIN)/images/,pause.tar agnhost.tar busybox.tar)
-kube-images: $(KUBE_IMAGES) ## build the lab's pause, agnhost and busybox images (OCI archives in bin/images)
+# The images the real-node lab's containerd imports: pause, agnhost, busybox,
+# glibc-dns-testing (the DNS suite's prober) and the cluster DNS, CoreDNS, built from source (internal/kubetest/mkimages).
+# CoreDNS comes from its Go module in the separate module tools/coredns, so its
+# dependency versions never meet k8s.io/kubernetes's (a few minutes cold, then
+# cached).
+KUBE_IMAGES := $(addprefix $(BIN)/images/,pause.tar agnhost.tar busybox.tar glibc-dns-testing.tar coredns.tar)
+kube-images: $(KUBE_IMAGES) ## build the lab's pause, agnhost, busybox, glibc-dns-testing and CoreDNS images (OCI archives in bin/images)
 
-$(KUBE_IMAGES) &: tools/kube/go.mod tools/kube/go.sum internal/kubetest/pause/main.go $(wildcard internal/kubetest/mkimages/*.go internal/ociimage/*.go)
+$(KUBE_IMAGES) &: tools/kube/go.mod tools/kube/go.sum tools/coredns/go.mod tools/coredns/go.sum tools/coredns/main.go internal/kubetest/pause/main.go $(wildcard internal/kubetest/mkimages/*.go internal/ociimage/*.go)
 	$(GO) run ./internal/kubetest/mkimages -o $(BIN)/images
 
 # The dataplane packages that must build on any OS (Linux-only code lives in _linux.go files).
