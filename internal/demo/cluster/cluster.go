@@ -269,11 +269,12 @@ func (d *Demo) Show(ctx context.Context) (before, after Matrix, err error) {
 		return before, after, err
 	}
 	fmt.Fprint(out, after)
+	// The lab runs no cluster DNS: the commands name the Service by its ClusterIP.
 	step("look around (the API server listens inside the lab namespace " + d.Cluster.Server.NS + ")")
 	kc := fmt.Sprintf("ip netns exec %s %s --kubeconfig %s", d.Cluster.Server.NS,
 		filepath.Join(kubetest.BinDir(), kubetest.KubectlBinary), d.Cluster.Server.Kubeconfig)
 	for _, a := range []string{"get nodes,pods -A -o wide", "get networkpolicy,service -A", "get netnamespaces,hostsubnets",
-		"-n gvs logs ds/gvs-node", "-n " + Projects[0] + " exec deploy/web -- /agnhost connect --timeout=2s web:80"} {
+		"-n gvs logs ds/gvs-node", "-n " + Projects[0] + " exec deploy/web -- /agnhost connect --timeout=2s " + svc + ":80"} {
 		fmt.Fprintf(out, "  %s %s\n", kc, a)
 	}
 	fmt.Fprintln(out, "remove it all: make demo-down")
