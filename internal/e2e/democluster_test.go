@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -62,13 +63,19 @@ func TestDemoCluster(t *testing.T) {
 
 	var pids []int
 	cgs, _ := filepath.Glob("/sys/fs/cgroup/pids/gvslab-" + prefix + "-*")
-	for _, cg := range cgs {
-		b, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
-		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				pids = append(pids, pid)
+	for _, cg := range cgs { // the processes sit in sub-cgroups (kubepods, …)
+		_ = filepath.WalkDir(cg, func(p string, e fs.DirEntry, err error) error {
+			if err != nil || e.Name() != "cgroup.procs" {
+				return nil
 			}
-		}
+			b, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					pids = append(pids, pid)
+				}
+			}
+			return nil
+		})
 	}
 	if len(pids) == 0 {
 		t.Errorf("no processes found in the nodes' cgroups")
