@@ -264,9 +264,16 @@ func (d *Demo) Show(ctx context.Context) (before, after Matrix, err error) {
 	if err := d.apply(ctx, "policy.yaml", policy()); err != nil {
 		return before, after, err
 	}
-	time.Sleep(2 * time.Second) // gvs-node programs the policy asynchronously; the matrix below shows what holds
-	if after, err = d.Reachability(ctx); err != nil {
-		return before, after, err
+	// gvs-node programs the policy asynchronously: measure again until
+	// alpha's pods are refused by beta's (for at most 20 s); the matrix
+	// printed is the last one measured, whatever it shows.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if after, err = d.Reachability(ctx); err != nil {
+			return before, after, err
+		}
+		if policyHolds(after) || time.Now().After(deadline) {
+			break
+		}
 	}
 	fmt.Fprint(out, after)
 	// The lab runs no cluster DNS: the commands name the Service by its ClusterIP.
@@ -329,4 +336,17 @@ spec:
   ingress:
   - from: [{podSelector: {}}]
 `, Projects[1])
+}
+
+// policyHolds tells whether m shows the demo's policy in force: no pod of
+// alpha reaches a pod of beta.
+func policyHolds(m Matrix) bool {
+	for i, from := range m.Pods {
+		for j, to := range m.Pods {
+			if i != j && from.Project == "alpha" && to.Project == "beta" && m.OK[i][j] {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -17,13 +17,16 @@ import (
 	"github.com/gvswitch/gvs/internal/kubetest"
 )
 
-// TestDemoCluster runs make demo MODE=cluster's steps on a prefix of its own,
+// TestRealNodesDemo runs make demo MODE=cluster's steps on a prefix of its own,
 // checks the printed matrices (all admitted; then the NetworkPolicy in beta
 // refuses alpha), and that Down leaves no namespace, mount, cgroup, process
 // or directory behind.
-func TestDemoCluster(t *testing.T) {
+func TestRealNodesDemo(t *testing.T) {
 	needRoot(t)
 	if m := kubetest.MissingForNodes(kubetest.BinDir()); len(m) > 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("missing (make kube-tools image kube-images): %v", m)
+		}
 		t.Skipf("missing (make kube-tools image kube-images): %v", m)
 	}
 	prefix := "gvsdemo-t"
