@@ -90,7 +90,7 @@ $(E2E_TEST): tools/kube/go.mod tools/kube/go.sum tools/kube/e2e/e2e_test.go
 KUBE_IMAGES := $(addprefix $(BIN)/images/,pause.tar agnhost.tar busybox.tar glibc-dns-testing.tar coredns.tar)
 kube-images: $(KUBE_IMAGES) ## build the lab's pause, agnhost, busybox, glibc-dns-testing and CoreDNS images (OCI archives in bin/images)
 
-$(KUBE_IMAGES) &: tools/kube/go.mod tools/kube/go.sum tools/coredns/go.mod tools/coredns/go.sum tools/coredns/main.go internal/kubetest/pause/main.go $(wildcard internal/kubetest/mkimages/*.go internal/ociimage/*.go)
+$(KUBE_IMAGES) &: tools/kube/go.mod tools/kube/go.sum tools/coredns/go.mod tools/coredns/go.sum tools/coredns/main.go internal/kubetest/pause/main.go internal/kubetest/wget/main.go $(wildcard internal/kubetest/mkimages/*.go internal/ociimage/*.go)
 	$(GO) run ./internal/kubetest/mkimages -o $(BIN)/images
 
 # The dataplane packages that must build on any OS (Linux-only code lives in _linux.go files).
@@ -145,8 +145,8 @@ test-slow: deps build kube-tools ## the benchmark harness's tests (gvs-bench com
 	@$(MAKE) --no-print-directory test-scale
 
 # Upstream's full focuses on one real-node cluster (an hour or more): the
-# NetworkPolicy suite, the Networking Granular Checks, Services and HostPort,
-# and DNS when E2E_DNS_FOCUS names its focus. Each spec's result goes into
+# NetworkPolicy suite, the Networking Granular Checks, Services, HostPort and
+# DNS (E2E_DNS_FOCUS/E2E_DNS_SKIP replace DNS's). Each spec's result goes into
 # $(E2E_RESULTS)/results.md (docs/kubernetes.md quotes it); E2E_ONLY picks
 # some focuses (netpol,granular,services,hostport,dns).
 E2E_RESULTS   ?= $(BIN)/e2e-upstream

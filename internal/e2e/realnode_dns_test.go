@@ -2,12 +2,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -162,66 +157,5 @@ func realNodeDNSNames(t *testing.T, c *kubetest.Cluster) {
 	// no query out of the lab.
 	if out, err := exec(client, "nslookup", "example.com"); err == nil {
 		t.Errorf("example.com resolved from a pod (the lab's DNS must not forward):\n%s", out)
-	}
-}
-
-// TestRealNodesDNSUpstreamFull runs upstream's whole DNS focus on a real-node
-// cluster with the cluster DNS, by hand (GVS_UPSTREAM_DNS_FULL=1; it takes
-// tens of minutes: go test -timeout 60m), and logs every spec's result
-// from ginkgo's JSON report. docs/kubernetes.md has the last run's table.
-func TestRealNodesDNSUpstreamFull(t *testing.T) {
-	if os.Getenv("GVS_UPSTREAM_DNS_FULL") == "" {
-		t.Skip("set GVS_UPSTREAM_DNS_FULL=1 to run upstream's whole DNS focus (tens of minutes)")
-	}
-	c := startRealCluster(t, "dn", "multitenant")
-	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
-	defer cancel()
-	if err := c.StartDNS(ctx); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(kubetest.RepoRoot(), "bin", "e2e.test")
-	report := filepath.Join(t.TempDir(), "report.json")
-	out, err := c.Lab.Exec(ctx, c.Server.NS, bin, "--kubeconfig", c.Server.Kubeconfig,
-		"--kubectl-path", filepath.Join(kubetest.BinDir(), kubetest.KubectlBinary),
-		"--num-nodes", fmt.Sprint(len(c.Nodes)), "--provider", "skeleton",
-		"--ginkgo.focus", `\[sig-network\] DNS`, "--ginkgo.skip", "Feature:SCTPConnectivity",
-		"--ginkgo.no-color", "--ginkgo.timeout", "50m", "--ginkgo.json-report", report,
-		"--report-dir", t.TempDir(), "--dump-logs-on-failure=false")
-	summary := regexp.MustCompile(`(?m)^(Ran \d+ of \d+ Specs.*|SUCCESS!.*|FAIL!.*)$`).FindAllString(string(out), -1)
-	t.Logf("summary: %s", strings.Join(summary, "; "))
-	b, rerr := os.ReadFile(report)
-	if rerr != nil {
-		t.Fatalf("e2e.test: %v, no report: %v\n%s", err, rerr, logTail2(string(out), 150))
-	}
-	var reports []struct {
-		SpecReports []struct {
-			ContainerHierarchyTexts []string
-			LeafNodeText            string
-			State                   string
-			RunTime                 time.Duration
-			Failure                 *struct{ Message string }
-		}
-	}
-	if err := json.Unmarshal(b, &reports); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range reports {
-		for _, s := range r.SpecReports {
-			if s.LeafNodeText == "" {
-				continue
-			}
-			name := strings.Join(append(slices.Clone(s.ContainerHierarchyTexts), s.LeafNodeText), " ")
-			if !strings.HasPrefix(name, "[sig-network] DNS") { // not focused
-				continue
-			}
-			msg := ""
-			if s.Failure != nil {
-				msg = " — " + logTail2(s.Failure.Message, 5)
-			}
-			t.Logf("| %s | %s (%v)%s |", name, s.State, s.RunTime.Round(time.Second), msg)
-		}
-	}
-	if err != nil {
-		t.Errorf("e2e.test: %v\n%s", err, logTail2(string(out), 200))
 	}
 }

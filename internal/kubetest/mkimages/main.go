@@ -7,9 +7,10 @@
 //     server (k8s.io/kubernetes/test/images/agnhost, built in tools/kube),
 //     with Debian's static busybox for /bin/sh and the usual tools, and
 //     Debian's dash, curl, OpenBSD netcat, dig (bind9-dnsutils) and getent
-//     (with their shared libraries), and /coredns (tools/coredns), which the
-//     e2e suites run in it as they do in upstream's image (upstream's getent is Alpine's, musl's; this one is
-//     glibc's);
+//     (with their shared libraries), /coredns (tools/coredns), which the
+//     e2e suites run in it as they do in upstream's image (upstream's getent
+//     is Alpine's, musl's; this one is glibc's), and /bin/wget from
+//     internal/kubetest/wget (busybox 1.35's wget crashes on -T);
 //   - busybox.tar: registry.k8s.io/e2e-test-images/busybox, that busybox;
 //   - glibc-dns-testing.tar: registry.k8s.io/e2e-test-images/glibc-dns-testing,
 //     the DNS suite's glibc prober: that busybox with Debian's dig and getent;
@@ -78,6 +79,9 @@ func run() error {
 	if err := goBuild("tools/coredns", filepath.Join(tmp, "coredns"), "."); err != nil {
 		return err
 	}
+	if err := goBuild(".", filepath.Join(tmp, "wget"), "./internal/kubetest/wget"); err != nil {
+		return err
+	}
 	shell, err := busyboxFiles("bin")
 	if err != nil {
 		return err
@@ -95,13 +99,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// busybox 1.35's wget crashes on -T, which upstream's Services specs
+	// pass: agnhost's wget is internal/kubetest/wget.
 	var agnShell []ociimage.File
 	for _, f := range shell {
-		if f.Path != "bin/sh" {
+		if f.Path != "bin/sh" && f.Path != "bin/wget" {
 			agnShell = append(agnShell, f)
 		}
 	}
-	agnShell = append(agnShell, ociimage.File{Path: "bin/sh", Link: "/usr/bin/dash"})
+	agnShell = append(agnShell, ociimage.File{Path: "bin/sh", Link: "/usr/bin/dash"},
+		ociimage.File{Path: "bin/wget", Source: filepath.Join(tmp, "wget"), Mode: 0o755})
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	images := []struct {
 		file string
