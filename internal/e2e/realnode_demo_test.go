@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/demo/cluster"
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/lab"
 )
 
 // TestRealNodesDemo runs make demo MODE=cluster's steps on a prefix of its own,

@@ -54,7 +54,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
 )
 
 // Binaries a node runs (besides Debian's containerd, runc and ctr).

@@ -34,8 +34,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/lab"
 )
 
 // Prefix is the lab prefix of the cluster demo (the namespace-node demo

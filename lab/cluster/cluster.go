@@ -1,5 +1,5 @@
 // Package cluster brings up a gvs cluster on a lab topology (package
-// bench/lab): one gvs-switchd per node namespace, configured with the node's
+// lab): one gvs-switchd per node namespace, configured with the node's
 // subnet, its peers and its pods. The demo, the end-to-end tests and
 // gvs-bench use it.
 package cluster
@@ -14,10 +14,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/lab"
-	"github.com/gvswitch/gvs/bench/ovs"
 	"github.com/gvswitch/gvs/internal/daemon"
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/ovs"
 	"github.com/gvswitch/gvs/sdn/pki"
 )
 

@@ -26,7 +26,7 @@ func rss(tb testing.TB) int64 {
 
 // BenchmarkQueueBuffers measures what one pod queue's buffers cost today:
 // a switch worker allocates batch (64) + spare (8) buffers of headroom
-// (64) + packet.MaxSuperFrame + 1 bytes each (switch/worker.go), for 250
+// (64) + packet.MaxSuperFrame + 1 bytes each (vswitch/worker.go), for 250
 // queues. It reports the bytes allocated per queue, the resident bytes
 // per queue once each buffer has carried a small frame (its first page
 // touched), and once each has carried a super-frame (every page touched).

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gvswitch/gvs/busypoll"
+	"github.com/gvswitch/gvs/port/busypoll"
 )
 
 // A reader's loop: take what the queue has; when it is empty, poll it

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/afxdp"
-	"github.com/gvswitch/gvs/internal/iofloor"
+	"github.com/gvswitch/gvs/bench/iofloor"
+	"github.com/gvswitch/gvs/experiments/afxdp"
 )
 
 // lab makes veth pairs xa–xa1 and xb–xb1, mirrors xa1 → xb1 (and xb1 →

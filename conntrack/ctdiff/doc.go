@@ -13,6 +13,6 @@
 // port unreachable back), ICMP echo, and a 3000-byte ping in fragments.
 //
 // It needs root and Open vSwitch (make deps); it runs in namespaces it
-// creates (through package bench/lab) and removes them, and the OVS
+// creates (through package lab) and removes them, and the OVS
 // daemons, when it ends.
 package ctdiff

@@ -1,7 +1,7 @@
 // Package iofloor measures the physical floor of the I/O mechanisms a pod
 // port can use on this machine: what it costs to move a frame between
 // user space and the kernel through a TAP (read/write), io_uring
-// (tap/uring), AF_XDP (afxdp), vhost-net (tap/vhost), and a UDP socket with
+// (tap/uring), AF_XDP (afxdp), vhost-net (experiments/vhost), and a UDP socket with
 // sendmmsg/recvmmsg, as the tunnel port does. It holds the lab the
 // benchmarks of those packages share — a throwaway network namespace whose
 // ports the kernel joins back to back with tc mirred, frames of the sizes

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
 )
 
 // TestOVSCluster brings up two nodes on Open vSwitch's userspace datapath

@@ -12,8 +12,8 @@ import (
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
-	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 )
 
 // memPort is a whole switch port in a few lines: frames sent on in are

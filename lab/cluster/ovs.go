@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gvswitch/gvs/bench/ovs"
+	"github.com/gvswitch/gvs/lab/ovs"
 )
 
 // OVSSchema is the OVSDB schema Debian's openvswitch-switch installs.

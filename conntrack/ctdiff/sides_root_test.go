@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/lab"
-	"github.com/gvswitch/gvs/bench/ovs"
 	"github.com/gvswitch/gvs/conntrack"
 	"github.com/gvswitch/gvs/flowtable"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/ovs"
 	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/packet"
-	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 )
 
 // The pods of each side: A, B and C on ports 1, 2 and 3 of the switch, in

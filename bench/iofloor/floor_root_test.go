@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/internal/iofloor"
+	"github.com/gvswitch/gvs/bench/iofloor"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
 	"github.com/gvswitch/gvs/tap"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/ovs"
+	"github.com/gvswitch/gvs/lab/ovs"
 )
 
 // A rule set of the differential test: its rules (ovs-ofctl text, {macA}

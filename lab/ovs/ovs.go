@@ -1,10 +1,10 @@
 // Package ovs runs Open vSwitch's userspace daemons inside a lab namespace
-// (package bench/lab), for the tests and benchmarks that use OVS as the
+// (package lab), for the tests and benchmarks that use OVS as the
 // reference: an ovsdb-server and an ovs-vswitchd of their own, with their
 // database, sockets and logs in a directory of the caller's, never the
 // host's /var/run/openvswitch. They are started through the lab, so that
-// Lab.Destroy ends them by process id. bench/cluster builds its OVS nodes
-// with it; bench/ctdiff compares gvs's connection tracking with OVS's.
+// Lab.Destroy ends them by process id. lab/cluster builds its OVS nodes
+// with it; conntrack/ctdiff compares gvs's connection tracking with OVS's.
 package ovs
 
 import (
@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
 )
 
 // Schema is the OVSDB schema Debian's openvswitch-switch installs.

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/afxdp"
-	"github.com/gvswitch/gvs/internal/iofloor"
+	"github.com/gvswitch/gvs/bench/iofloor"
+	"github.com/gvswitch/gvs/experiments/afxdp"
 )
 
 // BenchmarkLoop moves batches of 64 frames from the socket on veth xa to

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
 )
 
 // StopDaemon stops node i's gvs-switchd as an upgrade does (SIGTERM, then

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
 )
 
 // ExampleCreate builds two nodes with two pods each and an external host,
