@@ -5,9 +5,12 @@ GO      ?= go
 BIN     := bin
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 PKGS    := ./...
+# The packages tests run in: all but the prototypes in experiments/, which
+# are kept building and vetted but are not part of gvs (README, "Layout").
+TESTPKGS = $(shell $(GO) list ./... | grep -v '/experiments/')
 # Debian packages the tests and the demo use (installed by `make deps` when root).
 DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump tshark ethtool openvswitch-switch etcd-server etcd-client containernetworking-plugins iptables nftables skopeo \
-  containerd runc busybox-static curl netcat-openbsd
+  containerd runc busybox-static curl netcat-openbsd bind9-dnsutils
 # Fuzzing budgets are counts of executions, not durations: with a duration, Go
 # before 1.27 can fail a target with a bare "context deadline exceeded" when
 # the deadline races a busy worker (golang/go#75804). A count also bounds the
@@ -82,16 +85,19 @@ $(E2E_TEST): tools/kube/go.mod tools/kube/go.sum tools/kube/e2e/e2e_test.go
 	@mkdir -p $(BIN)
 	cd tools/kube && GOFLAGS=-buildvcs=false $(GO) test -c -o ../../$(E2E_TEST) -ldflags "$(KUBE_LDFLAGS)" ./e2e
 
-# The images the real-node lab's containerd imports: pause, agnhost and busybox,
-# built from source (internal/kubetest/mkimages).
-KUBE_IMAGES := $(addprefix $(BIN)/images/,pause.tar agnhost.tar busybox.tar)
-kube-images: $(KUBE_IMAGES) ## build the lab's pause, agnhost and busybox images (OCI archives in bin/images)
+# The images the real-node lab's containerd imports: pause, agnhost, busybox,
+# glibc-dns-testing (the DNS suite's prober) and the cluster DNS, CoreDNS, built from source (internal/kubetest/mkimages).
+# CoreDNS comes from its Go module in the separate module tools/coredns, so its
+# dependency versions never meet k8s.io/kubernetes's (a few minutes cold, then
+# cached).
+KUBE_IMAGES := $(addprefix $(BIN)/images/,pause.tar agnhost.tar busybox.tar glibc-dns-testing.tar coredns.tar)
+kube-images: $(KUBE_IMAGES) ## build the lab's pause, agnhost, busybox, glibc-dns-testing and CoreDNS images (OCI archives in bin/images)
 
-$(KUBE_IMAGES) &: tools/kube/go.mod tools/kube/go.sum internal/kubetest/pause/main.go $(wildcard internal/kubetest/mkimages/*.go internal/ociimage/*.go)
+$(KUBE_IMAGES) &: tools/kube/go.mod tools/kube/go.sum tools/coredns/go.mod tools/coredns/go.sum tools/coredns/main.go internal/kubetest/pause/main.go internal/kubetest/wget/main.go $(wildcard internal/kubetest/mkimages/*.go internal/ociimage/*.go)
 	$(GO) run ./internal/kubetest/mkimages -o $(BIN)/images
 
 # The dataplane packages that must build on any OS (Linux-only code lives in _linux.go files).
-PORTABLE := ./packet/ ./port/ ./busypoll/ ./flowtable/ ./switch/ ./tap/ ./vxlan/
+PORTABLE := ./packet/ ./port/ ./port/busypoll/ ./flowtable/ ./vswitch/ ./tap/ ./vxlan/
 
 vet: staticcheck ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -105,7 +111,7 @@ lint: tools vet ## vet, and the portable dataplane built for darwin
 # Kubernetes build; a few minutes on a warm build cache. Tests that need root
 # skip when not root and slow ones skip under -short; `make test` runs them all.
 check: vet docs ## the quick check for contributors, no root needed: gofmt, go vet, staticcheck, docs, go test -short
-	$(GO) test -short -timeout 10m $(PKGS)
+	$(GO) test -short -timeout 10m $(TESTPKGS)
 	@echo "make check: all passed"
 
 docs: ## check that the links and repository paths in README.md and docs/*.md exist
@@ -124,7 +130,7 @@ test: deps lint build kube-tools image ## everything but test-slow: lint, unit t
 	@mkdir -p $(TESTLOG)
 	@( $(MAKE) --no-print-directory kube-images e2e-test && \
 	   $(GO) test -count=1 -timeout 45m -run '$(REALNODE_TESTS)' ./internal/e2e/ ) >$(TESTLOG)/realnodes.log 2>&1 & lane=$$!; \
-	$(GO) test -count=1 -timeout 45m -skip '$(REALNODE_TESTS)|$(HARNESS_TESTS)' $(PKGS); rc=$$?; \
+	$(GO) test -count=1 -timeout 45m -skip '$(REALNODE_TESTS)|$(HARNESS_TESTS)' $(TESTPKGS); rc=$$?; \
 	wait $$lane; lrc=$$?; \
 	echo "--- real-node lane (make kube-images e2e-test; go test -run '$(REALNODE_TESTS)' ./internal/e2e/): exit $$lrc"; \
 	cat $(TESTLOG)/realnodes.log; \
@@ -142,8 +148,8 @@ test-slow: deps build kube-tools ## the benchmark harness's tests (gvs-bench com
 	@$(MAKE) --no-print-directory test-scale
 
 # Upstream's full focuses on one real-node cluster (an hour or more): the
-# NetworkPolicy suite, the Networking Granular Checks, Services and HostPort,
-# and DNS when E2E_DNS_FOCUS names its focus. Each spec's result goes into
+# NetworkPolicy suite, the Networking Granular Checks, Services, HostPort and
+# DNS (E2E_DNS_FOCUS/E2E_DNS_SKIP replace DNS's). Each spec's result goes into
 # $(E2E_RESULTS)/results.md (docs/kubernetes.md quotes it); E2E_ONLY picks
 # some focuses (netpol,granular,services,hostport,dns).
 E2E_RESULTS   ?= $(BIN)/e2e-upstream
@@ -156,7 +162,7 @@ e2e-upstream: deps build kube-tools image kube-images e2e-test ## upstream's ful
 	$(GO) test -count=1 -v -timeout 6h -run '^TestRealNodesUpstreamFull$$' ./internal/e2e/
 
 test-race: deps kube-tools image kube-images ## unit and namespace tests under the race detector
-	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(TESTPKGS)
 
 # The scale test runs gvs-master (embedded etcd) on loopback; as root it runs
 # in a throwaway network namespace, so nothing listens in the machine's own.
@@ -168,7 +174,7 @@ test-scale: ## control-plane scale test: gvs-master, 500 simulated nodes, 2000 p
 	else $(SCALE_TEST); fi
 
 fuzz: ## run every fuzz target briefly (FUZZTIME executions each, default 50000x)
-	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	@set -e; for pkg in $(TESTPKGS); do \
 	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
 	    echo "fuzz $$pkg $$t"; \
 	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg >/tmp/gvs-fuzz.log 2>&1 || { cat /tmp/gvs-fuzz.log; exit 1; }; \
@@ -179,16 +185,17 @@ fuzz-long: ## fuzz every target for longer (5 million executions each)
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=5000000x
 
 bench: ## Go benchmarks of the data path (allocs included)
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./flowtable/ ./vxlan/ ./tap/ ./packet/ ./switch/ ./conntrack/
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./flowtable/ ./vxlan/ ./tap/ ./packet/ ./vswitch/ ./conntrack/
 
 bench-compare: deps build ## gvs vs kernel vs Open vSwitch on the same lab topology (as root; writes bench-compare.json/.svg)
 	$(BIN)/gvs-bench compare -runs 3 -o bench-compare.json -plot bench-compare.svg
 
-demo: deps build $(if $(filter kube netpol,$(MODE)),kube-tools) ## bring up a 2-node demo cluster in network namespaces (as root); MODE=kube: with a Kubernetes API server; MODE=netpol: that in networkpolicy mode
-	$(BIN)/gvs-bench demo up -mode $(or $(MODE),etcd)
+demo: deps build $(if $(filter kube netpol cluster,$(MODE)),kube-tools) $(if $(filter cluster,$(MODE)),kube-images image) ## bring up a 2-node demo cluster in network namespaces (as root); MODE=kube: with a Kubernetes API server; MODE=netpol: that in networkpolicy mode; MODE=cluster: real Kubernetes nodes (containerd, kubelet), gvs installed with kubectl
+	$(if $(filter cluster,$(MODE)),$(BIN)/gvs-demo up,$(BIN)/gvs-bench demo up -mode $(or $(MODE),etcd))
 
-demo-down: ## remove everything the demo created
+demo-down: ## remove everything the demo created (both kinds)
 	@if [ -x $(BIN)/gvs-bench ]; then $(BIN)/gvs-bench demo down; else $(GO) run ./cmd/gvs-bench demo down; fi
+	@if [ -x $(BIN)/gvs-demo ]; then $(BIN)/gvs-demo down; else $(GO) run ./cmd/gvs-demo down; fi
 
 clean: ## remove build output
 	rm -rf $(BIN)

@@ -30,9 +30,9 @@ import (
 	"syscall"
 	"unsafe"
 
-	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
+	"github.com/gvswitch/gvs/port/busypoll"
 	"golang.org/x/sys/unix"
 )
 

@@ -53,8 +53,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/port"
+	"github.com/gvswitch/gvs/port/busypoll"
 )
 
 // Defaults for Config fields left zero.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/cluster"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // demoLiveIsolation shows `gvsctl projects join` and `isolate` changing

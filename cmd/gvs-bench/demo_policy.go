@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gvswitch/gvs/bench/cluster"
+	"github.com/gvswitch/gvs/lab/cluster"
 	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gvswitch/gvs/bench/cluster"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // demoServices shows a Service of project alpha: the node DNATs its

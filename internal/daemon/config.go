@@ -16,9 +16,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/internal/accept"
 	"github.com/gvswitch/gvs/internal/sched"
+	"github.com/gvswitch/gvs/port/busypoll"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/master"
 	"github.com/gvswitch/gvs/sdn/pki"

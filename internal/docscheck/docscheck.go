@@ -5,13 +5,13 @@
 // runs the check on the repository (make check, make test).
 //
 // A backticked span counts as a repository path when it starts with one of
-// the repository's top-level entries (`switch/worker.go`, `bench/lab/`,
+// the repository's top-level entries (`vswitch/worker.go`, `lab/`,
 // `go.mod`, `./tap/`); host paths (/etc/cni/net.d), other projects' paths
 // (pkg/network/node/…), API groups and build output (bin/, ignored by
 // .gitignore) do not. `pkg.Name` after a package directory
 // (`sdn/master.SubnetAllocator`) must name an identifier of that package, a
 // bare Go file name (`persist.go`) must exist somewhere in the tree, and a
-// glob (`switch/slab*.go`) must match something. Fenced code blocks are
+// glob (`vswitch/slab*.go`) must match something. Fenced code blocks are
 // examples and are not checked.
 package docscheck
 

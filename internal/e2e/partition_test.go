@@ -11,10 +11,10 @@ import (
 
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/control"
 	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // registryNodes returns node → subnet from `gvsctl nodes`.

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/tap"

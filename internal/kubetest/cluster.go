@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
 )
 
 // The cluster network and service network of a real-node cluster
@@ -53,11 +53,11 @@ type Cluster struct {
 
 // ImageArchives returns the OCI archives a real-node cluster's nodes import:
 // gvs's image (make image) and the lab's (make kube-images: pause,
-// agnhost, busybox).
+// agnhost, busybox, glibc-dns-testing, coredns).
 func ImageArchives() []string {
 	bin := filepath.Join(RepoRoot(), "bin")
 	out := []string{filepath.Join(bin, "gvs-image.tar")}
-	for _, f := range []string{"pause.tar", "agnhost.tar", "busybox.tar"} {
+	for _, f := range []string{"pause.tar", "agnhost.tar", "busybox.tar", "glibc-dns-testing.tar", "coredns.tar"} {
 		out = append(out, filepath.Join(bin, "images", f))
 	}
 	return out
@@ -83,7 +83,8 @@ func MissingForNodes(binDir string) []string {
 
 // StartCluster brings a real-node cluster up and waits until every Node
 // has registered (they stay NotReady until a network plug-in writes its
-// CNI configuration).
+// CNI configuration). The kubelets' clusterDNS is DNSServiceIP, where
+// StartDNS puts the cluster DNS.
 func StartCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error) {
 	l := o.Lab
 	if l == nil || l.External == nil || len(l.Nodes) == 0 {
@@ -120,7 +121,7 @@ func StartCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error)
 		return nil, err
 	}
 	for _, n := range l.Nodes {
-		nd, err := c.Server.StartNode(ctx, n, NodeOptions{Images: o.Images})
+		nd, err := c.Server.StartNode(ctx, n, NodeOptions{Images: o.Images, ClusterDNS: DNSServiceIP})
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,6 @@
 // Package kubetest runs a real Kubernetes API server for gvs's tests: the
 // kube-apiserver built by `make kube-tools` (tools/kube), against etcd,
-// both inside a network namespace of a bench/lab lab, with a CA, serving
+// both inside a network namespace of a lab lab, with a CA, serving
 // and client certificates and a service-account key made for the test.
 // The test process reaches it through a dialer that opens its sockets in
 // that namespace; nothing listens in the machine's own namespace.
@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
 )
 
 // Binaries the harness runs.

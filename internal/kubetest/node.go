@@ -54,7 +54,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
 )
 
 // Binaries a node runs (besides Debian's containerd, runc and ctr).
@@ -345,7 +345,7 @@ func (nd *Node) StartKubelet(ctx context.Context) error {
 		"failSwapOn":               false,
 		"protectKernelDefaults":    true,
 		"containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
-		"clusterDomain":            "cluster.local",
+		"clusterDomain":            ClusterDomain,
 		// No name server of the machine's leaks into pods or hostNetwork
 		// pods: their only name server is the cluster's.
 		"resolvConf": "",

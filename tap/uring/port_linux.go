@@ -43,8 +43,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/port"
+	"github.com/gvswitch/gvs/port/busypoll"
 	"github.com/gvswitch/gvs/tap"
 )
 

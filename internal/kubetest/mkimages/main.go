@@ -6,9 +6,16 @@
 //   - agnhost.tar: registry.k8s.io/e2e-test-images/agnhost, upstream's test
 //     server (k8s.io/kubernetes/test/images/agnhost, built in tools/kube),
 //     with Debian's static busybox for /bin/sh and the usual tools, and
-//     Debian's dash, curl and OpenBSD netcat (with their shared libraries), which
-//     the e2e suites run in it as they do in upstream's image;
-//   - busybox.tar: registry.k8s.io/e2e-test-images/busybox, that busybox.
+//     Debian's dash, curl, OpenBSD netcat, dig (bind9-dnsutils) and getent
+//     (with their shared libraries), /coredns (tools/coredns), which the
+//     e2e suites run in it as they do in upstream's image (upstream's getent
+//     is Alpine's, musl's; this one is glibc's), and /bin/wget from
+//     internal/kubetest/wget (busybox 1.35's wget crashes on -T);
+//   - busybox.tar: registry.k8s.io/e2e-test-images/busybox, that busybox;
+//   - glibc-dns-testing.tar: registry.k8s.io/e2e-test-images/glibc-dns-testing,
+//     the DNS suite's glibc prober: that busybox with Debian's dig and getent;
+//   - coredns.tar: registry.k8s.io/coredns/coredns, the cluster DNS
+//     (CoreDNS built from its Go module in tools/coredns), the binary alone.
 //
 // The names and tags are the ones the Kubernetes release in tools/kube
 // names (test/utils/image/manifest.go, cmd/kubeadm's pause), so e2e.test
@@ -25,6 +32,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 
@@ -33,9 +41,12 @@ import (
 
 // The images' references (Kubernetes v1.37).
 const (
-	PauseRef   = "registry.k8s.io/pause:3.10.2"
-	AgnhostRef = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
-	BusyboxRef = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
+	PauseRef    = "registry.k8s.io/pause:3.10.2"
+	AgnhostRef  = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	BusyboxRef  = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
+	GlibcDNSRef = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
+	// CoreDNSRef is kubetest.CoreDNSRef (internal/kubetest/coredns.yaml).
+	CoreDNSRef = "registry.k8s.io/coredns/coredns:v1.15.0"
 )
 
 // busybox is Debian's busybox-static.
@@ -65,6 +76,12 @@ func run() error {
 	if err := goBuild("tools/kube", filepath.Join(tmp, "agnhost"), "k8s.io/kubernetes/test/images/agnhost"); err != nil {
 		return err
 	}
+	if err := goBuild("tools/coredns", filepath.Join(tmp, "coredns"), "."); err != nil {
+		return err
+	}
+	if err := goBuild(".", filepath.Join(tmp, "wget"), "./internal/kubetest/wget"); err != nil {
+		return err
+	}
 	shell, err := busyboxFiles("bin")
 	if err != nil {
 		return err
@@ -72,17 +89,26 @@ func run() error {
 	// Debian's busybox-static runs its own applets before PATH when it is
 	// the shell, so agnhost's /bin/sh is dash: `sh -c "… | nc -u …"` then
 	// finds OpenBSD's nc, as in upstream's image.
-	tools, err := dynamicFiles(map[string]string{"usr/bin/curl": "/usr/bin/curl", "usr/bin/nc": "/usr/bin/nc.openbsd", "usr/bin/dash": "/bin/dash"})
+	dnsTools := map[string]string{"usr/bin/dig": "/usr/bin/dig", "usr/bin/getent": "/usr/bin/getent"}
+	tools, err := dynamicFiles(map[string]string{"usr/bin/curl": "/usr/bin/curl", "usr/bin/nc": "/usr/bin/nc.openbsd", "usr/bin/dash": "/bin/dash",
+		"usr/bin/dig": "/usr/bin/dig", "usr/bin/getent": "/usr/bin/getent"})
 	if err != nil {
 		return err
 	}
+	dig, err := dynamicFiles(dnsTools)
+	if err != nil {
+		return err
+	}
+	// busybox 1.35's wget crashes on -T, which upstream's Services specs
+	// pass: agnhost's wget is internal/kubetest/wget.
 	var agnShell []ociimage.File
 	for _, f := range shell {
-		if f.Path != "bin/sh" {
+		if f.Path != "bin/sh" && f.Path != "bin/wget" {
 			agnShell = append(agnShell, f)
 		}
 	}
-	agnShell = append(agnShell, ociimage.File{Path: "bin/sh", Link: "/usr/bin/dash"})
+	agnShell = append(agnShell, ociimage.File{Path: "bin/sh", Link: "/usr/bin/dash"},
+		ociimage.File{Path: "bin/wget", Source: filepath.Join(tmp, "wget"), Mode: 0o755})
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	images := []struct {
 		file string
@@ -91,8 +117,12 @@ func run() error {
 		{"pause.tar", ociimage.Image{Tag: PauseRef, Entrypoint: []string{"/pause"},
 			Files: []ociimage.File{{Path: "pause", Source: filepath.Join(tmp, "pause"), Mode: 0o755}}}},
 		{"agnhost.tar", ociimage.Image{Tag: AgnhostRef, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: env,
-			Files: append(append([]ociimage.File{{Path: "agnhost", Source: filepath.Join(tmp, "agnhost"), Mode: 0o755}}, agnShell...), tools...)}},
+			Files: append(append([]ociimage.File{{Path: "agnhost", Source: filepath.Join(tmp, "agnhost"), Mode: 0o755},
+				{Path: "coredns", Source: filepath.Join(tmp, "coredns"), Mode: 0o755}}, agnShell...), tools...)}},
 		{"busybox.tar", ociimage.Image{Tag: BusyboxRef, Cmd: []string{"sh"}, Env: env, Files: shell}},
+		{"glibc-dns-testing.tar", ociimage.Image{Tag: GlibcDNSRef, Cmd: []string{"sh"}, Env: env, Files: append(slices.Clone(shell), dig...)}},
+		{"coredns.tar", ociimage.Image{Tag: CoreDNSRef, Entrypoint: []string{"/coredns"},
+			Files: []ociimage.File{{Path: "coredns", Source: filepath.Join(tmp, "coredns"), Mode: 0o755}}}},
 	}
 	for _, im := range images {
 		im.img.Arch = runtime.GOARCH
@@ -150,7 +180,7 @@ func dynamicFiles(progs map[string]string) ([]ociimage.File, error) {
 		files = append(files, ociimage.File{Path: p, Source: src, Mode: 0o755})
 		out, err := exec.Command("ldd", src).Output()
 		if err != nil {
-			return nil, fmt.Errorf("ldd %s (Debian's curl and netcat-openbsd; make deps): %w", src, err)
+			return nil, fmt.Errorf("ldd %s (Debian's curl, netcat-openbsd and bind9-dnsutils; make deps): %w", src, err)
 		}
 		for _, line := range strings.Split(string(out), "\n") {
 			f := strings.Fields(line)
