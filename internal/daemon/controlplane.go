@@ -56,6 +56,10 @@ func (d *Daemon) startControlPlane(ctx context.Context) (err error) {
 	}
 	if r, ok := cp.(source.ProjectRequester); ok {
 		d.vnids.setRequester(r.RequestProject)
+	} else {
+		// Kubernetes: gvs-master gives every Namespace a NetNamespace; a
+		// pod of a Namespace that has none yet waits a while for it.
+		d.vnids.setFollows()
 	}
 	d.cp = cp
 	go d.egress.follow(ctx)

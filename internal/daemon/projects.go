@@ -31,8 +31,13 @@ type vnidWaiter struct {
 
 	mu sync.Mutex
 	// requester asks the control plane to create a project (nil without
-	// one: a project is then known or never will be).
+	// one: a project is then known, comes by itself (follows) or never
+	// will).
 	requester func(ctx context.Context, project string) error
+	// follows is set when the control plane gives every project a VNID
+	// by itself (Kubernetes: gvs-master gives every Namespace a
+	// NetNamespace): an unknown project is waited for, not asked for.
+	follows bool
 }
 
 func (w *vnidWaiter) setRequester(fn func(context.Context, string) error) {
@@ -41,9 +46,17 @@ func (w *vnidWaiter) setRequester(fn func(context.Context, string) error) {
 	w.mu.Unlock()
 }
 
+// setFollows says the control plane creates every project's VNID by itself
+// (Kubernetes): Wait waits up to the limit for an unknown one to come.
+func (w *vnidWaiter) setFollows() {
+	w.mu.Lock()
+	w.follows = true
+	w.mu.Unlock()
+}
+
 // Wait returns when project has a VNID, asking the control plane to create
-// the project if it is unknown and waiting until it is known, ctx ends or
-// the limit passes. The error wraps ErrNoVNID and cniplugin.ErrTryAgain
+// the project if it is unknown (or, with a control plane that follows,
+// waiting for it to come) until it is known, ctx ends or the limit passes. The error wraps ErrNoVNID and cniplugin.ErrTryAgain
 // (CNI code 11: the runtime retries the pod later).
 func (w *vnidWaiter) Wait(ctx context.Context, project, pod string) error {
 	if err := w.waitVNID(ctx, project); err != nil {
@@ -88,9 +101,9 @@ func (w *vnidWaiter) waitVNID(ctx context.Context, project string) error {
 		return nil
 	}
 	w.mu.Lock()
-	req := w.requester
+	req, follows := w.requester, w.follows
 	w.mu.Unlock()
-	if req == nil {
+	if req == nil && !follows {
 		return fmt.Errorf("%w: project %q is not in the configuration's projects: %w", ErrNoVNID, project, cniplugin.ErrTryAgain)
 	}
 	if w.limit > 0 {
@@ -98,7 +111,10 @@ func (w *vnidWaiter) waitVNID(ctx context.Context, project string) error {
 		ctx, cancel = context.WithTimeout(ctx, w.limit)
 		defer cancel()
 	}
-	if err := req(ctx, project); err != nil {
+	late := "gvs-master did not create it in time (is project creation turned off? an administrator creates it with gvsctl projects create)"
+	if req == nil {
+		late = "it has no NetNamespace yet (gvs-master gives every Namespace one: is gvs-master running?)"
+	} else if err := req(ctx, project); err != nil {
 		return fmt.Errorf("%w: asking gvs-master to create project %q: %w (%w)", ErrNoVNID, project, err, cniplugin.ErrTryAgain)
 	}
 	for {
@@ -109,8 +125,7 @@ func (w *vnidWaiter) waitVNID(ctx context.Context, project string) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("%w: project %q: gvs-master did not create it in time (is project creation turned off? an administrator creates it with gvsctl projects create): %w",
-				ErrNoVNID, project, cniplugin.ErrTryAgain)
+			return fmt.Errorf("%w: project %q: %s: %w", ErrNoVNID, project, late, cniplugin.ErrTryAgain)
 		}
 	}
 }

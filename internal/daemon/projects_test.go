@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,5 +113,37 @@ func TestPodWaitsForItsLabels(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the attachment did not wake when the pod became known")
+	}
+}
+
+// With Kubernetes (a control plane that gives every Namespace a
+// NetNamespace by itself) a pod of a project with no VNID yet waits for it
+// (no request) and is attached when it comes; when it does not come within
+// the limit the attachment fails closed, CNI code 11, and says why.
+func TestProjectsWaitForTheNetNamespace(t *testing.T) {
+	prog, err := node.New(node.Config{Table: flowtable.New(flowtable.Config{}), Node: sdn.NodeConfig{Mode: sdn.ModeMultitenant},
+		Projects: map[string]uint32{"alpha": 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &vnidWaiter{prog: prog, limit: 5 * time.Second}
+	w.setFollows()
+	go func() {
+		time.Sleep(50 * time.Millisecond) // the NetNamespace comes a moment after the pod (either order passes)
+		prog.SetProjectVNID("beta", 11)
+	}()
+	if err := w.Wait(context.Background(), "beta", "web"); err != nil {
+		t.Fatalf("beta: %v", err)
+	}
+	if v, ok := prog.ProjectVNID("beta"); !ok || v != 11 {
+		t.Fatalf("beta: VNID %d %v, want 11", v, ok)
+	}
+	w.limit = 100 * time.Millisecond
+	err = w.Wait(context.Background(), "gamma", "web")
+	if !errors.Is(err, ErrNoVNID) || !errors.Is(err, cniplugin.ErrTryAgain) || !strings.Contains(err.Error(), "no NetNamespace") {
+		t.Fatalf("a Namespace without a NetNamespace: %v, want ErrNoVNID, ErrTryAgain and the reason", err)
+	}
+	if _, ok := prog.ProjectVNID("gamma"); ok {
+		t.Error("gamma got a VNID")
 	}
 }
