@@ -49,6 +49,8 @@ type Cluster struct {
 	Nodes  []*Node
 	// Client is an admin client.
 	Client kubernetes.Interface
+
+	proxyMode string // kube-proxy's --proxy-mode (RebootNode starts it again)
 }
 
 // ImageArchives returns the OCI archives a real-node cluster's nodes import:
@@ -99,7 +101,7 @@ func StartCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error)
 	if o.ProxyMode == "" {
 		o.ProxyMode = "iptables"
 	}
-	c := &Cluster{Lab: l}
+	c := &Cluster{Lab: l, proxyMode: o.ProxyMode}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, c.Stop())
