@@ -141,11 +141,11 @@ func Call(ctx context.Context, socket string, req Request, out any) error {
 		_ = c.SetDeadline(dl)
 	}
 	if err := json.NewEncoder(c).Encode(req); err != nil {
-		return fmt.Errorf("control: sending request: %w", err)
+		return fmt.Errorf("control: sending request: %w", timedOut(socket, req, err))
 	}
 	var resp Response
 	if err := json.NewDecoder(c).Decode(&resp); err != nil {
-		return fmt.Errorf("control: reading response: %w", err)
+		return fmt.Errorf("control: reading response: %w", timedOut(socket, req, err))
 	}
 	if resp.Error != "" {
 		return errors.New(resp.Error)
@@ -156,6 +156,16 @@ func Call(ctx context.Context, socket string, req Request, out any) error {
 		}
 	}
 	return nil
+}
+
+// timedOut says which daemon did not answer which command in time when err
+// is the connection's deadline (the caller's context), and returns err as
+// it is otherwise.
+func timedOut(socket string, req Request, err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("gvs-switchd at %s did not answer %q in time (gvsctl -timeout sets the bound): %w", socket, req.Command, err)
+	}
+	return err
 }
 
 // Refuse answers a connection the daemon will not serve (its process may

@@ -76,3 +76,34 @@ func FuzzRequest(f *testing.F) {
 		}
 	})
 }
+
+// A daemon that takes the connection and never answers (stuck, or being
+// stopped) does not hold the caller past its context: Call fails at the
+// deadline and says which daemon and command.
+func TestCallBounded(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "stuck.sock")
+	l, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered, until the test ends
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = Call(ctx, sock, Request{Command: "pods"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "did not answer \"pods\" in time") || !strings.Contains(err.Error(), sock) {
+		t.Fatalf("a daemon that never answers: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Call returned after %v, its bound was 200ms", d)
+	}
+}
