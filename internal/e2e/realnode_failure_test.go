@@ -44,15 +44,22 @@ func TestRealNodesFailures(t *testing.T) {
 	before := nodeConsistent(t, c, "fail")
 
 	t.Run("delete-during-add", func(t *testing.T) {
-		for i := range 20 {
+		// 20 pods, each deleted 0 to 3 s after it was created (150 ms
+		// apart), so that the deletions fall before, during and after
+		// the pods' ADDs.
+		const n = 20
+		for i := range n {
 			p := agnhostPod(fmt.Sprintf("brief-%d", i), c.Nodes[i%2].Name, false, nil)
 			if _, err := c.Client.CoreV1().Pods("fail").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
+		}
+		for i := range n {
 			grace := int64(0)
-			if err := c.Client.CoreV1().Pods("fail").Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+			if err := c.Client.CoreV1().Pods("fail").Delete(ctx, fmt.Sprintf("brief-%d", i), metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
 				t.Fatal(err)
 			}
+			time.Sleep(150 * time.Millisecond) // spreading the deletions over the ADDs
 		}
 		sameAddresses(t, before, nodeConsistent(t, c, "fail"))
 	})
@@ -82,6 +89,7 @@ func TestRealNodesFailures(t *testing.T) {
 		// The kubelet restarts it; nodeConsistent waits until it answers.
 		sameAddresses(t, before, nodeConsistent(t, c, "fail"))
 	})
+
 	t.Run("namespace-unknown", func(t *testing.T) {
 		// gvs-master gives every Namespace a NetNamespace (its VNID); with
 		// gvs-master stopped, a new Namespace has none, and its pod must
@@ -108,8 +116,12 @@ func TestRealNodesFailures(t *testing.T) {
 			return fmt.Sprintf("%d events, none says no NetNamespace", len(evs.Items)), false
 		})
 		t.Logf("the pod's ADD refused: %s", refused)
-		if got, err := c.Client.CoreV1().Pods("fail-new").Get(ctx, "stranger", metav1.GetOptions{}); err != nil || got.Status.PodIP != "" || got.Status.Phase == corev1.PodRunning {
-			t.Fatalf("the pod of a Namespace without a NetNamespace: %v %v", got.Status, err)
+		got, err := c.Client.CoreV1().Pods("fail-new").Get(ctx, "stranger", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.PodIP != "" || got.Status.Phase == corev1.PodRunning {
+			t.Fatalf("the pod of a Namespace without a NetNamespace: %s, address %q", got.Status.Phase, got.Status.PodIP)
 		}
 		scaleMaster(t, c, masters)
 		// gvs-master creates the NetNamespace; the kubelet's next try
@@ -122,6 +134,7 @@ func TestRealNodesFailures(t *testing.T) {
 		}
 		sameAddresses(t, before, nodeConsistent(t, c, "fail"))
 	})
+
 	t.Run("node-rebooted", func(t *testing.T) {
 		// The second node (the first runs the API server) reboots: its
 		// processes killed, its /run emptied, its network namespace torn
@@ -135,6 +148,23 @@ func TestRealNodesFailures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		containers := func(ctx context.Context) (map[string]string, error) {
+			list, err := c.Client.CoreV1().Pods("fail").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nd.Name})
+			if err != nil {
+				return nil, err
+			}
+			ids := map[string]string{}
+			for _, p := range list.Items {
+				for _, cs := range p.Status.ContainerStatuses {
+					ids[p.Name] = cs.ContainerID
+				}
+			}
+			return ids, nil
+		}
+		old, err := containers(ctx)
+		if err != nil || len(old) != 2 {
+			t.Fatalf("the pods of %s: %v %v", nd.Name, old, err)
+		}
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		defer cancel()
 		start := time.Now()
@@ -142,6 +172,20 @@ func TestRealNodesFailures(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%s rebooted in %v", nd.Name, time.Since(start).Round(time.Millisecond))
+		// The kubelet recreates the node's pods: new containers (in new
+		// sandboxes), not the pods' statuses from before the reboot.
+		waitFor(t, 3*time.Minute, func(ctx context.Context) (string, bool) {
+			ids, err := containers(ctx)
+			if err != nil {
+				return err.Error(), false
+			}
+			for name, id := range old {
+				if ids[name] == id || ids[name] == "" {
+					return fmt.Sprintf("pod %s: container %q, before the reboot %q", name, ids[name], id), false
+				}
+			}
+			return "", true
+		})
 		after := nodeConsistent(t, c, "fail")
 		hsAfter, err := net.HostSubnets().Get(ctx, nd.Name)
 		if err != nil {
