@@ -51,6 +51,20 @@ type IPAM struct {
 	cursor netip.Addr
 	// stale are leases whose address left the node's subnet (ipam_stale.go).
 	stale map[string]*StaleLease
+	// released holds, for each address released and not leased since,
+	// the pod that had it (podKey), so that a pod whose sandbox is made
+	// again (a node rebooted, a sandbox that died) gets its address back.
+	// It never holds more entries than the subnet has addresses.
+	released map[netip.Addr]string
+}
+
+// podKey names a pod's interface across its sandboxes ("" for a lease
+// without a pod name).
+func podKey(l *Lease) string {
+	if l.PodName == "" {
+		return ""
+	}
+	return l.Project + "/" + l.PodName + "/" + l.IfName
 }
 
 // OpenIPAM loads the leases under dir (creating it) for subnet; switch
@@ -64,7 +78,7 @@ func OpenIPAM(dir string, subnet netip.Prefix, firstPort uint32) (*IPAM, error) 
 		return nil, fmt.Errorf("cniplugin: IPAM dir: %w", err)
 	}
 	m := &IPAM{dir: dir, subnet: subnet.Masked(), firstPort: firstPort,
-		byKey: map[string]*Lease{}, byIP: map[netip.Addr]*Lease{}, ports: map[uint32]bool{}}
+		byKey: map[string]*Lease{}, byIP: map[netip.Addr]*Lease{}, ports: map[uint32]bool{}, released: map[netip.Addr]string{}}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("cniplugin: IPAM dir: %w", err)
@@ -128,10 +142,14 @@ func (m *IPAM) add(l *Lease) {
 	m.ports[l.Port] = true
 }
 
-// Allocate leases the next free address (round robin, so a released
-// address is not handed out again at once) and the lowest free port to l,
-// and persists the lease. l's IP and Port are set on return. It fails
-// with ErrSubnetExhausted when no address is free.
+// Allocate leases an address and the lowest free port to l, and persists
+// the lease. The address is the one the same pod (namespace, name and
+// interface) last had, if this IPAM released it and has not leased it
+// since (the kubelet recreating a pod's sandbox, after a node reboot or a
+// sandbox's death, DELs the old one first), else the next free one
+// (round robin, so a released address is not handed out again at once to
+// another pod). l's IP and Port are set on return. It fails with
+// ErrSubnetExhausted when no address is free.
 func (m *IPAM) Allocate(l Lease) (Lease, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -141,7 +159,10 @@ func (m *IPAM) Allocate(l Lease) (Lease, error) {
 	if !m.subnet.IsValid() {
 		return Lease{}, ErrNoSubnet
 	}
-	ip, ok := m.nextFree()
+	ip, ok := m.releasedTo(podKey(&l))
+	if !ok {
+		ip, ok = m.nextFree()
+	}
 	if !ok {
 		return Lease{}, fmt.Errorf("%w: all addresses of %v are leased (%d attachments)", ErrSubnetExhausted, m.subnet, len(m.byIP))
 	}
@@ -158,8 +179,22 @@ func (m *IPAM) Allocate(l Lease) (Lease, error) {
 	}
 	m.cursor = ip
 	m.add(&l)
+	delete(m.released, ip)
 	m.dropStaleLocked(l.Key())
 	return l, nil
+}
+
+// releasedTo returns the free address pod (a podKey) had last, if any.
+func (m *IPAM) releasedTo(pod string) (netip.Addr, bool) {
+	if pod == "" {
+		return netip.Addr{}, false
+	}
+	for ip, p := range m.released {
+		if p == pod && m.usable(ip) && m.byIP[ip] == nil {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 func (m *IPAM) nextFree() (netip.Addr, bool) {
@@ -228,6 +263,14 @@ func (m *IPAM) Release(containerID, ifName string) error {
 	delete(m.byKey, l.Key())
 	delete(m.byIP, l.IP)
 	delete(m.ports, l.Port)
+	if k := podKey(l); k != "" {
+		for ip, p := range m.released {
+			if p == k {
+				delete(m.released, ip) // an older sandbox's: the latest address is the one to give back
+			}
+		}
+		m.released[l.IP] = k
+	}
 	return nil
 }
 

@@ -85,3 +85,60 @@ func TestIPAMIgnoresBadFiles(t *testing.T) {
 		t.Error("a /31 subnet was accepted")
 	}
 }
+
+// A pod whose sandbox is made again (the old one DELeted first, as the
+// kubelet does after a node reboot) gets the address it had, even across
+// a daemon restart's fresh cursor; another pod does not get a released
+// address at once (round robin); once another pod has it, it is no longer
+// kept for the first.
+func TestIPAMGivesAPodItsAddressBack(t *testing.T) {
+	m, err := OpenIPAM(t.TempDir(), netip.MustParsePrefix("10.128.2.0/28"), 1000) // .2 .. .14
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc := func(id, pod string) netip.Addr {
+		t.Helper()
+		l, err := m.Allocate(Lease{ContainerID: id, IfName: "eth0", Project: "alpha", PodName: pod})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.IP
+	}
+	release := func(id string) {
+		t.Helper()
+		if err := m.Release(id, "eth0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := alloc("a1", "web-a"), alloc("b1", "web-b")
+	release("a1")
+	release("b1")
+	m.cursor = m.subnet.Addr().Next() // as after a restart: the lowest free address comes next
+	if got := alloc("b2", "web-b"); got != b {
+		t.Errorf("web-b's new sandbox got %s, had %s", got, b)
+	}
+	if got := alloc("a2", "web-a"); got != a {
+		t.Errorf("web-a's new sandbox got %s, had %s", got, a)
+	}
+	release("a2")
+	if got := alloc("c1", "other"); got == a {
+		t.Errorf("another pod got web-a's address %s at once", got)
+	}
+	if _, err := m.Allocate(Lease{ContainerID: "x", IfName: "eth0", Project: "beta", PodName: "web-a"}); err != nil {
+		t.Fatal(err)
+	} else if l, _ := m.Get("x", "eth0"); l.IP == a {
+		t.Errorf("web-a of another project got alpha/web-a's address %s", a)
+	}
+	for range 20 { // the cursor comes round to a: another pod takes it
+		l, err := m.Allocate(Lease{ContainerID: fmt.Sprint("f", len(m.byKey)), IfName: "eth0"})
+		if err != nil {
+			break
+		}
+		if l.IP == a {
+			break
+		}
+	}
+	if _, kept := m.released[a]; kept {
+		t.Errorf("%s is leased to another pod but still kept for web-a", a)
+	}
+}
