@@ -12,10 +12,8 @@ import (
 // the underlay with the node's address, up, and nothing else (no route, no
 // other link, no sysctl set). Every process in the old namespace must
 // have ended (the caller's to end); the node's pod namespaces, if any, are
-// left as they are. The underlay's port for the node goes with the old
-// namespace (the kernel removes a veth pair with either end's namespace,
-// a moment later); RebuildNode waits for that before it attaches the new
-// one.
+// left as they are. The underlay's port for the node is deleted (with it
+// the old eth0) before the new one is attached.
 func (l *Lab) RebuildNode(ctx context.Context, name string) error {
 	var n *Node
 	for i := range l.Nodes {
@@ -34,6 +32,14 @@ func (l *Lab) RebuildNode(ctx context.Context, name string) error {
 		return err
 	}
 	defer ulh.close()
+	// Deleting the underlay's end removes the pair at once; the old
+	// namespace itself may take a while to go (its cleanup is the kernel's,
+	// queued behind every other namespace being destroyed on the machine).
+	if port, err := ulh.LinkByName(n.Name); err == nil {
+		if err := ulh.LinkDel(port); err != nil {
+			return fmt.Errorf("lab: rebuild %s: delete the underlay's port %s: %w", n.NS, n.Name, err)
+		}
+	}
 	for {
 		if _, err := ulh.LinkByName(n.Name); err != nil {
 			break // the old veth is gone

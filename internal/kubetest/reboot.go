@@ -24,12 +24,12 @@ func (c *Cluster) RebootNode(ctx context.Context, nd *Node) error {
 	if nd.NS == c.Server.NS {
 		return fmt.Errorf("kubetest: node %s runs the API server and cannot be rebooted", nd.Name)
 	}
-	// Power off.
-	var errs []error
+	// Power off: every process of the node killed at once (the kubelet,
+	// containerd and kube-proxy are in its system cgroup), none told first.
+	errs := []error{killCgroup(nd.CgroupRoot)}
 	if nd.kubelet != nil {
 		errs = append(errs, nd.kubelet.Stop())
 	}
-	errs = append(errs, killCgroup(nd.CgroupRoot))
 	if nd.containerd != nil {
 		errs = append(errs, nd.containerd.Stop())
 	}
