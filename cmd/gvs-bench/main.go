@@ -27,10 +27,14 @@ commands:
   tcp-server -l ADDR [-name N]  TCP sink: greets each client with the address it sees (and its name N), answers with a CRC-32C
   tcp-client -c ADDR [-bytes N | -t DURATION]
                           send to a tcp-server, check the digest, print throughput and the address seen
-  compare [-o FILE.json] [-plot FILE.svg] [-runs N] [-t DURATION] [-dataplanes gvs,kernel,ovs]
+  compare [-o FILE.json] [-plot FILE.svg] [-runs N] [-t DURATION] [-dataplanes gvs,kernel,ovs,floor]
           [-flows N] [-blast-threads T] [-queues Q] [-vxlan-readers R] [-vxlan-flow-queues F] [-io-engine E] [-conntrack | -conntrack-only]
-                          measure gvs, the kernel and Open vSwitch on the same topology (as root):
+                          measure gvs, the kernel, Open vSwitch and the floor on the same topology (as root),
+                          the dataplanes' runs interleaved:
                           TCP, UDP pps from sockets and from the frame blaster, UDP-probe and ping RTT
+  floor -config FILE [-ready FILE]
+                          the floor dataplane of one node (run by compare inside the node's namespace):
+                          gvs's TAPs and vxlan0 with a static map instead of the switch, until interrupted
   trials -setting NAME[={"field":"value"}] -setting ... [-trials N] [-t DURATION] [-o FILE.json]
                           A/B of gvs-switchd settings (as root): a fresh 2-node cluster per trial and
                           setting in rotating order; TCP alone, UDP-probe RTT idle and beside a TCP
@@ -88,6 +92,8 @@ func run(args []string) error {
 		return compareCmd(ctx, args[1:])
 	case "trials":
 		return trialsCmd(ctx, args[1:])
+	case "floor":
+		return floorCmd(ctx, args[1:])
 	case "udp-sink", "udp-send", "udp-echo", "udp-probe":
 		return udpTool(ctx, args[0], args[1:])
 	case "conn-server", "conn-rate":
