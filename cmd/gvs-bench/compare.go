@@ -81,6 +81,10 @@ func compareCmd(ctx context.Context, args []string) error {
 	if err := rep.WriteTable(os.Stdout); err != nil {
 		return err
 	}
+	fmt.Println()
+	if err := compare.WriteTargets(os.Stdout, compare.CheckTargets(rep)); err != nil {
+		return err
+	}
 	if err := writeJSON(*out, rep); err != nil {
 		return err
 	}

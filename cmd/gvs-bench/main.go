@@ -32,6 +32,9 @@ commands:
                           measure gvs, the kernel, Open vSwitch and the floor on the same topology (as root),
                           the dataplanes' runs interleaved:
                           TCP, UDP pps from sockets and from the frame blaster, UDP-probe and ping RTT
+  check-targets [-strict] REPORT.json
+                          SPEC §7's ratios of gvs to the floor and to OVS in a compare report, and which
+                          are met (-strict: fail if one is not)
   floor -config FILE [-ready FILE]
                           the floor dataplane of one node (run by compare inside the node's namespace):
                           gvs's TAPs and vxlan0 with a static map instead of the switch, until interrupted
@@ -94,6 +97,8 @@ func run(args []string) error {
 		return trialsCmd(ctx, args[1:])
 	case "floor":
 		return floorCmd(ctx, args[1:])
+	case "check-targets":
+		return checkTargetsCmd(args[1:])
 	case "udp-sink", "udp-send", "udp-echo", "udp-probe":
 		return udpTool(ctx, args[0], args[1:])
 	case "conn-server", "conn-rate":
