@@ -42,7 +42,7 @@ type Config struct {
 	Runs int
 	// Duration of each workload, default 5 s.
 	Duration time.Duration
-	// Prefix of the lab namespaces (at most 9 characters; a dataplane letter
+	// Prefix of the lab namespaces (at most 6 characters; a dataplane letter
 	// and the pid are appended), default "gvc".
 	Prefix string
 	// Underlay network of the lab, default 192.168.247.0/24.
@@ -256,8 +256,8 @@ func (c *Config) defaults() error {
 	if c.Prefix == "" {
 		c.Prefix = "gvc"
 	}
-	if len(c.Prefix) > 9 {
-		return fmt.Errorf("compare: prefix %q longer than 9 characters", c.Prefix)
+	if len(c.Prefix) > 6 { // + letter + 5 digits: the lab's 12
+		return fmt.Errorf("compare: prefix %q longer than 6 characters", c.Prefix)
 	}
 	if !c.Underlay.IsValid() {
 		c.Underlay = netip.MustParsePrefix("192.168.247.0/24")

@@ -35,7 +35,7 @@ func compareCmd(ctx context.Context, args []string) error {
 	sliceWhen := fs.String("sched-slice-when", "", "gvs-switchd schedSliceWhen: busy (\"\") or always")
 	busyPoll := fs.String("busy-poll", "", "gvs-switchd busyPoll: how long its readers may poll an empty queue before they sleep, such as 50us (\"\": its default, 50us; 0: off)")
 	engine := fs.String("io-engine", "auto", "gvs-switchd ioEngine: how pod TAPs move frames (auto, uring, uring-always, tap)")
-	prefix := fs.String("prefix", "gvc", "namespace prefix (at most 9 characters)")
+	prefix := fs.String("prefix", "gvc", "namespace prefix (at most 6 characters)")
 	ct := fs.Bool("conntrack", false, "add the connection-tracking rows (a stateful rule set on every dataplane: TCP 1 stream, new connections/s)")
 	ctOnly := fs.Bool("conntrack-only", false, "run only TCP 1 stream and the connection-tracking rows")
 	netpolN := fs.Int("netpol-policies", compare.NetpolPolicies, "policies of the networkpolicy row")
