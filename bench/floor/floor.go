@@ -246,17 +246,22 @@ func (f *Floor) serve(ctx context.Context, q queue, tunnel bool) {
 	for i := range bufs {
 		bufs[i] = make([]byte, headroom+packet.MaxSuperFrame+1)
 	}
-	meta := make([]port.Meta, n)
+	f.loop(ctx, q, tunnel, bufs, make([]port.Meta, n))
+}
+
+func (f *Floor) loop(ctx context.Context, q queue, tunnel bool, bufs [][]byte, meta []port.Meta) {
 	var b batch
 	for {
 		k, err := q.Read(bufs, meta, headroom)
-		for i := range min(k, n) {
+		for i := range min(k, len(bufs)) {
 			f.route(&b, q, bufs[i], meta[i], tunnel)
 		}
 		b.flush()
 		switch {
 		case errors.Is(err, port.ErrMoveReader):
-			go f.serve(ctx, q, tunnel)
+			// The port let go of this goroutine's thread (uring): read on,
+			// with the same buffers, from a new one.
+			go f.loop(ctx, q, tunnel, bufs, meta)
 			return
 		case errors.Is(err, port.ErrWoken), err == nil:
 		default:
