@@ -9,7 +9,9 @@
 // through io_uring where gvs-switchd uses it (package tap/uring, else
 // tap.Device), vxlan0 through package vxlan (recvmmsg/sendmmsg, UDP GSO and
 // GRO, super-frames cut and merged, flow queues), the same busy polling,
-// scheduler time slice and Go processors. What it leaves out is the switch:
+// scheduler time slice and Go processors, and the switch's idle trimming
+// (a reader idle for 10 s is woken and its uring.Port gives up its rings
+// and thread). What it leaves out is the switch:
 // no flow table, no connection tracking, no rule program. A frame goes
 //
 //  1. from a pod's TAP queue (serve) to the port its inner destination IPv4
@@ -35,6 +37,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/gvswitch/gvs/busypoll"
@@ -99,6 +102,16 @@ type Floor struct {
 	vx      *vxlan.Port
 	log     *slog.Logger
 	closers []func() error
+	// clock is the trimmer's coarse time (Unix ns); readers stamp their
+	// batches with it (trim).
+	clock   atomic.Int64
+	readers []*reader
+}
+
+// reader is one queue's reading loop, as the trimmer sees it.
+type reader struct {
+	q    queue
+	last atomic.Int64 // clock at its last batch
 }
 
 // subnet is a peer's pod subnet as a mask and base, and its address.
@@ -164,14 +177,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Floor, err err
 			f.vx.SetCoalesceUDP(true)
 		}
 	}
+	f.clock.Store(time.Now().UnixNano())
 	for _, qs := range f.local {
 		for _, q := range qs {
-			go f.serve(ctx, q, false)
+			go f.serve(ctx, f.newReader(q), false)
 		}
 	}
 	for _, q := range f.vx.Queues() {
-		go f.serve(ctx, q, true)
+		go f.serve(ctx, f.newReader(q), true)
 	}
+	go f.trim(ctx)
 	return f, nil
 }
 
@@ -240,19 +255,23 @@ func (f *Floor) Close() error {
 
 // serve reads q until it fails and forwards each batch (steps 1-3 of the
 // package comment). tunnel says q is vxlan0's.
-func (f *Floor) serve(ctx context.Context, q queue, tunnel bool) {
-	n := max(q.BatchSize(), 1)
+func (f *Floor) serve(ctx context.Context, r *reader, tunnel bool) {
+	n := max(r.q.BatchSize(), 1)
 	bufs := make([][]byte, n)
 	for i := range bufs {
 		bufs[i] = make([]byte, headroom+packet.MaxSuperFrame+1)
 	}
-	f.loop(ctx, q, tunnel, bufs, make([]port.Meta, n))
+	f.loop(ctx, r, tunnel, bufs, make([]port.Meta, n))
 }
 
-func (f *Floor) loop(ctx context.Context, q queue, tunnel bool, bufs [][]byte, meta []port.Meta) {
+func (f *Floor) loop(ctx context.Context, r *reader, tunnel bool, bufs [][]byte, meta []port.Meta) {
 	var b batch
+	q := r.q
 	for {
 		k, err := q.Read(bufs, meta, headroom)
+		if k > 0 {
+			r.last.Store(f.clock.Load())
+		}
 		for i := range min(k, len(bufs)) {
 			f.route(&b, q, bufs[i], meta[i], tunnel)
 		}
@@ -261,7 +280,7 @@ func (f *Floor) loop(ctx context.Context, q queue, tunnel bool, bufs [][]byte, m
 		case errors.Is(err, port.ErrMoveReader):
 			// The port let go of this goroutine's thread (uring): read on,
 			// with the same buffers, from a new one.
-			go f.loop(ctx, q, tunnel, bufs, meta)
+			go f.loop(ctx, r, tunnel, bufs, meta)
 			return
 		case errors.Is(err, port.ErrWoken), err == nil:
 		default:
@@ -269,6 +288,44 @@ func (f *Floor) loop(ctx context.Context, q queue, tunnel bool, bufs [][]byte, m
 				f.log.Error("floor: read failed; reader stops", "err", err)
 			}
 			return
+		}
+	}
+}
+
+func (f *Floor) newReader(q queue) *reader {
+	r := &reader{q: q}
+	r.last.Store(f.clock.Load())
+	f.readers = append(f.readers, r)
+	return r
+}
+
+// trimIdle is gvs-switchd's trimIdle default: how long a reader is idle
+// before the switch wakes it to give up what it holds.
+const trimIdle = 10 * time.Second
+
+// trim does what gvs's switch does to idle readers (switch/trim.go): a
+// queue that holds resources of its own while busy (a uring.Port's rings
+// and the OS thread its reader is locked to) and has had no frame for
+// trimIdle is woken, and gives them up until it is busy again.
+func (f *Floor) trim(ctx context.Context) {
+	tick := time.NewTicker(trimIdle / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case t := <-tick.C:
+			now := t.UnixNano()
+			f.clock.Store(now)
+			for _, r := range f.readers {
+				h, ok := r.q.(interface {
+					Holds() bool
+					Wake()
+				})
+				if ok && now-r.last.Load() >= int64(trimIdle) && h.Holds() {
+					h.Wake()
+				}
+			}
 		}
 	}
 }
