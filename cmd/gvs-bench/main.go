@@ -1,6 +1,7 @@
-// Command gvs-bench is gvs's lab and benchmark tool: it brings up the demo
-// cluster in network namespaces and carries the traffic tools the demo and
-// the tests run inside pods.
+// Command gvs-bench is gvs's benchmark tool: it compares gvs with the kernel
+// and Open vSwitch, runs A/B trials of gvs-switchd's settings, and carries the
+// traffic tools the benchmarks, the demo (cmd/gvs-demo) and the tests run
+// inside pods.
 package main
 
 import (
@@ -22,8 +23,6 @@ import (
 const usage = `usage: gvs-bench COMMAND [ARGS]
 
 commands:
-  demo up [-prefix P]     bring up the 2-node demo cluster (as root) and show who reaches whom
-  demo down [-prefix P]   remove everything the demo created
   tcp-server -l ADDR [-name N]  TCP sink: greets each client with the address it sees (and its name N), answers with a CRC-32C
   tcp-client -c ADDR [-bytes N | -t DURATION]
                           send to a tcp-server, check the digest, print throughput and the address seen
@@ -82,8 +81,6 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	switch args[0] {
-	case "demo":
-		return demo(ctx, args[1:])
 	case "compare":
 		return compareCmd(ctx, args[1:])
 	case "trials":
