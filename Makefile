@@ -191,10 +191,9 @@ bench-compare: deps build ## gvs vs kernel vs Open vSwitch on the same lab topol
 	$(BIN)/gvs-bench compare -runs 3 -o bench-compare.json -plot bench-compare.svg
 
 demo: deps build $(if $(filter kube netpol cluster,$(MODE)),kube-tools) $(if $(filter cluster,$(MODE)),kube-images image) ## bring up a 2-node demo cluster in network namespaces (as root); MODE=kube: with a Kubernetes API server; MODE=netpol: that in networkpolicy mode; MODE=cluster: real Kubernetes nodes (containerd, kubelet), gvs installed with kubectl
-	$(if $(filter cluster,$(MODE)),$(BIN)/gvs-demo up,$(BIN)/gvs-bench demo up -mode $(or $(MODE),etcd))
+	$(BIN)/gvs-demo up -mode $(or $(MODE),etcd)
 
 demo-down: ## remove everything the demo created (both kinds)
-	@if [ -x $(BIN)/gvs-bench ]; then $(BIN)/gvs-bench demo down; else $(GO) run ./cmd/gvs-bench demo down; fi
 	@if [ -x $(BIN)/gvs-demo ]; then $(BIN)/gvs-demo down; else $(GO) run ./cmd/gvs-demo down; fi
 
 clean: ## remove build output
