@@ -81,6 +81,8 @@ type Config struct {
 	// (default: the running program's directory). The kube modes find the
 	// Kubernetes programs with kubetest.BinDir ($GVS_KUBE_BIN).
 	BinDir string
+	// ThroughputTime is how long the throughput step sends (default 5 s).
+	ThroughputTime time.Duration
 }
 
 // Validate checks the mode and the prefix.
@@ -107,6 +109,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Out == nil {
 		c.Out = io.Discard
+	}
+	if c.ThroughputTime <= 0 {
+		c.ThroughputTime = 5 * time.Second
 	}
 	if c.BinDir == "" {
 		exe, err := os.Executable()
@@ -369,7 +374,7 @@ func (r *run) throughput(ctx context.Context, a, b cluster.Pod) error {
 		return err
 	}
 	defer srv.Stop()
-	out, err := c.Lab.Exec(ctx, a.NS, r.bench(), "tcp-client", "-c", b.IP.String()+":5201", "-t", "5s")
+	out, err := c.Lab.Exec(ctx, a.NS, r.bench(), "tcp-client", "-c", b.IP.String()+":5201", "-t", r.cfg.ThroughputTime.String())
 	r.printf("%s", indent(string(out)))
 	if err != nil {
 		r.fail("TCP throughput run failed: " + err.Error())
@@ -407,10 +412,19 @@ The cluster keeps running. Look around:
   ip netns exec %[1]s %[2]s %[7]s nodes
   %[10]s
 (%[9]s)
-Tear it down with:  make demo-down
+Tear it down with:  %[11]s
 `, c.Nodes[0].NS, gvsctl, c.Nodes[0].Socket, a.IP, b.IP, a.NS, ctlPlane,
 		daemon.CNIFirstPort+1, // a is the second pod CNI attached on n1
-		creds, services)
+		creds, services, teardown(r.cfg))
+}
+
+// teardown returns the command that removes the demo cfg describes: make
+// demo-down for the default prefix, which it removes.
+func teardown(cfg Config) string {
+	if cfg.Prefix == Prefix {
+		return "make demo-down"
+	}
+	return filepath.Join(cfg.BinDir, "gvs-demo") + " down -prefix " + cfg.Prefix
 }
 
 // registryRefused shows a tenant pod refused by the registry.

@@ -44,7 +44,7 @@ func TestConfigDefaults(t *testing.T) {
 	if err := c.defaults(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Prefix != Prefix || c.Mode != ModeEtcd || c.Out == nil || c.BinDir == "" {
+	if c.Prefix != Prefix || c.Mode != ModeEtcd || c.Out == nil || c.BinDir == "" || c.ThroughputTime != 5*time.Second {
 		t.Errorf("defaults: %+v", c)
 	}
 	c = Config{Prefix: "p", Mode: ModeKube, BinDir: "/x"}
@@ -93,6 +93,15 @@ func TestSeenFrom(t *testing.T) {
 		if got := seenFrom(seen, node); got != want {
 			t.Errorf("seenFrom(%q, %s) = %v, want %v", seen, node, got, want)
 		}
+	}
+}
+
+func TestTeardown(t *testing.T) {
+	if got := teardown(Config{Prefix: Prefix, BinDir: "/b"}); got != "make demo-down" {
+		t.Errorf("default prefix: %q", got)
+	}
+	if got, want := teardown(Config{Prefix: "gvsn-x", BinDir: "/b"}), "/b/gvs-demo down -prefix gvsn-x"; got != want {
+		t.Errorf("other prefix: %q, want %q", got, want)
 	}
 }
 
