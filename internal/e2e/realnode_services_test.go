@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -198,7 +199,8 @@ func upstreamFocuses() []upstreamFocus {
 // spec's result into GVS_E2E_RESULTS (default bin/e2e-upstream):
 // results.md, a table per focus that docs/kubernetes.md quotes, and each
 // focus's e2e.test output and JUnit report. GVS_E2E_ONLY=services,hostport
-// runs some of the focuses.
+// runs some of the focuses, GVS_E2E_FOCUS (and GVS_E2E_SKIP) one of its own
+// instead, GVS_E2E_NODES=3 on three nodes (a few specs need three).
 func TestRealNodesUpstreamFull(t *testing.T) {
 	if os.Getenv("GVS_E2E_UPSTREAM") == "" {
 		t.Skip("make e2e-upstream (GVS_E2E_UPSTREAM=1) runs the full upstream focuses")
@@ -217,7 +219,18 @@ func TestRealNodesUpstreamFull(t *testing.T) {
 			focuses = append(focuses, f)
 		}
 	}
-	c := startRealCluster(t, "up", "networkpolicy")
+	if f := os.Getenv("GVS_E2E_FOCUS"); f != "" {
+		focuses = []upstreamFocus{{"focus", f, os.Getenv("GVS_E2E_SKIP")}}
+	}
+	nodes := 2
+	if v := os.Getenv("GVS_E2E_NODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 2 {
+			t.Fatalf("GVS_E2E_NODES=%q: a number of nodes, 2 or more", v)
+		}
+		nodes = n
+	}
+	c := startRealClusterN(t, "up", "networkpolicy", nodes)
 	dnsCtx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := c.StartDNS(dnsCtx); err != nil {

@@ -30,6 +30,12 @@ var realNodeUnderlay = netip.MustParsePrefix("192.168.244.0/24")
 // is Ready. Everything is removed when the test ends.
 func startRealCluster(t *testing.T, short, mode string) *kubetest.Cluster {
 	t.Helper()
+	return startRealClusterN(t, short, mode, 2)
+}
+
+// startRealClusterN is startRealCluster with n nodes.
+func startRealClusterN(t *testing.T, short, mode string, n int) *kubetest.Cluster {
+	t.Helper()
 	needRoot(t)
 	if m := kubetest.MissingForNodes(kubetest.BinDir()); len(m) > 0 {
 		if os.Getenv("CI") != "" {
@@ -41,7 +47,7 @@ func startRealCluster(t *testing.T, short, mode string) *kubetest.Cluster {
 	_ = kubetest.DestroyCluster(prefix) // left over from a crashed run with this pid
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	l, err := lab.Create(ctx, lab.Spec{Prefix: prefix, Nodes: 2, Underlay: realNodeUnderlay, External: true})
+	l, err := lab.Create(ctx, lab.Spec{Prefix: prefix, Nodes: n, Underlay: realNodeUnderlay, External: true})
 	if err != nil {
 		t.Fatal(err)
 	}
