@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/tap"
 )
@@ -58,17 +59,6 @@ func gvspLinks(t *testing.T) int {
 		}
 	}
 	return n
-}
-
-func waitLen(t *testing.T, p *TapPool, want int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for p.Len() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("pool holds %d devices, want %d", p.Len(), want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestTapPoolInNS(t *testing.T) {
@@ -122,7 +112,10 @@ func TestTapPoolInNS(t *testing.T) {
 		}
 	}
 	// The pool refills in the background.
-	waitLen(t, p, 3)
+	testutil.WaitFor(t, 10*time.Second, "the pool to hold 3 devices", func() (bool, error) {
+		n := p.Len()
+		return n == 3, fmt.Errorf("it holds %d", n)
+	})
 	if got := gvspLinks(t); got != 1+n+3 {
 		t.Errorf("%d gvsp links, want %d (squatter, %d taken, 3 pooled)", got, 1+n+3, n)
 	}

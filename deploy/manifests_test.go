@@ -135,6 +135,20 @@ func TestNodeDaemonSet(t *testing.T) {
 	if !cfg.FromKubernetes() || cfg.Kubeconfig != daemon.InCluster {
 		t.Errorf("kubeconfig %q, want in-cluster", cfg.Kubeconfig)
 	}
+	// A live upgrade: the new pod starts beside the old one, whose daemon
+	// hands over through the handoff socket and then idles until deleted.
+	ru := ds.Spec.UpdateStrategy.RollingUpdate
+	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil ||
+		ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
+		t.Errorf("updateStrategy %+v: want RollingUpdate with maxSurge 1, maxUnavailable 0 (a live upgrade needs the new pod beside the old)", ds.Spec.UpdateStrategy)
+	}
+	if ds.Spec.MinReadySeconds < 5 {
+		t.Errorf("minReadySeconds %d: want a few seconds, so that the old pod is deleted after the handoff", ds.Spec.MinReadySeconds)
+	}
+	if cfg.AfterHandoff != "wait" || cfg.HandoffSocket == "" || !mounted(c, cfg.HandoffSocket) {
+		t.Errorf("afterHandoff %q, handoffSocket %q: want wait (the kubelet would restart an exited old daemon) and a socket in a host mount",
+			cfg.AfterHandoff, cfg.HandoffSocket)
+	}
 	for key, path := range map[string]string{"cniSocket": cfg.CNISocket, "controlSocket": cfg.ControlSocket, "stateDir": cfg.StateDir,
 		"cniBinDir": cfg.CNIBinDir, "cniConfDir": cfg.CNIConfDir} {
 		if path == "" || !mounted(c, path) {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gvswitch/gvs/internal/iofloor"
+	"github.com/gvswitch/gvs/bench/iofloor"
 	"github.com/gvswitch/gvs/port"
 )
 

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
@@ -393,13 +394,7 @@ func TestTAPCloseUnblocksRead(t *testing.T) {
 		_, err := dev.Read(bufs, meta, headroom)
 		errc <- err
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for dev.Stats().RxWaits == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("Read never waited for a frame")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, 5*time.Second, "Read to wait for a frame", func() (bool, error) { return dev.Stats().RxWaits > 0, nil })
 	select {
 	case err := <-errc:
 		t.Fatalf("Read returned before Close: %v", err)
@@ -439,8 +434,9 @@ func TestTAPWake(t *testing.T) {
 		}()
 		return errc
 	}
+	waits := dev.Stats().RxWaits
 	errc := read()
-	time.Sleep(50 * time.Millisecond)
+	testutil.WaitFor(t, 5*time.Second, "Read to wait for a frame", func() (bool, error) { return dev.Stats().RxWaits > waits, nil })
 	dev.Wake()
 	select {
 	case err := <-errc:

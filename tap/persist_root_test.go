@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/tap"
 	"golang.org/x/sys/unix"
@@ -170,17 +171,10 @@ func TestPersistentNamespaceGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The namespace is cleaned up asynchronously; the fd detaches then.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.WaitFor(t, 10*time.Second, "the TAP to go with its namespace", func() (bool, error) {
 		_, err := dev.Persistent()
-		if errors.Is(err, unix.EBADFD) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the TAP did not go with its namespace: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return errors.Is(err, unix.EBADFD), err
+	})
 	if err := dev.Destroy(); err != nil {
 		t.Errorf("Destroy of a detached TAP: %v", err)
 	}

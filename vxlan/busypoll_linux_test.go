@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/busypoll"
+	"github.com/gvswitch/gvs/port/busypoll"
 )
 
 // TestBusyPoll: readers that poll (Config.BusyPoll) get datagrams sent

@@ -35,7 +35,7 @@ func TestFlowQueuesFair(t *testing.T) {
 		// sockets at least one lands beside the bulk one's but for a chance
 		// of 1 in 8^8.
 		sendSparse(t, tn, dst, sparse)
-		time.Sleep(100 * time.Millisecond) // all queued
+		time.Sleep(100 * time.Millisecond) // all queued: pacing: no event says the kernel has queued every datagram sent
 		if err := p.setReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +105,7 @@ func TestFlowQueuesNewcomer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // all queued
+	time.Sleep(100 * time.Millisecond) // all queued: pacing: no event says the kernel has queued every datagram sent
 	if err := p.setReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestFlowQueuesNewcomer(t *testing.T) {
 		read()
 	}
 	sendSparse(t, tn, dst, 8)
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // pacing: no event says the kernel has queued every datagram sent
 	sent = frames
 	for firstSparse < 0 && frames < bulk+8 {
 		read()

@@ -25,13 +25,14 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
 
-	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
+	"github.com/gvswitch/gvs/port/busypoll"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,14 +56,18 @@ type mmsghdr struct {
 
 // rxState is the raw receive path's state, owned by the reader.
 type rxState struct {
-	socks  []rxSocket // the reader's sockets (Config.FlowQueues)
-	ep     *os.File   // epoll set of socks, in the netpoller
-	eprc   syscall.RawConn
-	events []unix.EpollEvent // the current round's ready sockets
-	nev    int               // how many
-	ei     int               // the next one to read
-	vlen   int               // messages the next recvmmsg may take
-	bulk   []bool            // per socket: its last read was bulk (fill)
+	// intrMu guards interrupted and the epoll set's read deadline
+	// (Queue.Interrupt, handoff_linux.go).
+	intrMu      sync.Mutex
+	interrupted bool
+	socks       []rxSocket // the reader's sockets (Config.FlowQueues)
+	ep          *os.File   // epoll set of socks, in the netpoller
+	eprc        syscall.RawConn
+	events      []unix.EpollEvent // the current round's ready sockets
+	nev         int               // how many
+	ei          int               // the next one to read
+	vlen        int               // messages the next recvmmsg may take
+	bulk        []bool            // per socket: its last read was bulk (fill)
 	// wasBulk: this round served a bulk socket's share (fill).
 	wasBulk bool
 	pollFn  func(fd uintptr) bool
@@ -220,6 +225,9 @@ func (p *Port) read(st *rxState, bufs [][]byte, meta []port.Meta, offset int) (i
 			if err := st.fill(); err != nil {
 				st.got, st.mi, st.moff = 0, 0, 0
 				p.addRx(k, nbytes, &drops)
+				if st.takeInterrupt(err) {
+					return 0, port.ErrWoken
+				}
 				if p.closed.Load() {
 					err = net.ErrClosed
 				}

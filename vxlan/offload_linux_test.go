@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
 )
@@ -134,10 +135,7 @@ func TestDropsCountedWhileBlocked(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for p.Stats().Drops[DropUnknownPeer] < 5 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(5*time.Second, func() bool { return p.Stats().Drops[DropUnknownPeer] >= 5 })
 	if got := p.Stats().Drops[DropUnknownPeer]; got != 5 {
 		t.Errorf("unknown-peer drops %d, want 5", got)
 	}

@@ -48,12 +48,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
 
-	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/port"
+	"github.com/gvswitch/gvs/port/busypoll"
 )
 
 // Defaults for Config fields left zero.
@@ -132,6 +133,10 @@ type Config struct {
 	// within an adaptive window (package busypoll) before it waits in
 	// the netpoller. The Poller may be shared with other ports' readers.
 	BusyPoll *busypoll.Poller
+	// Sockets, when not nil, are the sockets of a port another process
+	// opened (Port.Fds; handoff_linux.go): Listen takes them instead of
+	// binding new ones. Their number must match Readers × FlowQueues.
+	Sockets *Sockets
 	// Logger receives setup and teardown messages, never per-packet ones;
 	// nil discards them.
 	Logger *slog.Logger
@@ -241,42 +246,16 @@ func Listen(cfg Config) (*Port, error) {
 		flowQueues = DefaultFlowQueues
 	}
 	shared := readers*flowQueues > 1
-	if shared {
-		// With SO_REUSEPORT the bind would join a group that another
-		// process of the same user holds (a second daemon) and share its
-		// traffic; a plain bind first fails on a port in use, as with one
-		// socket.
-		probe, err := net.ListenUDP("udp4", laddr)
-		if err != nil {
-			return nil, fmt.Errorf("vxlan: listen %v: %w", laddr, err)
-		}
-		probe.Close()
-	}
-	for range readers * flowQueues {
-		rx, err := openRx(laddr, shared, cfg.ReadBuffer)
-		if err != nil {
+	if cfg.Sockets != nil {
+		if err := p.adopt(cfg.Sockets, local, int(cfg.Port), readers*flowQueues); err != nil {
 			p.Close()
-			return nil, fmt.Errorf("vxlan: listen %v: %w", laddr, err)
+			for _, f := range slices.Concat(cfg.Sockets.Rx[len(p.rx):], cfg.Sockets.Tx[len(p.tx):]) {
+				f.Close()
+			}
+			return nil, err
 		}
-		p.rx = append(p.rx, rx)
-	}
-	if shared {
-		// Steer by outer source port (steer_linux.go); without it the
-		// kernel's hash places the datagrams, as before.
-		if err := steer(p.rx); err != nil {
-			log.Warn("vxlan: receive sockets not steered by source port; the kernel's hash places flows", "err", err)
-		} else {
-			p.steered = true
-		}
-	}
-	tx, consecutive, err := openTxSockets(local, cfg.SendSockets)
-	if err != nil {
-		p.Close()
-		return nil, fmt.Errorf("vxlan: open send socket on %v: %w", cfg.Local, err)
-	}
-	p.tx, p.consecutive = tx, consecutive
-	if !consecutive {
-		log.Warn("vxlan: no free block of consecutive send ports; the kernel picked them", "send_sockets", len(p.tx))
+	} else if err := p.open(laddr, shared, readers*flowQueues, cfg.ReadBuffer, cfg.SendSockets); err != nil {
+		return nil, err
 	}
 	if cfg.Offload {
 		var gso bool
@@ -293,6 +272,49 @@ func Listen(cfg Config) (*Port, error) {
 		"steered_by_port", p.steered, "consecutive_send_ports", p.consecutive,
 		"udp_gro", p.groOn, "udp_gso", p.gso.Load(), "coalesce_udp", cfg.CoalesceUDP)
 	return p, nil
+}
+
+// open binds the port's n receive sockets on laddr and its send sockets
+// (Listen without Config.Sockets); on failure the port is closed.
+func (p *Port) open(laddr *net.UDPAddr, shared bool, n, rcvbuf, sendSockets int) error {
+	if shared {
+		// With SO_REUSEPORT the bind would join a group that another
+		// process of the same user holds (a second daemon) and share its
+		// traffic; a plain bind first fails on a port in use, as with one
+		// socket.
+		probe, err := net.ListenUDP("udp4", laddr)
+		if err != nil {
+			return fmt.Errorf("vxlan: listen %v: %w", laddr, err)
+		}
+		probe.Close()
+	}
+	for range n {
+		rx, err := openRx(laddr, shared, rcvbuf)
+		if err != nil {
+			p.Close()
+			return fmt.Errorf("vxlan: listen %v: %w", laddr, err)
+		}
+		p.rx = append(p.rx, rx)
+	}
+	if shared {
+		// Steer by outer source port (steer_linux.go); without it the
+		// kernel's hash places the datagrams, as before.
+		if err := steer(p.rx); err != nil {
+			p.log.Warn("vxlan: receive sockets not steered by source port; the kernel's hash places flows", "err", err)
+		} else {
+			p.steered = true
+		}
+	}
+	tx, consecutive, err := openTxSockets(p.local, sendSockets)
+	if err != nil {
+		p.Close()
+		return fmt.Errorf("vxlan: open send socket on %v: %w", laddr.IP, err)
+	}
+	p.tx, p.consecutive = tx, consecutive
+	if !consecutive {
+		p.log.Warn("vxlan: no free block of consecutive send ports; the kernel picked them", "send_sockets", len(p.tx))
+	}
+	return nil
 }
 
 // SetCoalesceUDP turns the merging of UDP datagrams toward the pods

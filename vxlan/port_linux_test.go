@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
 )
@@ -213,18 +214,6 @@ func addrVNI(e port.Endpoint) port.Endpoint {
 	return e
 }
 
-// waitUntil polls cond until it holds, failing the test after 5 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // readFrames reads until it has want frames or the deadline passes.
 func readFrames(t *testing.T, p *Port, b *batch, want int) []port.Endpoint {
 	t.Helper()
@@ -375,7 +364,7 @@ func TestDropsAndCompaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // let them all queue, so one recvmmsg sees them
+	time.Sleep(200 * time.Millisecond) // let them all queue, so one recvmmsg sees them (pacing: no event says they have)
 	b := newBatch(16)
 	for i := range b.bufs {
 		// Room for HeaderLen+2040 bytes, less than the 2056-byte datagram.
@@ -569,7 +558,7 @@ func closeEndsRead(t *testing.T, p *Port, b *batch) {
 		_, err := p.Read(b.bufs, b.meta, headroom)
 		errc <- err
 	}()
-	waitUntil(t, "Read to wait for a datagram", func() bool { return p.Stats().RxWaits > before })
+	testutil.WaitFor(t, 5*time.Second, "Read to wait for a datagram", func() (bool, error) { return p.Stats().RxWaits > before, nil })
 	select {
 	case err := <-errc:
 		t.Fatalf("Read returned before Close: %v", err)
@@ -615,7 +604,7 @@ func TestReadAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // pacing: no event says the kernel has queued every datagram sent
 	got := 0
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)

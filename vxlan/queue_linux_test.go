@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/port"
 )
 
@@ -77,16 +78,11 @@ func TestQueues(t *testing.T) {
 			}
 		}()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.Eventually(5*time.Second, func() bool {
 		mu.Lock()
-		done := len(got) == len(want)
-		mu.Unlock()
-		if done || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(got) == len(want)
+	})
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gvswitch/gvs/internal/testutil"
 )
 
 // TestBlockBases: blocks are aligned to their size, lie inside the range
@@ -130,7 +132,7 @@ func TestSteering(t *testing.T) {
 			}
 		}
 		seen := 0
-		for deadline := time.Now().Add(5 * time.Second); seen < n && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		testutil.Eventually(5*time.Second, func() bool {
 			for k, s := range p.rx {
 				for _, sport := range drainRx(t, s) {
 					seen++
@@ -139,7 +141,8 @@ func TestSteering(t *testing.T) {
 					}
 				}
 			}
-		}
+			return seen >= n
+		})
 		if seen != n {
 			t.Errorf("readers %d: %d datagrams read from the sockets, want %d", readers, seen, n)
 		}

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // NetpolPolicies is how many NetworkPolicies the networkpolicy row loads

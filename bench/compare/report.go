@@ -14,7 +14,7 @@ type row struct {
 	name  string
 	get   func(Metrics) float64
 	lower bool // lower is better
-	// target is the bar for gvs (SPEC §7; checked by CheckTargets), as
+	// target is the bar for gvs (docs/targets.md; checked by CheckTargets), as
 	// text.
 	target string
 	panel  bool

@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 )
 
-// Target is one of gvs's bars in SPEC §7 that a compare report can check:
+// Target is one of gvs's bars in docs/targets.md that a compare report can check:
 // gvs's value over a reference dataplane's, at least (or, Lower, at most)
 // Bound.
 type Target struct {
@@ -25,7 +25,7 @@ type Target struct {
 	get      func(Metrics) float64
 }
 
-// Targets are SPEC §7's bars on the rows of a compare report.
+// Targets are the bars of docs/targets.md on the rows of a compare report.
 var Targets = []Target{
 	{Name: "TCP 1 stream", Ref: "floor", Bound: 0.9, get: func(m Metrics) float64 { return m.TCP1Gbps }},
 	{Name: "TCP 4 streams", Ref: "floor", Bound: 0.9, get: func(m Metrics) float64 { return m.TCP4Gbps }},

@@ -16,9 +16,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/gen"
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // Ports the workloads use inside the pods.

@@ -1,4 +1,4 @@
-// Package floor is the floor dataplane of gvs-bench compare (SPEC §7): the
+// Package floor is the floor dataplane of gvs-bench compare (docs/targets.md): the
 // least work any TAP-and-VXLAN userspace dataplane can do, measured beside
 // gvs so that gvs's targets are ratios to it. It is a measuring instrument,
 // not a product.
@@ -40,11 +40,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/internal/sched"
 	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
+	"github.com/gvswitch/gvs/port/busypoll"
 	"github.com/gvswitch/gvs/tap"
 	"github.com/gvswitch/gvs/tap/uring"
 	"github.com/gvswitch/gvs/vxlan"

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/compare"
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // underlay is these tests' underlay network; it exists only inside the

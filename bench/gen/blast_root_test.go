@@ -86,7 +86,7 @@ func receive(t *testing.T, b string, port uint16) (stop func() ReceiveResult) {
 		rc <- r
 	}()
 	return func() ReceiveResult {
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // pacing: the receiver collects what is still in flight
 		cancel()
 		r := <-rc
 		rx.Close()

@@ -25,7 +25,7 @@ func TestConnRate(t *testing.T) {
 		t.Errorf("%+v: want some connections", r)
 	}
 	cancel()
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // for the server to close its listener: no hook says it has
 	if _, err := ConnRate(context.Background(), l.Addr().String(), 100*time.Millisecond, 1); err == nil {
 		t.Error("no error with the server gone")
 	}

@@ -31,7 +31,7 @@ func sink(t *testing.T, conn *net.UDPConn) (stop func() SinkResult) {
 		done <- r
 	}()
 	return func() SinkResult {
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // pacing: the sink collects what is still in flight
 		cancel()
 		return <-done
 	}

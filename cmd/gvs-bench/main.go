@@ -1,6 +1,7 @@
-// Command gvs-bench is gvs's lab and benchmark tool: it brings up the demo
-// cluster in network namespaces and carries the traffic tools the demo and
-// the tests run inside pods.
+// Command gvs-bench is gvs's benchmark tool: it compares gvs with the kernel
+// and Open vSwitch, runs A/B trials of gvs-switchd's settings, and carries the
+// traffic tools the benchmarks, the demo (cmd/gvs-demo) and the tests run
+// inside pods.
 package main
 
 import (
@@ -22,8 +23,6 @@ import (
 const usage = `usage: gvs-bench COMMAND [ARGS]
 
 commands:
-  demo up [-prefix P]     bring up the 2-node demo cluster (as root) and show who reaches whom
-  demo down [-prefix P]   remove everything the demo created
   tcp-server -l ADDR [-name N]  TCP sink: greets each client with the address it sees (and its name N), answers with a CRC-32C
   tcp-client -c ADDR [-bytes N | -t DURATION]
                           send to a tcp-server, check the digest, print throughput and the address seen
@@ -33,7 +32,7 @@ commands:
                           the dataplanes' runs interleaved:
                           TCP, UDP pps from sockets and from the frame blaster, UDP-probe and ping RTT
   check-targets [-strict] REPORT.json
-                          SPEC §7's ratios of gvs to the floor and to OVS in a compare report, and which
+                          the ratios of docs/targets.md of gvs to the floor and to OVS in a compare report, and which
                           are met (-strict: fail if one is not)
   floor -config FILE [-ready FILE]
                           the floor dataplane of one node (run by compare inside the node's namespace):
@@ -89,8 +88,6 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	switch args[0] {
-	case "demo":
-		return demo(ctx, args[1:])
 	case "compare":
 		return compareCmd(ctx, args[1:])
 	case "trials":

@@ -9,7 +9,7 @@ import (
 	"github.com/gvswitch/gvs/bench/compare"
 )
 
-// checkTargetsCmd is `gvs-bench check-targets REPORT.json`: SPEC §7's
+// checkTargetsCmd is `gvs-bench check-targets REPORT.json`: docs/targets.md's
 // ratios of gvs to the floor and to OVS in a compare report, and which are
 // met. With -strict it fails when one is missed.
 func checkTargetsCmd(args []string) error {

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -82,5 +83,24 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return d.Run(ctx)
+	err = d.Run(ctx)
+	if errors.Is(err, daemon.ErrHandoffFallback) {
+		// The running daemon has stopped: start afresh, adopting what it
+		// left, as after a restart.
+		log.Warn("live upgrade failed; starting afresh", "err", err)
+		if d, err = daemon.New(cfg, log); err != nil {
+			return err
+		}
+		err = d.Run(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	if d.Superseded() && d.LingerAfterHandoff() {
+		// A successor runs the node now; stay, holding nothing, until
+		// told to stop (afterHandoff "wait").
+		log.Info("handed over to a successor; waiting for SIGTERM")
+		<-ctx.Done()
+	}
+	return nil
 }

@@ -15,6 +15,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+
+	"github.com/gvswitch/gvs/internal/ociimage"
 )
 
 // binaries are the commands the image holds.
@@ -47,11 +49,15 @@ func run() error {
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("go build: %w", err)
 	}
-	var files []File
+	var files []ociimage.File
 	for _, b := range binaries {
-		files = append(files, File{Path: "usr/local/bin/" + b, Source: filepath.Join(dir, b), Mode: 0o755})
+		files = append(files, ociimage.File{Path: "usr/local/bin/" + b, Source: filepath.Join(dir, b), Mode: 0o755})
 	}
-	img := Image{Tag: *tag, Arch: *arch, Files: files,
+	// /var/run is /run, as on the hosts: container runtimes name pods'
+	// network namespaces /var/run/netns/… (CNI_NETNS), and the DaemonSet
+	// mounts the host's /run/netns.
+	files = append(files, ociimage.File{Path: "var/run", Link: "../run"})
+	img := ociimage.Image{Tag: *tag, Arch: *arch, Files: files,
 		Entrypoint: []string{"/usr/local/bin/gvs-switchd"}}
 	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
 		return err

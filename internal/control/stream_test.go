@@ -33,7 +33,7 @@ func (countStream) ServeStream(_ context.Context, c net.Conn) error {
 			return err
 		}
 		n++
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // pacing: a chunk a millisecond
 	}
 }
 

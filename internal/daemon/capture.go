@@ -14,7 +14,7 @@ import (
 
 	"github.com/gvswitch/gvs/internal/control"
 	"github.com/gvswitch/gvs/internal/pcap"
-	vswitch "github.com/gvswitch/gvs/switch"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 )
 
 // flushBytes is how much pcap data a capture stream gathers before it sends

@@ -16,7 +16,7 @@ import (
 
 	"github.com/gvswitch/gvs/internal/control"
 	"github.com/gvswitch/gvs/port"
-	vswitch "github.com/gvswitch/gvs/switch"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 )
 
 // feedPort delivers one frame per Read, forever, until closed.

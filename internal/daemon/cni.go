@@ -41,11 +41,19 @@ func (d *Daemon) startCNI(ctx context.Context, errc chan<- error) error {
 	}
 	be := pods.NewCNI(d.pods, pooled)
 	srv := cniplugin.NewServer(cniplugin.ServerConfig{IPAM: ipam, Backend: be, Logger: d.log, Observe: d.observeCNI})
+	if err := d.inheritPods(); err != nil { // a live upgrade's TAP queues (handoff.go)
+		pool.Close()
+		return fmt.Errorf("cni: %w", err)
+	}
 	restoreStart := time.Now()
 	st := srv.Restore(ctx)
 	d.log.Info("cni: leases restored", "kept", st.Adopted, "recreated", st.Recreated, "netnsGone", st.NetnsGone,
 		"failed", st.Failed, "took", time.Since(restoreStart).Round(time.Microsecond))
-	l, err := d.listenLocal(sock, cniplugin.Listen, cniplugin.Refuse)
+	idx := -1
+	if d.inherit != nil {
+		idx = d.inherit.st.CNIListener
+	}
+	l, err := d.listenLocal(sock, cniplugin.Listen, cniplugin.Refuse, idx, &d.listeners.cni)
 	if err != nil {
 		pool.Close()
 		return err

@@ -39,18 +39,39 @@ func (c *Config) validateCNIInstall() error {
 	return nil
 }
 
-// CNIConfList is the network configuration list gvs-switchd installs: gvs
-// alone, for a socket path as the host sees it.
-func CNIConfList(network, socket string) []byte {
+// PortmapPluginType is the CNI reference plug-in that gives pods their
+// hostPorts (containernetworking/plugins' portmap). gvs-switchd chains it
+// after gvs when the node has it: the DaemonSet does not ship it, as
+// OpenShift SDN and flannel do not, because every distribution's
+// containernetworking-plugins (Debian's, kubeadm's kubernetes-cni) puts it
+// in /opt/cni/bin.
+const PortmapPluginType = "portmap"
+
+// CNIConfList is the network configuration list gvs-switchd installs: gvs,
+// for a socket path as the host sees it, and when portmap is true the
+// portmap plug-in chained after it with the portMappings capability (the
+// kubelet then passes each pod's hostPorts to it).
+//
+// A hostPort is like a NodePort, as in OpenShift SDN: anything that
+// reaches the node's address reaches the port, whatever its project; the
+// DNAT'ed frame enters the pod network from the node, which every project
+// accepts. Only the one mapped port is opened; the pod's other ports stay
+// behind the project's isolation.
+func CNIConfList(network, socket string, portmap bool) []byte {
 	type plugin struct {
-		Type   string `json:"type"`
-		Socket string `json:"socket,omitempty"`
+		Type         string          `json:"type"`
+		Socket       string          `json:"socket,omitempty"`
+		Capabilities map[string]bool `json:"capabilities,omitempty"`
+	}
+	plugins := []plugin{{Type: CNIPluginType, Socket: socket}}
+	if portmap {
+		plugins = append(plugins, plugin{Type: PortmapPluginType, Capabilities: map[string]bool{"portMappings": true}})
 	}
 	b, _ := json.MarshalIndent(struct {
 		CNIVersion string   `json:"cniVersion"`
 		Name       string   `json:"name"`
 		Plugins    []plugin `json:"plugins"`
-	}{"1.0.0", network, []plugin{{Type: CNIPluginType, Socket: socket}}}, "", "  ")
+	}{"1.0.0", network, plugins}, "", "  ")
 	return append(b, '\n')
 }
 
@@ -86,8 +107,18 @@ func (d *Daemon) installCNI(socket string) error {
 		if socket == cniplugin.DefaultSocket {
 			socket = "" // the plugin's default: keep the file short
 		}
+		// portmap is chained when the node has it beside gvs; without
+		// it, pods still start and only their hostPorts go unmapped.
+		portmap := false
+		if c.CNIBinDir != "" {
+			if st, err := os.Stat(filepath.Join(c.CNIBinDir, PortmapPluginType)); err == nil && st.Mode().IsRegular() {
+				portmap = true
+			} else {
+				d.log.Warn("cni: no portmap plug-in beside gvs: hostPorts are not mapped", "binDir", c.CNIBinDir)
+			}
+		}
 		path := filepath.Join(c.CNIConfDir, "80-"+name+".conflist")
-		if err := replaceFile(path, CNIConfList(name, socket), 0o644); err != nil {
+		if err := replaceFile(path, CNIConfList(name, socket, portmap), 0o644); err != nil {
 			return fmt.Errorf("cni install: %w", err)
 		}
 	}

@@ -67,7 +67,7 @@ func TestInstallCNI(t *testing.T) {
 	// Nothing changed: the files are not rewritten (a runtime watching
 	// the directory sees no event).
 	before, _ := os.Stat(conf)
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // past the file system's time granularity, so that a rewrite would show in ModTime
 	if err := d.installCNI(cfg.CNISocket); err != nil {
 		t.Fatal(err)
 	}
@@ -93,8 +93,34 @@ func TestInstallCNI(t *testing.T) {
 		}
 	}
 	// The default socket is the plugin's default: not written.
-	if !strings.Contains(string(CNIConfList("gvs", "")), `"type": "gvs"`) || strings.Contains(string(CNIConfList("gvs", "")), "socket") {
-		t.Errorf("default configuration: %s", CNIConfList("gvs", ""))
+	if !strings.Contains(string(CNIConfList("gvs", "", false)), `"type": "gvs"`) || strings.Contains(string(CNIConfList("gvs", "", false)), "socket") {
+		t.Errorf("default configuration: %s", CNIConfList("gvs", "", false))
+	}
+	// No portmap beside gvs: not chained (a chained plug-in that is
+	// missing would fail every pod's ADD).
+	if b, _ := os.ReadFile(conf); strings.Contains(string(b), "portmap") {
+		t.Errorf("portmap chained without the plug-in:\n%s", b)
+	}
+	// The node has portmap: chained after gvs, with the portMappings
+	// capability the kubelet fills from the pod's hostPorts.
+	if err := os.WriteFile(filepath.Join(cfg.CNIBinDir, PortmapPluginType), []byte("#!portmap\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.installCNI(cfg.CNISocket); err != nil {
+		t.Fatal(err)
+	}
+	var chained struct {
+		Plugins []struct {
+			Type         string          `json:"type"`
+			Capabilities map[string]bool `json:"capabilities"`
+		} `json:"plugins"`
+	}
+	b, _ = os.ReadFile(conf)
+	if err := json.Unmarshal(b, &chained); err != nil {
+		t.Fatal(err)
+	}
+	if len(chained.Plugins) != 2 || chained.Plugins[0].Type != CNIPluginType || chained.Plugins[1].Type != PortmapPluginType || !chained.Plugins[1].Capabilities["portMappings"] {
+		t.Errorf("with portmap on the node, the configuration is\n%s", b)
 	}
 	// A missing plugin is an error, not an empty file.
 	cfg.CNIPlugin = filepath.Join(dir, "missing")

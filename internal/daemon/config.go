@@ -16,9 +16,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/internal/accept"
 	"github.com/gvswitch/gvs/internal/sched"
+	"github.com/gvswitch/gvs/port/busypoll"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/master"
 	"github.com/gvswitch/gvs/sdn/pki"
@@ -46,6 +46,18 @@ type Config struct {
 	Pods     []PodConfig       `json:"pods,omitempty"`
 	// ControlSocket is the unix socket gvsctl talks to.
 	ControlSocket string `json:"controlSocket,omitempty"`
+	// HandoffSocket is where the daemon listens for its successor, and
+	// where a starting daemon looks for a running one to take over from
+	// without a gap (a live upgrade, handoff.go; docs/operations.md). ""
+	// means /run/gvs/handoff.sock; "off" turns both off. Its directory
+	// must be root's and writable by root only.
+	HandoffSocket string `json:"handoffSocket,omitempty"`
+	// AfterHandoff is what the daemon does once it has handed everything
+	// to a successor: "exit" (the default) or "wait": stay, idle and
+	// holding nothing, until SIGTERM, so that a supervisor that restarts
+	// exited processes (a DaemonSet's kubelet) does not start the old
+	// version again, which would take over from the new one.
+	AfterHandoff string `json:"afterHandoff,omitempty"`
 	// MetricsAddr is where /metrics listens, in the node's namespace;
 	// "" means 127.0.0.1:9101, "off" disables it.
 	MetricsAddr string `json:"metricsAddr,omitempty"`
@@ -56,7 +68,7 @@ type Config struct {
 	// switch. false keeps every frame MTU-sized end to end.
 	Offload *bool `json:"offload,omitempty"`
 	// EtcdEndpoints, when set, makes the node follow the control plane
-	// (agent.go): it registers with a lease, takes its subnet from
+	// (internal/daemon/etcdsource): it registers with a lease, takes its subnet from
 	// gvs-master, learns remote nodes and project VNIDs live, and fills
 	// subnet, clusterNetworks, serviceNetwork, mode and vxlanPort from the
 	// registry when they are not given here. Peers and projects listed
@@ -466,6 +478,9 @@ func DecodeConfig(b []byte) (*Config, error) {
 // Validate checks a configuration as ParseConfig does; call it again after
 // changing one (gvs-switchd's -node-name and -node-ip flags).
 func (c *Config) Validate() error {
+	if c.AfterHandoff != "" && c.AfterHandoff != "exit" && c.AfterHandoff != "wait" {
+		return fmt.Errorf("afterHandoff %q: want exit or wait", c.AfterHandoff)
+	}
 	if c.Queues < 0 || c.Queues > MaxQueues {
 		return fmt.Errorf("queues: %d out of range 0..%d", c.Queues, MaxQueues)
 	}

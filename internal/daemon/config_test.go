@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/busypoll"
+	"github.com/gvswitch/gvs/port/busypoll"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/tap/uring"
 )

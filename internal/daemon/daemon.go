@@ -3,11 +3,12 @@
 //
 //   - sdn/node: the node's rule program, kept live in the flow table;
 //   - internal/daemon/pods: the pod lifecycle (attach, adopt, detach, CNI);
-//   - internal/daemon/etcdsource: the follower of the etcd registry, which
-//     drives the node through internal/daemon/source.Sink (a Kubernetes
-//     source sits beside it);
-//   - this package: configuration, the Sink (sink.go, the subnet change in
-//     subnet.go), the control socket's handlers (handle.go, capture.go),
+//   - internal/daemon/source: the control plane as the node follows it
+//     (ControlPlane) and the Mirror that drives the node (Sink); its
+//     followers are internal/daemon/etcdsource (the etcd registry) and
+//     internal/daemon/kubesource (a Kubernetes API server);
+//   - this package: configuration, the start-up with a control plane
+//     (controlplane.go), the Sink (sink.go, the subnet change in subnet.go), the control socket's handlers (handle.go, capture.go),
 //     /metrics (metrics.go) and the CNI server (cni.go).
 //
 // cmd/gvs-switchd is a thin main around it.
@@ -25,25 +26,26 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/accept"
 	"github.com/gvswitch/gvs/internal/control"
 	"github.com/gvswitch/gvs/internal/daemon/etcdsource"
-	"github.com/gvswitch/gvs/internal/daemon/kubesource"
 	"github.com/gvswitch/gvs/internal/daemon/pods"
+	"github.com/gvswitch/gvs/internal/daemon/source"
+	"github.com/gvswitch/gvs/internal/handoff"
 	"github.com/gvswitch/gvs/internal/sched"
 	"github.com/gvswitch/gvs/port"
+	"github.com/gvswitch/gvs/port/busypoll"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/gateway"
 	"github.com/gvswitch/gvs/sdn/nat"
 	"github.com/gvswitch/gvs/sdn/node"
 	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
-	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
 	"github.com/gvswitch/gvs/tap/uring"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 	"github.com/gvswitch/gvs/vxlan"
 )
 
@@ -82,8 +84,8 @@ type Daemon struct {
 	prog  *node.Program
 	pods  *pods.Manager
 	vnids *vnidWaiter
-	src   *etcdsource.Follower // nil without the etcd registry
-	kube  *kubesource.Follower // nil without a Kubernetes API server
+	// cp is the control plane the node follows (nil without one).
+	cp source.ControlPlane
 
 	labels labels           // namespace and pod labels (labels.go)
 	egress *egressFirewalls // egress firewalls (egressfw.go)
@@ -91,6 +93,25 @@ type Daemon struct {
 	cniMetrics cniMetrics // metrics.go
 	// regTLS is the node's etcd identity (nil without TLS).
 	regTLS atomic.Pointer[pki.Client]
+
+	// Live upgrade (handoff.go): inherit is what the predecessor handed
+	// over, until used (nil without one; tookOver stays set); handedOff
+	// is set once this daemon handed everything to a successor;
+	// listeners are the CNI and control sockets, pausable; tun0 is
+	// tun0's queue.
+	inherit   *inheritance
+	tookOver  bool
+	handedOff atomic.Bool
+	handingMu sync.Mutex // held while handing over
+	// released is set when a successor asked this daemon to stop
+	// (handoff fallback); releaseConn is that successor's connection,
+	// left open until the process exits. noSave: do not save the
+	// connection table on exit.
+	released    atomic.Bool
+	releaseConn *handoff.Conn
+	noSave      bool
+	listeners   struct{ cni, control *pausableListener }
+	tun0        *tap.Device
 
 	// mu guards the CNI address manager and the subnet history.
 	mu     sync.Mutex
@@ -195,20 +216,25 @@ func (d *Daemon) init(n sdn.NodeConfig, projects map[string]uint32, implicitDefa
 // Run sets the node up (rules, vxlan0, tun0, NAT, static pods), serves the
 // control socket and /metrics, and blocks until ctx is done. It must run in
 // the node's network namespace.
-func (d *Daemon) Run(ctx context.Context) error {
-	defer d.closeSwitch() // the CNI pods' TAPs stay
+func (d *Daemon) Run(ctx context.Context) (err error) {
+	defer d.closeRelease()               // last: a successor may wait for it (handoff.go)
+	defer d.closeSwitch()                // the CNI pods' TAPs stay
+	ctx, exit := context.WithCancel(ctx) // exit: handed over to a successor
+	defer exit()
 	d.startSched(ctx)
-	if d.cfg.FromRegistry() {
-		if err := d.startRegistry(ctx); err != nil {
+	if d.cfg.FromRegistry() || d.cfg.FromKubernetes() {
+		if err := d.startControlPlane(ctx); err != nil {
 			return err
 		}
-		defer d.src.Close()
+		defer d.cp.Close()
 	}
-	if d.cfg.FromKubernetes() {
-		if err := d.startKube(ctx); err != nil {
-			return err
+	defer func() {
+		if in := d.inherit; in != nil && err != nil {
+			err = d.releaseTakeOver(in, err) // fall back: the running daemon stops
 		}
-		defer d.kube.Close()
+	}()
+	if err := d.takeOver(); err != nil { // a running daemon's descriptors and state (handoff.go)
+		return err
 	}
 	if err := d.setup(ctx); err != nil {
 		return err
@@ -217,18 +243,26 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.startCNI(ctx, errc); err != nil {
 		return err
 	}
-	if d.src != nil { // after startCNI: a subnet change also marks CNI leases stale
-		d.src.KeepAlive()
+	if ka, ok := d.cp.(source.KeepAliver); ok { // after startCNI: a subnet change also marks CNI leases stale
+		ka.KeepAlive()
 	}
 	sock := d.cfg.ControlSocket
 	if sock == "" {
 		sock = control.DefaultSocket
 	}
-	l, err := d.listenLocal(sock, control.Listen, control.Refuse)
+	var ctlIdx = -1
+	if d.inherit != nil {
+		ctlIdx = d.inherit.st.ControlListener
+	}
+	l, err := d.listenLocal(sock, control.Listen, control.Refuse, ctlIdx, &d.listeners.control)
 	if err != nil {
 		return err
 	}
 	go func() { errc <- control.Serve(ctx, l, d.handle, d.log) }()
+	if err := d.finishTakeOver(); err != nil {
+		return err
+	}
+	go d.serveHandoff(ctx, exit)
 	if d.cfg.MetricsAddr != "off" {
 		addr := d.cfg.MetricsAddr
 		if addr == "" {
@@ -241,74 +275,44 @@ func (d *Daemon) Run(ctx context.Context) error {
 		"mode", n.Mode, "control", sock)
 	select {
 	case <-ctx.Done():
+		d.waitHandoff() // a handoff in progress ends first (handoff.go)
 		return nil
 	case err := <-errc:
+		d.waitHandoff()
+		if d.handedOff.Load() {
+			return nil // the listeners closed as they were handed over
+		}
 		return err
 	}
 }
 
-// startRegistry registers the node with the control plane, completes the
-// configuration from the registry's answer, makes the rule program and
-// starts following the registry (before the static pods are attached:
-// they wait for their projects' VNIDs).
-func (d *Daemon) startRegistry(ctx context.Context) error {
+// registrySource is the etcd registry as the node follows it: it asks for
+// the subnet the configuration names, or else for the one it had before a
+// restart.
+func (d *Daemon) registrySource() (source.ControlPlane, error) {
 	dc := d.cfg.dialConfig(d.log)
 	if !dc.TLS.IsZero() {
 		tc, err := dc.TLS.NewClient()
 		if err != nil {
-			return fmt.Errorf("etcdTLS: %w", err)
+			return nil, fmt.Errorf("etcdTLS: %w", err)
 		}
 		dc.Client = tc
 		d.regTLS.Store(tc)
 	}
 	ip, err := netip.ParseAddr(d.cfg.NodeIP)
 	if err != nil {
-		return fmt.Errorf("nodeIP: %w", err)
+		return nil, fmt.Errorf("nodeIP: %w", err)
 	}
 	sc := etcdsource.Config{Dial: dc, Node: registry.Node{Name: d.cfg.NodeName, IP: ip},
 		Logger: d.log.With("component", "agent")}
 	if d.cfg.Subnet != "" {
 		if sc.Want, err = netip.ParsePrefix(d.cfg.Subnet); err != nil {
-			return fmt.Errorf("subnet: %w", err)
+			return nil, fmt.Errorf("subnet: %w", err)
 		}
 	} else if p, ok := d.rememberedSubnet(); ok {
 		sc.Want, sc.Remembered = p, true // ask for it back after a restart past the lease
 	}
-	src, b, err := etcdsource.Start(ctx, sc)
-	if err != nil {
-		return err
-	}
-	d.fillFromRegistry(b.Cluster)
-	if b.Lost.IsValid() {
-		d.subnet.previous, d.subnet.changes = b.Lost, 1
-	}
-	d.cfg.Subnet = b.Subnet.String()
-	d.rememberSubnet(b.Subnet)
-	n, err := d.cfg.Node()
-	if err != nil {
-		src.Close()
-		return fmt.Errorf("configuration from the registry: %w", err)
-	}
-	if err := d.init(n, b.Projects, false); err != nil {
-		src.Close()
-		return err
-	}
-	d.vnids.setRequester(src.RequestProject)
-	d.src = src
-	go d.egress.follow(ctx)
-	src.Follow(ctx, d)
-	if n.Mode.Canonical() == sdn.ModeNetworkPolicy {
-		// Every policy, label and pod address before any pod is adopted
-		// or attached (fail closed: a pod must not run outside the
-		// policies that select it).
-		start := time.Now()
-		if !src.WaitForSync(ctx) {
-			return fmt.Errorf("registry: policies and labels not listed: %w", ctx.Err())
-		}
-		d.log.Info("registry: policies, labels and pod addresses listed", "took", time.Since(start).Round(time.Millisecond))
-	}
-	src.PublishPods(d.podAddresses)
-	return nil
+	return etcdsource.New(sc), nil
 }
 
 // podAddresses returns the local pods' addresses by namespace/name, as
@@ -328,26 +332,8 @@ func (d *Daemon) podAddresses() map[string]netip.Addr {
 
 // podsChanged is told of every pod attached or detached.
 func (d *Daemon) podsChanged() {
-	if d.src != nil {
-		d.src.PodsChanged()
-	}
-}
-
-// fillFromRegistry takes what the configuration leaves out from gvs-master's.
-func (d *Daemon) fillFromRegistry(rc registry.Config) {
-	if len(d.cfg.ClusterNetworks) == 0 {
-		for _, cn := range rc.ClusterNetworks {
-			d.cfg.ClusterNetworks = append(d.cfg.ClusterNetworks, cn.CIDR.String())
-		}
-	}
-	if d.cfg.ServiceNetwork == "" {
-		d.cfg.ServiceNetwork = rc.ServiceNetwork
-	}
-	if d.cfg.Mode == "" {
-		d.cfg.Mode = rc.Mode
-	}
-	if d.cfg.VXLANPort == 0 {
-		d.cfg.VXLANPort = rc.VXLANPort
+	if p, ok := d.cp.(source.PodPublisher); ok {
+		p.PodsChanged()
 	}
 }
 
@@ -360,7 +346,7 @@ func (d *Daemon) setup(ctx context.Context) error {
 	// TAP shows that the kernel takes UDP super-frames (usoSeen).
 	vx, err := vxlan.Listen(vxlan.Config{Local: n.NodeIP, Port: d.cfg.VXLANPort, Peers: d.peers,
 		Offload: d.offload(), Readers: d.vxlanReaders(), FlowQueues: d.cfg.VXLANFlowQueues,
-		BusyPoll: d.busy, Logger: d.log})
+		BusyPoll: d.busy, Sockets: d.inheritedVXLAN(), Logger: d.log})
 	if err != nil {
 		return fmt.Errorf("vxlan0: %w", err)
 	}
@@ -374,10 +360,14 @@ func (d *Daemon) setup(ctx context.Context) error {
 	}
 	d.vx = vx
 	// tun0, port 2: a TAP left in the node namespace, holding the gateway.
-	gw, err := tap.Create(tap.Config{Name: "tun0", Logger: d.log})
+	gw, err := d.inheritedTun0()
+	if gw == nil && err == nil {
+		gw, err = tap.Create(tap.Config{Name: "tun0", Logger: d.log})
+	}
 	if err != nil {
 		return fmt.Errorf("tun0: %w", err)
 	}
+	d.tun0 = gw
 	gwp := d.tapIO(gw)
 	if err := d.sw.AddPort(sdn.PortTun0, gwp); err != nil {
 		gwp.Close()
@@ -431,7 +421,9 @@ func (d *Daemon) closeSwitch() {
 		d.pods.Exiting()
 	}
 	d.sw.Close()
-	d.saveConntrack() // for the next daemon (conntrack.go)
+	if !d.handedOff.Load() && !d.noSave {
+		d.saveConntrack() // for the next daemon (conntrack.go)
+	}
 }
 
 // nodeConfig returns the node configuration, which a subnet change may
@@ -441,23 +433,44 @@ func (d *Daemon) nodeConfig() sdn.NodeConfig { return d.prog.Node() }
 // listenLocal opens a local socket with listen and lets only the processes
 // Config.SocketGroup allows use it (root and, if set, the group's members,
 // by SO_PEERCRED); refuse answers the others in the socket's protocol.
-func (d *Daemon) listenLocal(path string, listen func(string) (net.Listener, error), refuse func(net.Conn, error)) (net.Listener, error) {
+//
+// The listener can be paused and handed to a successor (handoff.go): it is
+// stored in *slot. inherited is the index of the predecessor's listening
+// socket to take instead of listening anew (-1: none).
+func (d *Daemon) listenLocal(path string, listen func(string) (net.Listener, error), refuse func(net.Conn, error),
+	inherited int, slot **pausableListener) (net.Listener, error) {
 	p, err := d.cfg.socketPolicy()
 	if err != nil {
 		return nil, err
 	}
-	l, err := listen(path)
+	ul, err := d.inheritedListener(inherited)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: inherited: %w", path, err)
 	}
+	if ul == nil {
+		nl, err := listen(path)
+		if err != nil {
+			return nil, err
+		}
+		if ul, _ = nl.(*net.UnixListener); ul == nil {
+			nl.Close()
+			return nil, fmt.Errorf("%s: listener is a %T", path, nl)
+		}
+	}
+	// Closing does not remove the path: after a live upgrade the
+	// successor serves the same socket there (handoff.go); a stale file
+	// is replaced on the next start.
+	ul.SetUnlinkOnClose(false)
 	if err := accept.SocketMode(path, p); err != nil {
-		l.Close()
+		ul.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return accept.Guard(l, p, func(c net.Conn, err error) {
+	pl := &pausableListener{ul: ul, guarded: accept.Guard(ul, p, func(c net.Conn, err error) {
 		d.log.Warn("local socket: connection refused", "socket", path, "err", err)
 		refuse(c, err)
-	}), nil
+	})}
+	*slot = pl
+	return pl, nil
 }
 
 // usesUring reports whether the daemon drives pod TAPs through io_uring.

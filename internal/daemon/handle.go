@@ -9,7 +9,7 @@ import (
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/control"
 	"github.com/gvswitch/gvs/sdn/pki"
-	vswitch "github.com/gvswitch/gvs/switch"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 	"github.com/gvswitch/gvs/vxlan"
 )
 

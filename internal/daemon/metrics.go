@@ -10,13 +10,14 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap/uring"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 	"github.com/gvswitch/gvs/vxlan"
 )
 
@@ -196,6 +197,12 @@ func (d *Daemon) serveMetrics(ctx context.Context, addr string) error {
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	l, err := net.Listen("tcp", addr)
+	for tries := 0; err != nil && d.tookOver && errors.Is(err, syscall.EADDRINUSE) && tries < 250 && ctx.Err() == nil; tries++ {
+		// A live upgrade: the old daemon holds the address until it has
+		// exited, a moment after the handoff (handoff.go).
+		time.Sleep(20 * time.Millisecond)
+		l, err = net.Listen("tcp", addr)
+	}
 	if err != nil {
 		return err
 	}

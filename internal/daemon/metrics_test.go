@@ -10,8 +10,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gvswitch/gvs/port"
-	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap/uring"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 )
 
 // idlePort is a switch port that never delivers a frame.

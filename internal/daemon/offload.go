@@ -2,8 +2,8 @@ package daemon
 
 import (
 	"github.com/gvswitch/gvs/packet"
-	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 )
 
 // offload reports whether the data-path offloads are on (Config.Offload,

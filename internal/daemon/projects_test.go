@@ -101,7 +101,7 @@ func TestPodWaitsForItsLabels(t *testing.T) {
 	w.limit = 10 * time.Second
 	done := make(chan error, 1)
 	go func() { done <- w.Wait(ctx, "alpha", "web") }()
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // so that Wait is waiting when the labels come (no hook says it is; it passes either way)
 	if err := prog.SetPolicyPod(netpol.Pod{Namespace: "alpha", Name: "web", Labels: map[string]string{"app": "web"}}); err != nil {
 		t.Fatal(err)
 	}

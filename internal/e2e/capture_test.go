@@ -17,8 +17,9 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // TestCapture captures on a pod's port and on vxlan0 of both nodes while
@@ -141,17 +142,11 @@ func TestCapture(t *testing.T) {
 // waitCaptures waits until node i runs n captures.
 func waitCaptures(t *testing.T, c *cluster.Cluster, i, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("%s: %d captures to start", c.Nodes[i].Name, n), func() (bool, error) {
 		body := httpGet(t, c.Nodes[i].NSPath, "127.0.0.1:9101", "/metrics")
-		if metricValue(t, body, "gvs_captures_active") == float64(n) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d captures did not start", c.Nodes[i].Name, n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		v := metricValue(t, body, "gvs_captures_active")
+		return v == float64(n), fmt.Errorf("gvs_captures_active is %v", v)
+	})
 }
 
 // metricValue returns the value of the sample named exactly series.

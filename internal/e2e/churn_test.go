@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 	"github.com/gvswitch/gvs/sdn"
 )
 
@@ -55,7 +55,7 @@ func TestChurnNoLoss(t *testing.T) {
 		out, err := c.Lab.Exec(ctx(t), a.NS, "ping", "-n", "-q", "-i", "0.002", "-c", strconv.Itoa(count), "-W", "2", b.IP.String())
 		pinged <- result{out, err}
 	}()
-	time.Sleep(300 * time.Millisecond) // let ping start
+	time.Sleep(300 * time.Millisecond) // pacing: let ping start before the churn
 
 	// The churned pod: an unused address high in each node's subnet, port 200.
 	const updates = 1000
@@ -100,7 +100,7 @@ func TestChurnNoLoss(t *testing.T) {
 				t.Fatalf("update %d: %s on %s: %d rules, want 5", k, req.Command, n.socket, res.Count)
 			}
 		}
-		time.Sleep(3 * time.Millisecond)
+		time.Sleep(3 * time.Millisecond) // pacing: the rate of rule updates
 	}
 	churned := time.Since(pingStart)
 

@@ -12,8 +12,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 	"github.com/gvswitch/gvs/netconf"
 )
 

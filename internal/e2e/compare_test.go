@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/compare"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // TestCompare runs a short `gvs-bench compare` (one run, 1 s per workload,

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // cpUp brings up a control-plane cluster and logs the master's (and etcd
@@ -36,22 +37,8 @@ func cpUp(t *testing.T, short, controlPlane string) *cluster.Cluster {
 	return c
 }
 
-// eventually retries cond every 200 ms for up to d.
-func eventually(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // leaseLosses counts the times node i's gvs-switchd logged that it lost its
-// node lease (internal/daemon/agent.go, keepAlive).
+// node lease (internal/daemon/etcdsource/follower.go, keepAlive).
 func leaseLosses(t *testing.T, c *cluster.Cluster, i int) int {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(c.Lab.StateDir(), c.Nodes[i].Name+".log"))
@@ -84,7 +71,7 @@ func checkReach(t *testing.T, c *cluster.Cluster, what string) {
 		t.Fatal(err)
 	}
 	var mism []string
-	ok := eventually(10*time.Second, func() bool {
+	ok := testutil.Eventually(10*time.Second, func() bool {
 		mism = c.Reachability(ctx(t)).Mismatches()
 		return len(mism) == 0
 	})
@@ -104,7 +91,7 @@ func TestControlPlaneEmbedded(t *testing.T) {
 		if n.Subnet.String() != want[i] {
 			t.Errorf("%s subnet %v, want %s", n.Name, n.Subnet, want[i])
 		}
-		if !eventually(10*time.Second, func() bool { return len(remotes(t, c, i)) == 2 }) {
+		if !testutil.Eventually(10*time.Second, func() bool { return len(remotes(t, c, i)) == 2 }) {
 			t.Errorf("%s knows remotes %v, want 2", n.Name, remotes(t, c, i))
 		}
 	}
@@ -135,7 +122,7 @@ func TestControlPlaneEmbedded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		if !eventually(15*time.Second, func() bool { return len(remotes(t, c, i)) == 1 }) {
+		if !testutil.Eventually(15*time.Second, func() bool { return len(remotes(t, c, i)) == 1 }) {
 			t.Errorf("%s still has remotes %v after n3 left", c.Nodes[i].Name, remotes(t, c, i))
 		}
 	}
@@ -152,7 +139,7 @@ func TestControlPlaneExternalEtcd(t *testing.T) {
 	}
 	c := cpUp(t, "cpx", cluster.ControlPlaneExternal)
 	for i := range c.Nodes {
-		if !eventually(10*time.Second, func() bool { return len(remotes(t, c, i)) == 2 }) {
+		if !testutil.Eventually(10*time.Second, func() bool { return len(remotes(t, c, i)) == 2 }) {
 			t.Fatalf("%s knows remotes %v, want 2", c.Nodes[i].Name, remotes(t, c, i))
 		}
 	}
@@ -185,7 +172,7 @@ func TestControlPlaneExternalEtcd(t *testing.T) {
 		res <- result{string(out), err}
 	}()
 	// The outage starts once the ping's requests reach dst.
-	if !eventually(10*time.Second, func() bool { return portTx(t, c, 1, dst) >= txBefore+5 }) {
+	if !testutil.Eventually(10*time.Second, func() bool { return portTx(t, c, 1, dst) >= txBefore+5 }) {
 		t.Fatalf("the ping from %s does not reach %s", src.Name, dst.Name)
 	}
 	lost := make([]int, len(c.Nodes))
@@ -200,7 +187,7 @@ func TestControlPlaneExternalEtcd(t *testing.T) {
 	}
 	// The outage lasts until every node has lost its node lease (3 s).
 	for i := range c.Nodes {
-		if !eventually(30*time.Second, func() bool { return leaseLosses(t, c, i) > lost[i] }) {
+		if !testutil.Eventually(30*time.Second, func() bool { return leaseLosses(t, c, i) > lost[i] }) {
 			t.Fatalf("%s did not lose its node lease with etcd down", c.Nodes[i].Name)
 		}
 	}
@@ -217,7 +204,7 @@ func TestControlPlaneExternalEtcd(t *testing.T) {
 	}
 	// Nodes re-register with the subnets they forward with.
 	var out []byte
-	ok := eventually(20*time.Second, func() bool {
+	ok := testutil.Eventually(20*time.Second, func() bool {
 		var err error
 		out, err = c.RegistryCtl(ctx(t), "nodes")
 		if err != nil {

@@ -6,12 +6,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // TestConntrackSurvivesRestart: a long-lived TCP connection through a
@@ -71,14 +73,14 @@ func TestConntrackSurvivesRestart(t *testing.T) {
 				"-t", fmt.Sprint(int(d.Seconds())), "--connect-timeout", "3000", "--rcv-timeout", "4000")
 			done <- result{out, err}
 		}()
-		time.Sleep(d / 4)
+		time.Sleep(d / 4) // pacing: restart a quarter into the transfer
 		restart()
 		r := <-done
 		return string(r.out), r.err
 	}
 	// The connection is through the service before anything restarts.
 	var out string
-	if !eventually(10*time.Second, func() bool {
+	if !testutil.Eventually(10*time.Second, func() bool {
 		cctx, cancel := context.WithTimeout(ctx(t), 5*time.Second)
 		defer cancel()
 		o, err := c.Lab.Exec(cctx, client.NS, bench, "tcp-client", "-c", svc.String()+":80", "-bytes", "100000")
@@ -100,6 +102,22 @@ func TestConntrackSurvivesRestart(t *testing.T) {
 		log, _ := os.ReadFile(filepath.Join(c.Lab.StateDir(), n1.Name+".log"))
 		if !strings.Contains(string(log), "connections taken over from the last run") {
 			t.Errorf("the daemon's log does not say it loaded the saved table")
+		}
+	})
+	// A live upgrade hands the table over in memory (handoff.go): the
+	// connection's state goes with it.
+	t.Run("survives-handoff", func(t *testing.T) {
+		out, err := stream(8*time.Second, func() {
+			if err := c.UpgradeDaemon(ctx(t), 0); err != nil {
+				t.Error(err)
+			}
+		})
+		if err != nil || !strings.Contains(out, "receiver") {
+			t.Errorf("the connection did not survive the live upgrade: %v\n%s", err, out)
+		}
+		log, _ := os.ReadFile(filepath.Join(c.Lab.StateDir(), n1.Name+".log"))
+		if !regexp.MustCompile(`connections taken over from the running daemon" loaded=[1-9]`).Match(log) {
+			t.Errorf("the daemon's log does not say it loaded connections from the running daemon")
 		}
 	})
 	t.Run("negative-control", func(t *testing.T) {
@@ -135,7 +153,7 @@ func TestConntrackSurvivesRestart(t *testing.T) {
 			t.Errorf("the daemon's log does not say it refused the corrupt table")
 		}
 		var out string
-		if !eventually(10*time.Second, func() bool {
+		if !testutil.Eventually(10*time.Second, func() bool {
 			cctx, cancel := context.WithTimeout(ctx(t), 5*time.Second)
 			defer cancel()
 			o, err := c.Lab.Exec(cctx, client.NS, bench, "tcp-client", "-c", svc.String()+":80", "-bytes", fmt.Sprint(100000))
@@ -156,14 +174,20 @@ func TestConntrackSurvivesRestart(t *testing.T) {
 			_, _ = c.Lab.Exec(cctx, client.NS, bench, "tcp-client", "-c", svc.String()+":80", "-t", "3s")
 		}()
 		var dump string
-		if !eventually(5*time.Second, func() bool {
+		if !testutil.Eventually(5*time.Second, func() bool {
 			dump = ctl(t, c, 0, "dump-conntrack")
 			return strings.Contains(dump, "dport=5201") && strings.Contains(dump, "mark=1")
 		}) {
 			t.Errorf("dump-conntrack does not show the service connection:\n%s", dump)
 		}
-		if s := ctl(t, c, 0, "conntrack-stats"); !strings.Contains(s, "tcp_established") {
-			t.Errorf("conntrack-stats:\n%s", s)
+		// The dump can show the connection while its SYN-ACK is still on
+		// the way (syn_sent); established follows a moment later.
+		var stats string
+		if !testutil.Eventually(5*time.Second, func() bool {
+			stats = ctl(t, c, 0, "conntrack-stats")
+			return strings.Contains(stats, "tcp_established")
+		}) {
+			t.Errorf("conntrack-stats never shows the connection established:\n%s", stats)
 		}
 		<-done
 		if out := ctl(t, c, 0, "flush-conntrack"); !strings.Contains(out, "flushed") {

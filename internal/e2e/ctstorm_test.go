@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // TestConntrackStorm: a storm of new connections and UDP flows, far past
@@ -50,7 +50,7 @@ func TestConntrackStorm(t *testing.T) {
 	}
 	t.Cleanup(func() { iperf.Stop() })
 	pid := c.DataplanePIDs(0)[0]
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the daemon settles before its memory is measured
 	before := rssKiB(t, pid)
 
 	// The established connection: 20 s from a to b, rate-limited so that
@@ -66,7 +66,7 @@ func TestConntrackStorm(t *testing.T) {
 		out, err := c.Lab.Exec(cctx, a.NS, "iperf3", "-c", b.IP.String(), "-p", "5202", "-t", "20", "-b", "200M")
 		long <- result{out, err}
 	}()
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // pacing: the long connection runs before the storm starts
 	// The storm, from another pod pair: short TCP connections and UDP from
 	// 10 000 source ports, each a new connection to commit.
 	storm := func(argv ...string) {

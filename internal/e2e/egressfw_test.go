@@ -10,10 +10,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/daemon"
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 )
 
@@ -202,7 +203,7 @@ func egressLab(t *testing.T, c *cluster.Cluster) (setRecord func(ip string), exp
 		t.Helper()
 		for p, w := range want {
 			var got bool
-			if !eventually(15*time.Second, func() bool { got = reaches(*p); return got == w }) {
+			if !testutil.Eventually(15*time.Second, func() bool { got = reaches(*p); return got == w }) {
 				t.Errorf("%s: %s (%s) → external host: reached=%v, want %v", step, p.Name, p.Project, got, w)
 			}
 		}

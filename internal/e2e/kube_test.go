@@ -12,8 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
 )
 
 // TestKubeMasterBinary runs the gvs-master binary in Kubernetes mode (as
@@ -122,7 +123,7 @@ func TestKubeMasterBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	type row struct{ Name, IP, Subnet string }
-	ok := eventually(10*time.Second, func() bool {
+	ok := testutil.Eventually(10*time.Second, func() bool {
 		out, err := s.Lab.Exec(ctx, s.NS, filepath.Join(binDir, "gvsctl"), "--kubeconfig", s.Kubeconfig, "-o", "json", "nodes")
 		var rows []row
 		return err == nil && json.Unmarshal(out, &rows) == nil && len(rows) == 1 &&

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // TestKubeMode: gvs-master and two gvs-switchd follow a real API server
@@ -43,7 +44,7 @@ func TestKubeMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pods []byte
-	if !eventually(20*time.Second, func() bool {
+	if !testutil.Eventually(20*time.Second, func() bool {
 		pods, _ = c.Ctl(ctx(t), 0, "pods")
 		return bytes.Contains(pods, []byte(`"labels":`+string(want)))
 	}) {
@@ -87,7 +88,7 @@ func TestKubeMode(t *testing.T) {
 		if ok, out := ping(t, c.Lab, alpha1.NS, alpha2.IP, 56); !ok {
 			t.Fatalf("alpha → alpha across nodes failed while the API server was down:\n%s", out)
 		}
-		time.Sleep(5 * time.Second)
+		time.Sleep(5 * time.Second) // pacing: a ping every 5 s while the API server is down
 	}
 	if reaches() {
 		t.Error("isolation lost while the API server was down")
@@ -114,7 +115,7 @@ func TestKubeMode(t *testing.T) {
 		_, err := c.Lab.Exec(ctx(t), beta1.NS, "ping", "-c", "1", "-W", "1", "-q", alpha2.IP.String())
 		return err == nil
 	}
-	if !eventually(150*time.Second, bothNodes) {
+	if !testutil.Eventually(150*time.Second, bothNodes) {
 		t.Fatal("the join made after the outage did not arrive on both nodes within 150 s")
 	}
 	t.Logf("the join made after the outage arrived in %v", time.Since(start).Round(time.Second))

@@ -14,9 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // TestKubeProxy: the real kube-proxy (built from k8s.io/kubernetes by
@@ -149,7 +150,7 @@ func TestKubeProxy(t *testing.T) {
 			// kube-proxy has programmed the ClusterIPs when the pod reaches
 			// the first one.
 			var out string
-			if !eventually(45*time.Second, func() bool {
+			if !testutil.Eventually(45*time.Second, func() bool {
 				ok, o := tcpOK(alpha1.Pod, svcs[0].ip.String()+":80")
 				out = o
 				return ok

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // binDir holds the binaries TestMain builds for the tests.

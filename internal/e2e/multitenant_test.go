@@ -16,9 +16,10 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/vxlan"
 )
@@ -85,7 +86,7 @@ func TestMultitenant(t *testing.T) {
 		ping(t, c.Lab, beta1.NS, beta2.IP, 56)
 		// -U writes each packet as it is captured: wait until both pings'
 		// VXLAN packets are in the file.
-		eventually(5*time.Second, func() bool {
+		testutil.Eventually(5*time.Second, func() bool {
 			vnis, _, err := readVNIs(pcap)
 			_, a := vnis[alpha1.IP.String()]
 			_, b := vnis[beta1.IP.String()]
@@ -182,7 +183,7 @@ func TestMultitenant(t *testing.T) {
 			}
 		}
 		var after uint64
-		if !eventually(5*time.Second, func() bool { after = tunnelDrops(t, c, 0); return after >= before+5 }) {
+		if !testutil.Eventually(5*time.Second, func() bool { after = tunnelDrops(t, c, 0); return after >= before+5 }) {
 			t.Errorf("unknown-peer drops went from %d to %d; want +5", before, after)
 		}
 		for _, f := range received(t, pcap, dump, portTx(t, c, 0, def1)-txBefore) {
@@ -338,7 +339,7 @@ func startTcpdump(t *testing.T, l *lab.Lab, ns string, filter ...string) (string
 	}
 	t.Cleanup(func() { _ = dump.Stop() })
 	// tcpdump says "listening on eth0" once it captures.
-	if !eventually(10*time.Second, func() bool {
+	if !testutil.Eventually(10*time.Second, func() bool {
 		b, _ := os.ReadFile(pcap + ".log")
 		return strings.Contains(string(b), "listening on")
 	}) {
@@ -374,7 +375,7 @@ func tcpTransfer(t *testing.T, l *lab.Lab, src cluster.Pod, dstNS, dstIP string,
 		if err == nil || !strings.Contains(string(out), "connection refused") {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // retry: the server may not listen yet
 	}
 	if err != nil {
 		t.Errorf("tcp-client: %v\n%s", err, out)

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // TestNetworkPolicyRegistry: the networkpolicy mode without Kubernetes.

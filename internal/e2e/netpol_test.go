@@ -15,10 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gvswitch/gvs/bench/cluster"
 	"github.com/gvswitch/gvs/bench/gen"
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // TestNetworkPolicy: the networkpolicy mode on two nodes following a real
@@ -72,7 +73,7 @@ func TestNetworkPolicy(t *testing.T) {
 		out, err := c.Lab.Exec(cctx, def1.NS, bench, "tcp-client", "-c", ip(alpha2)+":5201", "-t", "6s")
 		streamed <- err == nil && strings.Contains(string(out), "intact=true")
 	}()
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // pacing: the stream runs before the policy changes under it
 
 	// alpha denies all ingress.
 	create(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "alpha", Name: "deny-all"},
@@ -127,7 +128,7 @@ func TestNetworkPolicy(t *testing.T) {
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{PodSelector: app(alpha1)}},
 				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &p9000}}}}}}
 	create(udpPolicy)
-	if !eventually(10*time.Second, func() bool {
+	if !testutil.Eventually(10*time.Second, func() bool {
 		got, sent, _ := udpProbe(t, c.Lab, alpha1.NS, ip(alpha2)+":9000")
 		return got == sent
 	}) {
@@ -173,7 +174,7 @@ func TestNetworkPolicy(t *testing.T) {
 		},
 	}
 	for _, change := range churn {
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // pacing: one change every half second
 		if err := change(); err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +218,7 @@ func TestNetworkPolicy(t *testing.T) {
 		out, err := c.Lab.Exec(cctx, from.NS, bench, "tcp-client", "-c", addr, "-bytes", "100000")
 		return err == nil && strings.Contains(string(out), "intact=true")
 	}
-	if !eventually(45*time.Second, func() bool { return tcpTo(alpha1.Pod, svc) }) { // kube-proxy's first sync
+	if !testutil.Eventually(45*time.Second, func() bool { return tcpTo(alpha1.Pod, svc) }) { // kube-proxy's first sync
 		t.Errorf("alpha n1 → alpha/web %s (allowed by tcp-5201): not reached", svc)
 	}
 	expect("a service", []reachProbe{
@@ -278,7 +279,7 @@ func policyTools(t *testing.T, c *cluster.Cluster, server cluster.Pod) (ping, tc
 		t.Helper()
 		for _, p := range probes {
 			var got bool
-			if !eventually(10*time.Second, func() bool { got = p.ok(); return got == p.want }) {
+			if !testutil.Eventually(10*time.Second, func() bool { got = p.ok(); return got == p.want }) {
 				t.Errorf("%s: %s: reached=%v, want %v", step, p.what, got, p.want)
 			}
 		}

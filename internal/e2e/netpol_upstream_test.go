@@ -18,9 +18,9 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/netpolref"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // TestNetworkPolicyUpstream runs the cases of the upstream Kubernetes

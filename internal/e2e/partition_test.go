@@ -11,9 +11,10 @@ import (
 
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // registryNodes returns node → subnet from `gvsctl nodes`.
@@ -116,13 +117,13 @@ func TestPartitionSubnetReassigned(t *testing.T) {
 	if err := c.StopNode(3); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(15*time.Second, func() bool { got, _ := registryNodes(t, c); _, ok := got[n4.Name]; return got != nil && !ok }) {
+	if !testutil.Eventually(15*time.Second, func() bool { got, _ := registryNodes(t, c); _, ok := got[n4.Name]; return got != nil && !ok }) {
 		t.Fatal("n4 still registered past its lease")
 	}
 
 	// n3 is cut off from etcd past its lease.
 	heal := etcdCut(t, c, 2)
-	if !eventually(20*time.Second, func() bool { got, _ := registryNodes(t, c); _, ok := got[n3.Name]; return got != nil && !ok }) {
+	if !testutil.Eventually(20*time.Second, func() bool { got, _ := registryNodes(t, c); _, ok := got[n3.Name]; return got != nil && !ok }) {
 		t.Fatal("n3 still registered while cut off past its lease")
 	}
 	// Meanwhile n3 forwards on its last-known state.
@@ -145,7 +146,7 @@ func TestPartitionSubnetReassigned(t *testing.T) {
 
 	heal()
 	var s3 control.ShowResult
-	if !eventually(30*time.Second, func() bool {
+	if !testutil.Eventually(30*time.Second, func() bool {
 		s3 = showJSON(t, c, 2)
 		return s3.Subnet != old3.String() && s3.Subnet != "(none)" && s3.Subnet != ""
 	}) {
@@ -202,7 +203,7 @@ func TestPartitionSubnetReassigned(t *testing.T) {
 		if i != 3 {
 			want = append(want, n4.Name+"="+old3.String())
 		}
-		if !eventually(10*time.Second, func() bool {
+		if !testutil.Eventually(10*time.Second, func() bool {
 			r := strings.Join(remotes(t, c, i), " ")
 			for _, w := range want {
 				if !strings.Contains(r, w) {
@@ -249,7 +250,7 @@ func TestPartitionSubnetReassigned(t *testing.T) {
 	if err := c.StopNode(2); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(15*time.Second, func() bool { got, _ := registryNodes(t, c); _, ok := got[n3.Name]; return got != nil && !ok }) {
+	if !testutil.Eventually(15*time.Second, func() bool { got, _ := registryNodes(t, c); _, ok := got[n3.Name]; return got != nil && !ok }) {
 		t.Fatal("n3 still registered past its lease")
 	}
 	if err := c.RestartDaemon(ctx(t), 2); err != nil {
@@ -258,7 +259,7 @@ func TestPartitionSubnetReassigned(t *testing.T) {
 	if s := showJSON(t, c, 2); s.Subnet != new3.String() || s.Pods != 1 {
 		t.Errorf("n3 after a restart past its lease: %+v, want subnet %v and its pod", s, new3)
 	}
-	if !eventually(10*time.Second, func() bool {
+	if !testutil.Eventually(10*time.Second, func() bool {
 		_, err := nsExec(t, p1.NSPath, "ping", "-c", "1", "-W", "1", ip3.String())
 		return err == nil
 	}) {

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 	"github.com/gvswitch/gvs/vxlan"
 )
 

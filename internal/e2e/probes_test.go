@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/gvswitch/gvs/bench/gen"
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
 )
 
 // udpProbe sends 20 UDP probes from ns to a udp-echo at addr and returns

@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/daemon"
 	"github.com/gvswitch/gvs/internal/sched"
+	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 	"github.com/gvswitch/gvs/tap/uring"
 	"github.com/gvswitch/gvs/vxlan"
 )
@@ -37,7 +38,8 @@ func checkSchedSlice(t *testing.T, c *cluster.Cluster, i int) {
 	}
 	pid := c.DataplanePIDs(i)[0]
 	var wrong []string
-	for range 20 { // new threads get it within a sweep (200 ms)
+	// New threads get it within a sweep (200 ms).
+	if testutil.Eventually(2*time.Second, func() bool {
 		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 		if err != nil {
 			t.Fatal(err)
@@ -49,10 +51,9 @@ func checkSchedSlice(t *testing.T, c *cluster.Cluster, i int) {
 				wrong = append(wrong, fmt.Sprintf("%d: %v", tid, d))
 			}
 		}
-		if len(wrong) == 0 {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+		return len(wrong) == 0
+	}) {
+		return
 	}
 	t.Errorf("daemon threads without the %v slice: %v", daemon.DefaultSchedSlice, wrong)
 }
@@ -158,12 +159,11 @@ func TestQueues(t *testing.T) {
 	}
 	// gvs read what both queues carried: its port counted (nearly) every
 	// frame the pod's queues passed to the TAP.
-	waitFor := time.Now().Add(5 * time.Second)
-	rx := portPackets(t, c, 0, 3, "rx") - rxBefore
-	for rx < 0.99*float64(sent) && time.Now().Before(waitFor) {
-		time.Sleep(50 * time.Millisecond)
+	var rx float64
+	testutil.Eventually(5*time.Second, func() bool {
 		rx = portPackets(t, c, 0, 3, "rx") - rxBefore
-	}
+		return rx >= 0.99*float64(sent)
+	})
 	if rx < 0.99*float64(sent) {
 		t.Errorf("gvs read %.0f frames from the pod's TAP; its two queues carried %d", rx, sent)
 	}

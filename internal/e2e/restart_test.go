@@ -16,8 +16,9 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/tap"
@@ -89,7 +90,7 @@ func (p *pinger) firstReplyAfter(t *testing.T, since time.Time, limit time.Durat
 		if time.Now().After(deadline) {
 			return time.Time{}, false
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // a fixed interval: its resolution is that of the outage measured
 	}
 }
 
@@ -511,7 +512,7 @@ func TestRestartOutage(t *testing.T) {
 			outages = append(outages, first.Sub(t0))
 			exits = append(exits, tDown.Sub(t0))
 			starts = append(starts, first.Sub(tDown))
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // pacing between restarts
 		}
 		t.Logf("%s then start at once, 5 restarts: signal to first ping reply %s; signal to exit %s; exit to first reply %s",
 			m.how, durStats(outages), durStats(exits), durStats(starts))
@@ -611,18 +612,15 @@ func TestRestartAfterNeighbourFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The kernel's link watcher flushes the entry for b (up to 1 s).
-	deadline := time.Now().Add(5 * time.Second)
-	for neighState(t, c, a, b.IP) != "" {
-		if time.Now().After(deadline) {
-			t.Fatalf("a's neighbour entry for b survived the loss of carrier: %s", neighState(t, c, a, b.IP))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 5*time.Second, "the loss of carrier to flush a's neighbour entry for b", func() (bool, error) {
+		st := neighState(t, c, a, b.IP)
+		return st == "", fmt.Errorf("the entry is %s", st)
+	})
 	pg := startPinger(t, c, a, b.IP)
-	time.Sleep(50 * time.Millisecond)
-	if st := neighState(t, c, a, b.IP); st != "INCOMPLETE" {
-		t.Fatalf("a's entry for b while the daemon is down: %q, want INCOMPLETE", st)
-	}
+	testutil.WaitFor(t, 5*time.Second, "a's entry for b while the daemon is down to be INCOMPLETE", func() (bool, error) {
+		st := neighState(t, c, a, b.IP)
+		return st == "INCOMPLETE", fmt.Errorf("it is %q", st)
+	})
 	tStart := time.Now()
 	if err := c.StartDaemon(ctx(t), 0); err != nil {
 		t.Fatal(err)

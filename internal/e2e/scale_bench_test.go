@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/daemon"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // BenchmarkPodScale: one node with many pods attached by real CNI ADDs
@@ -60,7 +60,7 @@ func benchPodScale(b *testing.B, pods, busy int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the daemon settles before its memory is measured
 	base := float64(rssKiB(b, c0.DataplanePIDs(0)[0]))
 	if err := c0.Down(); err != nil {
 		b.Fatal(err)
@@ -94,7 +94,7 @@ func benchPodScale(b *testing.B, pods, busy int) {
 	defer c.Down()
 	b.Logf("%d pods attached in %v", pods, time.Since(start).Round(time.Second))
 	pid := c.DataplanePIDs(0)[0]
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the daemon settles before its memory is measured
 	idle := float64(rssKiB(b, pid))
 
 	// The daemon's attach time per ADD, from its log.
@@ -124,7 +124,7 @@ func benchPodScale(b *testing.B, pods, busy int) {
 			if err == nil {
 				break
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // retry: the server may not listen yet
 		}
 		m := gbpsScaleRE.FindSubmatch(out)
 		if err != nil || m == nil {
@@ -178,12 +178,12 @@ func benchPodScale(b *testing.B, pods, busy int) {
 			}
 		}
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the daemon settles before its memory is measured
 	after := float64(rssKiB(b, pid))
 	// Idle past trimIdle: the busy pods' workers give their buffers back,
 	// and with io_uring their rings and threads (the transmit ring at the
 	// second wake-up, trimIdle/4 after the first).
-	time.Sleep(max(trimIdle, 10*time.Second)*3/2 + 5*time.Second)
+	time.Sleep(max(trimIdle, 10*time.Second)*3/2 + 5*time.Second) // the idle time the benchmark is about
 	trimmed := float64(rssKiB(b, pid))
 	threads := procStatus(b, pid, "Threads")
 	maps, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
@@ -209,7 +209,7 @@ func benchPodScale(b *testing.B, pods, busy int) {
 		if trimIdle > 0 && rx+tx > 0 {
 			start := time.Now()
 			for rx+tx > 0 && time.Since(start) < max(trimIdle, 10*time.Second)+10*time.Second {
-				time.Sleep(time.Second)
+				time.Sleep(time.Second) // a poll of /metrics a second, over a wait of tens of seconds
 				rx, tx, _ = rings()
 			}
 			if rx+tx > 0 {

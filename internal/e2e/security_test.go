@@ -14,9 +14,10 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
 	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 	"github.com/gvswitch/gvs/sdn/pki"
 )
 
@@ -314,13 +315,13 @@ func TestCertificateReplacement(t *testing.T) {
 		t.Fatal(err)
 	}
 	var newSrv *x509.Certificate
-	if !eventually(30*time.Second, func() bool {
+	if !testutil.Eventually(30*time.Second, func() bool {
 		newSrv, err = pki.CertFile(srv.Cert)
 		return err == nil
 	}) || newSrv.SerialNumber.Cmp(oldSrv.SerialNumber) == 0 {
 		t.Fatalf("gvs-master did not issue a new server certificate: %v", err)
 	}
-	if !eventually(40*time.Second, func() bool {
+	if !testutil.Eventually(40*time.Second, func() bool {
 		r := registryOf(1)
 		return r != nil && r.CertSerial == newCert.SerialNumber.Text(16)
 	}) {

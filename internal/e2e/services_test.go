@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 	"github.com/gvswitch/gvs/sdn"
 )
 
@@ -87,7 +88,7 @@ func TestServices(t *testing.T) {
 		}
 	}
 	// The services reach node 1 through the registry.
-	if !eventually(10*time.Second, func() bool {
+	if !testutil.Eventually(10*time.Second, func() bool {
 		out, err := c.Ctl(ctx(t), 0, "dump-flows", "table=60")
 		return err == nil && strings.Count(string(out), "reg0=10") == 3*len(svcs)
 	}) {
@@ -151,7 +152,7 @@ func TestServices(t *testing.T) {
 		}
 		t.Cleanup(func() { _, _ = c.Projects(ctx(t), "isolate", "beta") })
 		var out string
-		if !eventually(10*time.Second, func() bool {
+		if !testutil.Eventually(10*time.Second, func() bool {
 			ok, o := tcpOK(beta1, svcs[1].ip)
 			out = o
 			return ok

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 )
 
 // TestSubnetMode: in the flat mode every pod reaches every pod, whatever

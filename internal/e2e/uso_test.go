@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/bench/cluster"
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
+	"github.com/gvswitch/gvs/lab/cluster"
 	"github.com/gvswitch/gvs/netconf"
 	"golang.org/x/sys/unix"
 )
@@ -125,7 +125,7 @@ func usoExchange(t *testing.T, src, dst cluster.Pod, size, count int) [][]byte {
 		if err := unix.Sendto(fd, []byte("warm-up"), 0, to); err != nil {
 			return err
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // for the neighbour to resolve: no event reaches this namespace function
 		return unix.Sendto(fd, buf, 0, to)
 	})
 	if err != nil {

@@ -1,3 +1,9 @@
-// Package importcheck has no code: its test checks that the dataplane core
-// packages import no Prometheus, CNI, etcd, netlink or nftables code.
+// Package importcheck has no code: its tests hold the module's import
+// graph to the layout docs/architecture.md describes. The dataplane core
+// imports no Prometheus, CNI, etcd, netlink or nftables code; the ports
+// stand without the switch; product packages import neither the lab and
+// benchmark harness nor the experiments, and no package imports one of a
+// higher layer (layers in importcheck_test.go); nothing outside
+// experiments/ imports it, not even a test, so the experiments can go
+// without touching anything else.
 package importcheck

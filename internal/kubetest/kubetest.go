@@ -1,6 +1,6 @@
 // Package kubetest runs a real Kubernetes API server for gvs's tests: the
 // kube-apiserver built by `make kube-tools` (tools/kube), against etcd,
-// both inside a network namespace of a bench/lab lab, with a CA, serving
+// both inside a network namespace of a lab lab, with a CA, serving
 // and client certificates and a service-account key made for the test.
 // The test process reaches it through a dialer that opens its sockets in
 // that namespace; nothing listens in the machine's own namespace.
@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/gvswitch/gvs/bench/lab"
+	"github.com/gvswitch/gvs/lab"
 )
 
 // Binaries the harness runs.
@@ -78,6 +78,12 @@ type Options struct {
 	ServiceCIDR netip.Prefix
 	// Etcd, if not nil, is used instead of starting Debian's etcd.
 	Etcd *Etcd
+	// Kubelets prepares the API server for real nodes (StartNode): it
+	// talks to kubelets at their InternalIP with a client certificate and
+	// checks their serving certificates, keeps the kubernetes Service's
+	// endpoints (pods reach it through kube-proxy), and admits with
+	// NodeRestriction.
+	Kubelets bool
 }
 
 // Server is a running API server (and the etcd the harness started for
@@ -100,6 +106,7 @@ type Server struct {
 	adminCert string
 	adminKey  string
 	apiArgs   []string
+	ctrl      []*lab.Proc
 	etcd      *lab.Proc
 	api       *lab.Proc
 }
@@ -207,6 +214,9 @@ func (s *Server) makeCerts() error {
 	if s.adminCert, s.adminKey, err = s.ca.issue(s.Dir, "admin", certSpec{cn: "gvs-admin", orgs: []string{"system:masters"}, client: true}); err != nil {
 		return err
 	}
+	if _, _, err = s.ca.issue(s.Dir, "apiserver-kubelet-client", certSpec{cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}, client: true}); err != nil {
+		return err
+	}
 	if _, _, err = writeServiceAccountKey(s.Dir); err != nil {
 		return err
 	}
@@ -245,8 +255,6 @@ func (s *Server) apiServerArgs() []string {
 		"--advertise-address", s.opts.Addr.String(),
 		"--bind-address", s.opts.Addr.String(),
 		"--secure-port", fmt.Sprint(APIServerPort),
-		// No default route in a lab namespace: nothing may depend on one.
-		"--endpoint-reconciler-type", "none",
 		"--service-cluster-ip-range", s.opts.ServiceCIDR.String(),
 		"--etcd-servers", strings.Join(s.Etcd.Endpoints, ","),
 		"--tls-cert-file", filepath.Join(d, "apiserver.crt"),
@@ -263,6 +271,18 @@ func (s *Server) apiServerArgs() []string {
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
 		"--cert-dir", filepath.Join(d, "generated"),
+	}
+	if s.opts.Kubelets {
+		args = append(args, "--endpoint-reconciler-type", "lease",
+			"--kubelet-preferred-address-types", "InternalIP",
+			"--kubelet-client-certificate", filepath.Join(d, "apiserver-kubelet-client.crt"),
+			"--kubelet-client-key", filepath.Join(d, "apiserver-kubelet-client.key"),
+			"--kubelet-certificate-authority", s.CAFile,
+			"--enable-admission-plugins", "NodeRestriction")
+	} else {
+		// Without nodes no pod reaches the kubernetes Service, and a lab
+		// namespace has no default route: nothing may depend on one.
+		args = append(args, "--endpoint-reconciler-type", "none")
 	}
 	if s.Etcd.CAFile != "" {
 		args = append(args, "--etcd-cafile", s.Etcd.CAFile, "--etcd-certfile", s.Etcd.CertFile, "--etcd-keyfile", s.Etcd.KeyFile)
@@ -325,9 +345,13 @@ func (s *Server) LogTail(name string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// Stop stops the API server and the etcd the harness started.
+// Stop stops the controllers, the API server and the etcd the harness
+// started.
 func (s *Server) Stop() error {
 	var errs []error
+	for _, p := range s.ctrl {
+		errs = append(errs, p.Stop())
+	}
 	if s.api != nil {
 		errs = append(errs, s.api.Stop())
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gvswitch/gvs/internal/testutil"
 )
 
 func TestCheckSlice(t *testing.T) {
@@ -69,7 +71,7 @@ func kernelSlice(t *testing.T) time.Duration {
 func threadSlices(t *testing.T, want time.Duration) {
 	t.Helper()
 	var wrong []string
-	for range 100 {
+	if testutil.Eventually(5*time.Second, func() bool {
 		ents, err := os.ReadDir("/proc/self/task")
 		if err != nil {
 			t.Fatal(err)
@@ -81,10 +83,9 @@ func threadSlices(t *testing.T, want time.Duration) {
 				wrong = append(wrong, fmt.Sprintf("%d: %v", tid, d))
 			}
 		}
-		if len(wrong) == 0 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+		return len(wrong) == 0
+	}) {
+		return
 	}
 	t.Errorf("threads without the slice %v: %v", want, wrong)
 }
@@ -136,7 +137,7 @@ func TestKeepAlways(t *testing.T) {
 			<-release
 		})
 	}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // pacing: the threads run a while before they are released
 	close(release)
 	wg.Wait()
 	close(errs)
@@ -181,8 +182,8 @@ func TestKeepFollowsLoad(t *testing.T) {
 	if !k.Short() || k.Switches() != 1 {
 		t.Fatalf("busy: short %v after %d switches", k.Short(), k.Switches())
 	}
-	set((ld.on + ld.off) / 2) // between the two: no change
-	time.Sleep(50 * time.Millisecond)
+	set((ld.on + ld.off) / 2)         // between the two: no change
+	time.Sleep(50 * time.Millisecond) // a while in which nothing may change
 	if !k.Short() || k.Switches() != 1 {
 		t.Fatalf("half busy: short %v after %d switches", k.Short(), k.Switches())
 	}
@@ -260,7 +261,7 @@ func TestParsePressure(t *testing.T) {
 	if _, err := sample(); err != nil {
 		t.Skipf("no CPU pressure here: %v", err)
 	}
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // the sampling interval the test is about
 	if f, err := sample(); err != nil || f < 0 || f > 1 {
 		t.Errorf("pressure %v (%v)", f, err)
 	}

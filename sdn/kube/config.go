@@ -19,6 +19,7 @@ import (
 
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/master"
+	"github.com/gvswitch/gvs/sdn/projectname"
 )
 
 // ErrInvalidNetwork is returned (wrapped) by Network.Validate.
@@ -57,7 +58,7 @@ func (n Network) Validate() error {
 		return fmt.Errorf("%w: MTU %d not in 576..65536", ErrInvalidNetwork, n.MTU)
 	}
 	for _, g := range n.GlobalProjects {
-		if !master.ValidProjectName(g) {
+		if !projectname.Valid(g) {
 			return fmt.Errorf("%w: global project %q is not a namespace name", ErrInvalidNetwork, g)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 	"github.com/gvswitch/gvs/sdn/master"
@@ -101,18 +102,6 @@ func (e *env) startMaster(id string, n Network) (*Master, func()) {
 	return m, stop
 }
 
-// waitFor polls cond every 20 ms until it holds or d passes.
-func (e *env) waitFor(d time.Duration, what string, cond func() bool) {
-	e.t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("after %v: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func (e *env) createNS(names ...string) {
 	e.t.Helper()
 	for _, n := range names {
@@ -180,14 +169,14 @@ func (e *env) subnets() map[string]string {
 // waitNetNamespaces waits until every Namespace has a NetNamespace.
 func (e *env) waitNetNamespaces(d time.Duration, names ...string) {
 	e.t.Helper()
-	e.waitFor(d, fmt.Sprintf("NetNamespaces for %v", names), func() bool {
+	testutil.WaitFor(e.t, d, fmt.Sprintf("NetNamespaces for %v", names), func() (bool, error) {
 		got := e.netids()
 		for _, n := range names {
 			if _, ok := got[n]; !ok {
-				return false
+				return false, nil
 			}
 		}
-		return true
+		return true, nil
 	})
 }
 
@@ -210,10 +199,10 @@ func (e *env) annotate(name, value string, wantApplied bool) {
 	if !wantApplied {
 		return
 	}
-	e.waitFor(5*time.Second, name+": annotation "+value+" not applied", func() bool {
+	testutil.WaitFor(e.t, 5*time.Second, name+": annotation "+value+" not applied", func() (bool, error) {
 		n, err := e.net.NetNamespaces().Get(ctx, name)
 		_, pending := n.Annotations[networkv1.ChangePodNetworkAnnotation]
-		return err == nil && !pending
+		return err == nil && !pending, nil
 	})
 }
 
@@ -264,7 +253,7 @@ func TestNetNamespaces(t *testing.T) {
 	e := newEnv(t, "nn")
 	e.createNS("infra")
 	m, _ := e.startMaster("m1", testNetwork())
-	e.waitFor(10*time.Second, "master leading", m.Leading)
+	testutil.WaitFor(e.t, 10*time.Second, "master leading", func() (bool, error) { return m.Leading(), nil })
 	e.waitNetNamespaces(10*time.Second, "default", "kube-system", "gvs", "infra")
 
 	cn, err := e.net.ClusterNetworks().Get(e.ctx(), networkv1.ClusterNetworkDefault)
@@ -310,7 +299,7 @@ func TestNetNamespaces(t *testing.T) {
 	}
 
 	e.deleteNS("beta")
-	e.waitFor(5*time.Second, "beta's NetNamespace deleted", func() bool { return e.netid("beta") == -1 })
+	testutil.WaitFor(e.t, 5*time.Second, "beta's NetNamespace deleted", func() (bool, error) { return e.netid("beta") == -1, nil })
 }
 
 // TestChangeNetwork: the annotation oc adm pod-network writes changes
@@ -320,7 +309,7 @@ func TestChangeNetwork(t *testing.T) {
 	e := newEnv(t, "cn")
 	e.createNS("alpha", "beta", "gamma", "delta")
 	m, _ := e.startMaster("m1", testNetwork())
-	e.waitFor(10*time.Second, "master leading", m.Leading)
+	testutil.WaitFor(e.t, 10*time.Second, "master leading", func() (bool, error) { return m.Leading(), nil })
 	e.waitNetNamespaces(10*time.Second, "alpha", "beta", "gamma", "delta")
 	alpha, beta := e.netid("alpha"), e.netid("beta")
 
@@ -384,10 +373,10 @@ func TestHostSubnets(t *testing.T) {
 	n := testNetwork()
 	want := expectedSubnets(t, n, 4)
 	m, _ := e.startMaster("m1", n)
-	e.waitFor(10*time.Second, "master leading", m.Leading)
+	testutil.WaitFor(e.t, 10*time.Second, "master leading", func() (bool, error) { return m.Leading(), nil })
 
 	uid1 := e.createNode("node1", "192.168.50.1")
-	e.waitFor(5*time.Second, "node1's HostSubnet", func() bool { return e.subnets()["node1"] != "" })
+	testutil.WaitFor(e.t, 5*time.Second, "node1's HostSubnet", func() (bool, error) { return e.subnets()["node1"] != "", nil })
 	hs, err := e.net.HostSubnets().Get(e.ctx(), "node1")
 	if err != nil {
 		t.Fatal(err)
@@ -400,7 +389,7 @@ func TestHostSubnets(t *testing.T) {
 	// No InternalIP: no HostSubnet, until the address appears.
 	e.createNode("node2", "")
 	e.createNode("node3", "192.168.50.3")
-	e.waitFor(5*time.Second, "node3's HostSubnet", func() bool { return e.subnets()["node3"] != "" })
+	testutil.WaitFor(e.t, 5*time.Second, "node3's HostSubnet", func() (bool, error) { return e.subnets()["node3"] != "", nil })
 	if s := e.subnets(); s["node2"] != "" || s["node3"] != want[1] {
 		t.Fatalf("subnets %v: want node2 none (no address yet), node3 %s", s, want[1])
 	}
@@ -409,14 +398,14 @@ func TestHostSubnets(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.setNodeIP(n2, "192.168.50.2")
-	e.waitFor(5*time.Second, "node2's HostSubnet", func() bool { return e.subnets()["node2"] == want[2] })
+	testutil.WaitFor(e.t, 5*time.Second, "node2's HostSubnet", func() (bool, error) { return e.subnets()["node2"] == want[2], nil })
 
 	// The hostIP follows the Node's address.
 	n2, _ = e.admin.CoreV1().Nodes().Get(e.ctx(), "node2", metav1.GetOptions{})
 	e.setNodeIP(n2, "192.168.50.22")
-	e.waitFor(5*time.Second, "node2's hostIP updated", func() bool {
+	testutil.WaitFor(e.t, 5*time.Second, "node2's hostIP updated", func() (bool, error) {
 		hs, err := e.net.HostSubnets().Get(e.ctx(), "node2")
-		return err == nil && hs.HostIP == "192.168.50.22" && hs.Subnet == want[2]
+		return err == nil && hs.HostIP == "192.168.50.22" && hs.Subnet == want[2], nil
 	})
 
 	// Another node's address is refused (a node's kubelet may write its
@@ -441,9 +430,9 @@ func TestHostSubnets(t *testing.T) {
 	if err := e.admin.CoreV1().Nodes().Delete(e.ctx(), "node1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor(5*time.Second, "node1's HostSubnet deleted", func() bool { _, ok := e.subnets()["node1"]; return !ok })
+	testutil.WaitFor(e.t, 5*time.Second, "node1's HostSubnet deleted", func() (bool, error) { _, ok := e.subnets()["node1"]; return !ok, nil })
 	e.createNode("node4", "192.168.50.4")
-	e.waitFor(5*time.Second, "node4's HostSubnet", func() bool { return e.subnets()["node4"] != "" })
+	testutil.WaitFor(e.t, 5*time.Second, "node4's HostSubnet", func() (bool, error) { return e.subnets()["node4"] != "", nil })
 	if got := e.subnets()["node4"]; got != want[3] {
 		t.Fatalf("node4 got %s, want %s (the cursor moves on; node1's %s is not reused at once)", got, want[3], want[0])
 	}
@@ -457,9 +446,9 @@ func TestHostSubnets(t *testing.T) {
 		}
 	}
 	uid5 := e.createNode("node5", "192.168.50.5")
-	e.waitFor(5*time.Second, "node5's HostSubnet adopted", func() bool {
+	testutil.WaitFor(e.t, 5*time.Second, "node5's HostSubnet adopted", func() (bool, error) {
 		hs, err := e.net.HostSubnets().Get(e.ctx(), "node5")
-		return err == nil && hs.Annotations[networkv1.NodeUIDAnnotation] == string(uid5) && hs.HostIP == "192.168.50.5"
+		return err == nil && hs.Annotations[networkv1.NodeUIDAnnotation] == string(uid5) && hs.HostIP == "192.168.50.5", nil
 	})
 	if hs, err := e.net.HostSubnets().Get(e.ctx(), "node5"); err != nil || hs.Subnet != "10.1.40.0/26" {
 		t.Fatalf("adopted HostSubnet: %v, %v; want subnet 10.1.40.0/26", hs, err)
@@ -480,12 +469,12 @@ func TestRestartAndLeaderChange(t *testing.T) {
 	want := expectedSubnets(t, n, 4)
 	e.createNS("alpha", "beta")
 	m1, stop1 := e.startMaster("m1", n)
-	e.waitFor(10*time.Second, "m1 leading", m1.Leading)
+	testutil.WaitFor(e.t, 10*time.Second, "m1 leading", func() (bool, error) { return m1.Leading(), nil })
 	m2, stop2 := e.startMaster("m2", n)
 	e.createNode("node1", "192.168.50.1")
 	e.createNode("node2", "192.168.50.2")
 	e.waitNetNamespaces(10*time.Second, "alpha", "beta")
-	e.waitFor(5*time.Second, "HostSubnets", func() bool { return len(e.subnets()) == 2 })
+	testutil.WaitFor(e.t, 5*time.Second, "HostSubnets", func() (bool, error) { return len(e.subnets()) == 2, nil })
 	e.annotate("beta", "join:alpha", true)
 	if m2.Leading() {
 		t.Fatal("two leaders")
@@ -493,11 +482,11 @@ func TestRestartAndLeaderChange(t *testing.T) {
 	ids, subs := e.netids(), e.subnets()
 
 	stop1() // releases the Lease
-	e.waitFor(10*time.Second, "m2 leading after m1 stopped", m2.Leading)
+	testutil.WaitFor(e.t, 10*time.Second, "m2 leading after m1 stopped", func() (bool, error) { return m2.Leading(), nil })
 	e.createNS("gamma")
 	e.createNode("node3", "192.168.50.3")
 	e.waitNetNamespaces(5*time.Second, "gamma")
-	e.waitFor(5*time.Second, "node3's HostSubnet", func() bool { return e.subnets()["node3"] != "" })
+	testutil.WaitFor(e.t, 5*time.Second, "node3's HostSubnet", func() (bool, error) { return e.subnets()["node3"] != "", nil })
 	got := e.netids()
 	for name, id := range ids {
 		if got[name] != id {
@@ -521,12 +510,12 @@ func TestRestartAndLeaderChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	m3, _ := e.startMaster("m3", n)
-	e.waitFor(10*time.Second, "m3 leading", m3.Leading)
+	testutil.WaitFor(e.t, 10*time.Second, "m3 leading", func() (bool, error) { return m3.Leading(), nil })
 	e.waitNetNamespaces(5*time.Second, "late1", "late2")
-	e.waitFor(5*time.Second, "gamma's NetNamespace and node2's HostSubnet deleted", func() bool {
+	testutil.WaitFor(e.t, 5*time.Second, "gamma's NetNamespace and node2's HostSubnet deleted", func() (bool, error) {
 		_, g := e.netids()["gamma"]
 		_, n2 := e.subnets()["node2"]
-		return !g && !n2
+		return !g && !n2, nil
 	})
 	got = e.netids()
 	if got["alpha"] != ids["alpha"] || got["beta"] != ids["alpha"] {
@@ -536,7 +525,7 @@ func TestRestartAndLeaderChange(t *testing.T) {
 		t.Errorf("late1 %d late2 %d: want two fresh netids", got["late1"], got["late2"])
 	}
 	e.createNode("node4", "192.168.50.4")
-	e.waitFor(5*time.Second, "node4's HostSubnet", func() bool { return e.subnets()["node4"] != "" })
+	testutil.WaitFor(e.t, 5*time.Second, "node4's HostSubnet", func() (bool, error) { return e.subnets()["node4"] != "", nil })
 	if s := e.subnets()["node4"]; s != want[3] {
 		t.Errorf("node4 after the restart got %s, want %s (the saved cursor)", s, want[3])
 	}
@@ -549,7 +538,7 @@ func TestRestartAndLeaderChange(t *testing.T) {
 func TestAPIServerOutage(t *testing.T) {
 	e := newEnv(t, "out")
 	m, _ := e.startMaster("m1", testNetwork())
-	e.waitFor(10*time.Second, "master leading", m.Leading)
+	testutil.WaitFor(e.t, 10*time.Second, "master leading", func() (bool, error) { return m.Leading(), nil })
 	e.createNS("alpha")
 	e.waitNetNamespaces(5*time.Second, "alpha")
 	alpha := e.netid("alpha")
@@ -562,8 +551,8 @@ func TestAPIServerOutage(t *testing.T) {
 	e.createNS("beta")
 	e.createNode("node1", "192.168.50.1")
 	// The master may have lost the Lease meanwhile; it campaigns again.
-	e.waitFor(30*time.Second, "beta's NetNamespace and node1's HostSubnet after the outage", func() bool {
-		return e.netid("beta") >= int64(master.MinVNID) && e.subnets()["node1"] != ""
+	testutil.WaitFor(e.t, 30*time.Second, "beta's NetNamespace and node1's HostSubnet after the outage", func() (bool, error) {
+		return e.netid("beta") >= int64(master.MinVNID) && e.subnets()["node1"] != "", nil
 	})
 	if got := e.netid("alpha"); got != alpha {
 		t.Fatalf("alpha's netid changed across the outage: %d -> %d", alpha, got)
@@ -578,10 +567,10 @@ func TestNodeRBAC(t *testing.T) {
 	e := newEnv(t, "rb")
 	e.createNS("alpha")
 	m, _ := e.startMaster("m1", testNetwork())
-	e.waitFor(10*time.Second, "master leading", m.Leading)
+	testutil.WaitFor(e.t, 10*time.Second, "master leading", func() (bool, error) { return m.Leading(), nil })
 	e.createNode("node1", "192.168.50.1")
 	e.waitNetNamespaces(10*time.Second, "alpha")
-	e.waitFor(5*time.Second, "node1's HostSubnet", func() bool { return e.subnets()["node1"] != "" })
+	testutil.WaitFor(e.t, 5*time.Second, "node1's HostSubnet", func() (bool, error) { return e.subnets()["node1"] != "", nil })
 
 	cfg, err := e.srv.ServiceAccountConfig(e.ctx(), "gvs", "gvs-node")
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/gvswitch/gvs/sdn/projectname"
 )
 
 // VNID limits (docs/control-plane.md "Allocation").
@@ -102,26 +104,10 @@ func (v *VNIDs) alloc() (uint32, error) {
 	return 0, ErrVNIDsExhausted
 }
 
-// ValidProjectName reports whether s can name a project (a DNS label).
-func ValidProjectName(s string) bool {
-	if len(s) == 0 || len(s) > 63 {
-		return false
-	}
-	for i, c := range []byte(s) {
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case c == '-' && i > 0 && i < len(s)-1:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // Create adds a project: VNID 0 for default and the global projects, a
 // fresh VNID otherwise.
 func (v *VNIDs) Create(project string) (uint32, error) {
-	if !ValidProjectName(project) {
+	if !projectname.Valid(project) {
 		return 0, fmt.Errorf("%w: %q", ErrInvalidProjName, project)
 	}
 	if _, ok := v.projects[project]; ok {
@@ -221,7 +207,7 @@ func ValidNodeName(s string) bool {
 		return false
 	}
 	for label := range strings.SplitSeq(s, ".") {
-		if !ValidProjectName(label) {
+		if !projectname.Valid(label) {
 			return false
 		}
 	}

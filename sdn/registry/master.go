@@ -13,6 +13,7 @@ import (
 
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/master"
+	"github.com/gvswitch/gvs/sdn/projectname"
 )
 
 // Master is gvs-master's loop: it publishes the configuration, creates the
@@ -158,7 +159,7 @@ func (m *Master) assign(ctx context.Context, log *slog.Logger, name string) {
 // request either way (the node sees the project, or its wait times out).
 func (m *Master) answer(ctx context.Context, log *slog.Logger, key string) {
 	node, project, ok := strings.Cut(strings.TrimPrefix(key, RequestsPrefix), "/")
-	if ok && m.CreateProjects && master.ValidProjectName(project) {
+	if ok && m.CreateProjects && projectname.Valid(project) {
 		if err := m.Reg.EnsureProjects(ctx, m.Config.GlobalProjects, project); err != nil {
 			log.Error("creating a requested project", "project", project, "node", node, "err", err)
 			return // the request stays: the next re-list tries again
@@ -191,7 +192,7 @@ func refusal(wellFormed, create bool, project string) string {
 // lease, and the node's lease carries its subnet, which only gvs-master
 // writes.
 func (r *Registry) RequestProject(ctx context.Context, node, project string) error {
-	if !master.ValidProjectName(project) {
+	if !projectname.Valid(project) {
 		return fmt.Errorf("%w: %q", master.ErrInvalidProjName, project)
 	}
 	if _, err := r.c.Put(ctx, RequestsPrefix+node+"/"+project, ""); err != nil {

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/gvswitch/gvs/internal/etcdtest"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/sdn/master"
 	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
@@ -284,8 +285,7 @@ func TestSubnetClaimsAreTheMastersWord(t *testing.T) {
 	if err := na.Register(ctx, registry.Node{Name: "a", IP: netip.MustParseAddr("192.168.0.1")}, la2.ID); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.WaitFor(t, 10*time.Second, "a's damaged record to be repaired", func() (bool, error) {
 		subs, _, err := reg.Subnets(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -296,14 +296,8 @@ func TestSubnetClaimsAreTheMastersWord(t *testing.T) {
 				mine = s
 			}
 		}
-		if mine.Subnet.IsValid() && mine.Subnet != x {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a's damaged record not repaired: %v", mine)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return mine.Subnet.IsValid() && mine.Subnet != x, fmt.Errorf("a's record %v", mine)
+	})
 	r, err := reg.Client().Get(ctx, registry.ClaimKey(x))
 	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "b" {
 		t.Errorf("claim of %v: %v %v, want b's", x, r, err)
@@ -364,17 +358,10 @@ renew:
 		t.Fatalf("subnets after 5 s: %v %v, want %v", subs, err, s)
 	}
 	stop()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.WaitFor(t, 10*time.Second, "the subnet's release after the node's lease expired", func() (bool, error) {
 		subs, _, err := reg.Subnets(ctx)
-		if err == nil && len(subs) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("subnet not released after the node's lease expired: %v %v", subs, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && len(subs) == 0, fmt.Errorf("subnets %v %v", subs, err)
+	})
 	if r, err := reg.Client().Get(ctx, registry.ClaimKey(s.Subnet)); err != nil || len(r.Kvs) != 0 {
 		t.Errorf("claim left after the release: %v %v", r, err)
 	}

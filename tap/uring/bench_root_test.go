@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/internal/iofloor"
+	"github.com/gvswitch/gvs/bench/iofloor"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/tap/uring"
 )

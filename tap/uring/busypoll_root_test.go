@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gvswitch/gvs/busypoll"
-	"github.com/gvswitch/gvs/internal/iofloor"
+	"github.com/gvswitch/gvs/bench/iofloor"
 	"github.com/gvswitch/gvs/port"
+	"github.com/gvswitch/gvs/port/busypoll"
 	"github.com/gvswitch/gvs/tap"
 	"github.com/gvswitch/gvs/tap/uring"
 )
@@ -49,6 +49,7 @@ func TestPortBusyPoll(t *testing.T) {
 		}
 	}()
 	defer close(reqs)
+	blocked := uring.Blocked(pb)
 	reqs <- frames
 	out, _ := iofloor.Buffers(frames, 64)
 	for i := range out {
@@ -80,14 +81,12 @@ func TestPortBusyPoll(t *testing.T) {
 
 	// Wake and Close end a Read (the window is open: the last sleeps
 	// were short).
-	reqs <- 0
-	time.Sleep(10 * time.Millisecond)
+	askBlocked(t, blocked, func() { reqs <- 0 })
 	pb.Wake()
 	if r := <-res; !errors.Is(r.err, port.ErrWoken) {
 		t.Fatalf("after Wake: %v", r.err)
 	}
-	reqs <- 0
-	time.Sleep(10 * time.Millisecond)
+	askBlocked(t, blocked, func() { reqs <- 0 })
 	if err := pb.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/gvswitch/gvs/internal/iofloor"
+	"github.com/gvswitch/gvs/bench/iofloor"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/tap"
 	"github.com/gvswitch/gvs/tap/uring"

@@ -43,8 +43,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gvswitch/gvs/busypoll"
 	"github.com/gvswitch/gvs/port"
+	"github.com/gvswitch/gvs/port/busypoll"
 	"github.com/gvswitch/gvs/tap"
 )
 
@@ -201,6 +201,9 @@ type rxState struct {
 	charged []bool
 	// seenDenied is the budget's refusals when the ring last swept.
 	seenDenied uint64
+	// beforeWait, when set (tests: SetHookBeforeWait), runs each time the
+	// reader is about to sleep in io_uring_enter for frames.
+	beforeWait func()
 }
 
 // NewPort wraps the TAP queue d, with rings on demand (see Port). It fails
@@ -463,6 +466,9 @@ func (p *Port) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 			continue
 		}
 		rx.busy.Sleep()
+		if rx.beforeWait != nil {
+			rx.beforeWait()
+		}
 		err := rx.r.submit(1)
 		rx.busy.Woke()
 		if err != nil {

@@ -13,12 +13,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gvswitch/gvs/internal/iofloor"
+	"github.com/gvswitch/gvs/bench/iofloor"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/port"
-	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
 	"github.com/gvswitch/gvs/tap/uring"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 )
 
 // A Port is what the switch's idle trimming looks for: it can be woken and
@@ -192,8 +193,8 @@ func TestPortWakeClose(t *testing.T) {
 		}
 	}()
 	defer close(reqs)
-	reqs <- struct{}{}
-	time.Sleep(50 * time.Millisecond)
+	blocked := uring.Blocked(pb)
+	askBlocked(t, blocked, func() { reqs <- struct{}{} })
 	pb.Wake()
 	if err := <-res; !errors.Is(err, port.ErrWoken) {
 		t.Fatalf("after Wake: %v", err)
@@ -206,8 +207,7 @@ func TestPortWakeClose(t *testing.T) {
 	if err := <-res; err != nil {
 		t.Fatalf("read after a wake-up: %v", err)
 	}
-	reqs <- struct{}{}
-	time.Sleep(50 * time.Millisecond)
+	askBlocked(t, blocked, func() { reqs <- struct{}{} })
 	if err := pb.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -391,6 +391,7 @@ func TestPortOnDemand(t *testing.T) {
 	bufs, _ := buffers(64, iofloor.Headroom+2048)
 	meta := make([]port.Meta, len(bufs))
 	ask, recv := movingReader(t, pb, bufs, meta)
+	blocked := uring.Blocked(pb)
 	liveRx0, liveTx0 := uring.LiveRings() // other tests' leftovers
 	read := func(want int) readResult {
 		t.Helper()
@@ -454,8 +455,7 @@ func TestPortOnDemand(t *testing.T) {
 	}
 
 	// Woken idle: the receive ring and the thread go.
-	ask()
-	time.Sleep(50 * time.Millisecond)
+	askBlocked(t, blocked, ask)
 	pb.Wake()
 	if r := recv(); !errors.Is(r.err, port.ErrMoveReader) || !errors.Is(r.err, port.ErrWoken) || r.n != 0 {
 		t.Fatalf("woken with the ring up: %d, %v", r.n, r.err)
@@ -470,14 +470,10 @@ func TestPortOnDemand(t *testing.T) {
 		t.Logf("the ring's reader ran on the main thread %d, which Go parks instead of ending; not checked", ringTid)
 	} else {
 		task := fmt.Sprintf("/proc/self/task/%d", ringTid)
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if _, err := os.Stat(task); errors.Is(err, os.ErrNotExist) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the ring's thread %d is still there", ringTid)
-			}
-		}
+		testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("the ring's thread %d to end", ringTid), func() (bool, error) {
+			_, err := os.Stat(task)
+			return errors.Is(err, os.ErrNotExist), nil
+		})
 	}
 	// The sender's transmit ring was used since its last wake-up (never):
 	// kept the first time, given up the second.
@@ -525,8 +521,7 @@ func TestPortOnDemand(t *testing.T) {
 			}
 		}
 		rings(fmt.Sprintf("busy again (%d)", cycle), true, true)
-		ask()
-		time.Sleep(20 * time.Millisecond)
+		askBlocked(t, blocked, ask)
 		pb.Wake()
 		if r := recv(); !errors.Is(r.err, port.ErrMoveReader) {
 			t.Fatalf("cycle %d: woken with the ring up: %v", cycle, r.err)
@@ -542,8 +537,7 @@ func TestPortOnDemand(t *testing.T) {
 		read(len(burst))
 	}
 	rings("busy before Close", true, true)
-	ask()
-	time.Sleep(20 * time.Millisecond)
+	askBlocked(t, blocked, ask)
 	pa.Close()
 	pb.Close()
 	if r := recv(); !errors.Is(r.err, tap.ErrClosed) {
@@ -618,18 +612,15 @@ func TestPortWakesLoseNothing(t *testing.T) {
 		if n, err := pa.Write(out, om, iofloor.Headroom); n != per || err != nil {
 			t.Fatalf("wrote %d: %v", n, err)
 		}
-		time.Sleep(300 * time.Microsecond)
+		time.Sleep(300 * time.Microsecond) // pacing: batches spaced so that the reader goes idle between them
 	}
 	close(done)
 	want := batches * per
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	testutil.Eventually(5*time.Second, func() bool {
 		mu.Lock()
-		got := len(seqs)
-		mu.Unlock()
-		if got >= want {
-			break
-		}
-	}
+		defer mu.Unlock()
+		return len(seqs) >= want
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	if moves < 5 {
@@ -655,6 +646,7 @@ func TestPortFramesDuringGiveUp(t *testing.T) {
 	meta := make([]port.Meta, len(bufs))
 	burst, _ := iofloor.Buffers(40, 64)
 	ask, recv := movingReader(t, pb, bufs, meta)
+	blocked := uring.Blocked(pb)
 	for range 2 { // busy: the receive ring is made
 		if n, err := pa.Write(burst, metas(burst, nil), iofloor.Headroom); n != len(burst) || err != nil {
 			t.Fatalf("wrote %d: %v", n, err)
@@ -676,11 +668,10 @@ func TestPortFramesDuringGiveUp(t *testing.T) {
 		if n, err := pa.Write(three, metas(three, nil), iofloor.Headroom); n != 3 || err != nil {
 			t.Errorf("wrote %d: %v", n, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // pacing: the frames reach the ring before the cancel the hook precedes
 	})
 	t.Cleanup(func() { uring.SetHookBeforeCancel(nil) })
-	ask()
-	time.Sleep(20 * time.Millisecond)
+	askBlocked(t, blocked, ask)
 	pb.Wake()
 	r := recv()
 	uring.SetHookBeforeCancel(nil)
@@ -708,8 +699,7 @@ func TestPortFramesDuringGiveUp(t *testing.T) {
 		t.Fatalf("frames %v, want [0 1 2]", got)
 	}
 	if kept { // the kept ring still sees a wake-up
-		ask()
-		time.Sleep(20 * time.Millisecond)
+		askBlocked(t, blocked, ask)
 		pb.Wake()
 		if r = recv(); !errors.Is(r.err, port.ErrMoveReader) {
 			t.Fatalf("the kept ring's next wake-up: %v", r.err)
@@ -832,5 +822,20 @@ func TestPortBudget(t *testing.T) {
 		if in := c.b.InUse(); in != 0 {
 			t.Errorf("closed: %d bytes still counted", in)
 		}
+	}
+}
+
+// askBlocked hands the reader its turn (ask) and returns once that Read is
+// about to sleep in its ring, which blocked (uring.Blocked) tells.
+func askBlocked(t *testing.T, blocked chan struct{}, ask func()) {
+	t.Helper()
+	for len(blocked) > 0 {
+		<-blocked // from an earlier Read
+	}
+	ask()
+	select {
+	case <-blocked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the Read did not go to sleep in its ring")
 	}
 }

@@ -1,8 +1,10 @@
 // Package etcdsource is gvs-switchd's follower of the etcd registry (docs/
 // control-plane.md): it registers the node on a lease, answers for its
-// subnet, and mirrors the registry's node subnets (remote nodes) and project
-// VNIDs into the node through a source.Sink. When etcd is unreachable the
-// node keeps forwarding on the last state it saw.
+// subnet, and translates the registry's keys (node subnets, project VNIDs,
+// services, the policy state) into the calls of a source.Mirror, which
+// drives the node as it does for the Kubernetes follower
+// (internal/daemon/kubesource). When etcd is unreachable the node keeps
+// forwarding on the last state it saw.
 package etcdsource
 
 import (
@@ -25,8 +27,7 @@ import (
 )
 
 // agent is the node's control-plane follower: it keeps the node registered
-// on a lease, and mirrors the registry's node subnets (remote-node rules)
-// and project VNIDs (pod re-tagging) into the node. When etcd is
+// on a lease, and hands the registry's keys to the Mirror. When etcd is
 // unreachable the node keeps forwarding on the last state it saw; the
 // watch resumes from its last revision when etcd returns, or re-lists
 // everything if that revision was compacted meanwhile.
@@ -47,13 +48,16 @@ type agent struct {
 	cancel  context.CancelFunc
 	interim context.CancelFunc
 
-	// follow's state, guarded by fmu (follow, and resubnet from keepAlive).
-	fmu      sync.Mutex
-	remotes  map[string]registry.Subnet // by node name, without this node
-	refused  map[string]registry.Subnet // remote nodes the daemon refused (subnet overlapping ours)
-	projects map[string]uint32
-	services map[string]registry.Service // by namespace/name
-	pol      polState                    // policies.go
+	// m drives d (made on first use, mirror); a.mu guards the pointer.
+	m *source.Mirror
+
+	// follow's state, guarded by fmu.
+	fmu sync.Mutex
+	// known holds the keys applied and not deleted since, for resync to
+	// find what was deleted meanwhile.
+	known map[string]bool
+	// nsLabels are the namespace labels records (policies.go).
+	nsLabels map[string]map[string]string
 	// synced is closed after the first full listing (WaitForSync).
 	synced     chan struct{}
 	syncedOnce sync.Once
@@ -64,9 +68,19 @@ type agent struct {
 
 func newAgent(cli *clientv3.Client, node registry.Node, ttl int64, d source.Sink, log *slog.Logger) *agent {
 	return &agent{d: d, cli: cli, reg: registry.New(cli), log: log, node: node, ttl: ttl,
-		remotes: map[string]registry.Subnet{}, refused: map[string]registry.Subnet{}, projects: map[string]uint32{},
-		services: map[string]registry.Service{}, pol: newPolState(), synced: make(chan struct{}),
+		known: map[string]bool{}, nsLabels: map[string]map[string]string{}, synced: make(chan struct{}),
 		podsChanged: make(chan struct{}, 1)}
+}
+
+// mirror returns the Mirror that drives the node, made on first use
+// (after Follow, or a test, set a.d, and register the subnet).
+func (a *agent) mirror() *source.Mirror {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = source.NewMirror(a.d, source.MirrorConfig{Node: a.node.Name, Subnet: a.subnet, Logger: a.log})
+	}
+	return a.m
 }
 
 // Config says how a node follows the registry.
@@ -83,35 +97,37 @@ type Config struct {
 	Logger     *slog.Logger
 }
 
-// Bootstrap is what the registry told the node at start.
-type Bootstrap struct {
-	// Cluster is gvs-master's published configuration.
-	Cluster registry.Config
-	// Subnet is the node's subnet.
-	Subnet netip.Prefix
-	// Lost is the remembered subnet that went to another node meanwhile
-	// (invalid if none): the node's pods' CNI leases are stale.
-	Lost netip.Prefix
-	// Projects are the project VNIDs.
-	Projects map[string]uint32
+// Follower follows the registry for one node (a source.ControlPlane that
+// also requests projects, publishes pods and keeps a lease).
+type Follower struct {
+	cfg Config
+	a   *agent // Start's
 }
 
-// Follower follows the registry for one node.
-type Follower struct{ a *agent }
+var (
+	_ source.ControlPlane     = (*Follower)(nil)
+	_ source.ProjectRequester = (*Follower)(nil)
+	_ source.PodPublisher     = (*Follower)(nil)
+	_ source.KeepAliver       = (*Follower)(nil)
+)
+
+// New returns a follower of the registry for cfg; Start connects.
+func New(cfg Config) *Follower { return &Follower{cfg: cfg} }
 
 // Start connects to etcd, waits for gvs-master's configuration, registers
 // the node and waits for its subnet, and reads the projects. The node then
 // calls Follow (before attaching its static pods, which wait for their
 // projects' VNIDs) and KeepAlive (once it serves).
-func Start(ctx context.Context, cfg Config) (*Follower, Bootstrap, error) {
-	var b Bootstrap
+func (f *Follower) Start(ctx context.Context) (source.Bootstrap, error) {
+	var b source.Bootstrap
+	cfg := f.cfg
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cli, err := registry.Dial(cfg.Dial)
 	if err != nil {
-		return nil, b, err
+		return b, err
 	}
 	a := newAgent(cli, cfg.Node, 0, nil, log)
 	ok := false
@@ -120,40 +136,61 @@ func Start(ctx context.Context, cfg Config) (*Follower, Bootstrap, error) {
 			cli.Close()
 		}
 	}()
+	var rc registry.Config
 	for {
-		b.Cluster, err = a.reg.GetConfig(ctx)
+		rc, err = a.reg.GetConfig(ctx)
 		if err == nil {
 			break
 		}
 		a.log.Warn("waiting for the cluster configuration", "etcd", cfg.Dial.Endpoints, "err", err)
 		select {
 		case <-ctx.Done():
-			return nil, b, ctx.Err()
+			return b, ctx.Err()
 		case <-time.After(time.Second):
 		}
 	}
-	a.ttl = b.Cluster.NodeLeaseTTL
+	if b.Cluster, err = clusterOf(rc); err != nil {
+		return b, err
+	}
+	a.ttl = rc.NodeLeaseTTL
 	if a.ttl <= 0 {
 		a.ttl = 10
 	}
+	b.NodeIP = cfg.Node.IP
 	if b.Subnet, err = a.register(ctx, cfg.Want); err != nil {
-		return nil, b, err
+		return b, err
 	}
 	if cfg.Want.IsValid() && b.Subnet != cfg.Want {
 		if !cfg.Remembered {
-			return nil, b, fmt.Errorf("configured subnet %v is held by another node (registry gave %v)", cfg.Want, b.Subnet)
+			return b, fmt.Errorf("configured subnet %v is held by another node (registry gave %v)", cfg.Want, b.Subnet)
 		}
 		a.log.Error("the subnet this node had before its restart went to another node; it has a fresh one and its pods' CNI leases are stale",
 			"old", cfg.Want, "new", b.Subnet)
 		b.Lost = cfg.Want
 	}
 	if b.Projects, err = a.reg.Projects(ctx); err != nil {
-		return nil, b, err
+		return b, err
 	}
-	a.projects = maps.Clone(b.Projects)
 	a.log.Info("registered", "node", a.node.Name, "ip", a.node.IP, "subnet", b.Subnet, "projects", len(b.Projects))
 	ok = true
-	return &Follower{a: a}, b, nil
+	f.a = a
+	return b, nil
+}
+
+// clusterOf reads gvs-master's published configuration.
+func clusterOf(rc registry.Config) (source.Cluster, error) {
+	c := source.Cluster{Mode: sdn.Mode(rc.Mode), VXLANPort: rc.VXLANPort}
+	for _, cn := range rc.ClusterNetworks {
+		c.ClusterNetworks = append(c.ClusterNetworks, cn.CIDR)
+	}
+	if rc.ServiceNetwork != "" {
+		p, err := netip.ParsePrefix(rc.ServiceNetwork)
+		if err != nil {
+			return c, fmt.Errorf("the registry's service network: %w", err)
+		}
+		c.ServiceNetwork = p
+	}
+	return c, nil
 }
 
 // Follow starts mirroring the registry into sink, until ctx ends or Close.
@@ -176,7 +213,11 @@ func (f *Follower) RequestProject(ctx context.Context, project string) error {
 
 // Close stops following; the lease is left to expire, so a quick restart
 // keeps the node's subnet.
-func (f *Follower) Close() { f.a.close() }
+func (f *Follower) Close() {
+	if f.a != nil {
+		f.a.close()
+	}
+}
 
 // register takes a lease and publishes the node, asking for subnet want
 // (none: any), and waits for gvs-master's answer: the node's subnet on that
@@ -391,42 +432,18 @@ func (a *agent) requestProject(ctx context.Context, project string) error {
 	return a.reg.RequestProject(ctx, a.node.Name, project)
 }
 
-// resubnet moves the daemon from subnet from to subnet to (invalid: none)
-// and re-applies the remote nodes it had to refuse because their subnets
-// overlapped the one it held. The old subnet may belong to another node by
-// now, so the move is not optional: ChangeSubnet changes nothing when it
-// fails, and resubnet tries again, with backoff, until it succeeds or ctx
-// ends, logging every failure. The registry's word stands, so the agent
-// records the new subnet either way.
+// resubnet moves the node from subnet from to subnet to (invalid: none)
+// through the Mirror, which retries until the node takes it and then
+// tries again the remote nodes it refused for overlapping the old one. The
+// registry's word stands, so the agent records the new subnet either way.
 func (a *agent) resubnet(ctx context.Context, from, to netip.Prefix) {
-	backoff := 100 * time.Millisecond
-	for {
-		err := a.d.ChangeSubnet(to)
-		if err == nil {
-			break
-		}
-		a.log.Error("reconfiguring the node for its new subnet; retrying", "old", subnetString(from), "new", subnetString(to), "in", backoff, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-			backoff = min(2*backoff, 5*time.Second)
-			continue
-		}
-		break
-	}
+	a.mirror().MoveSubnet(ctx, to)
 	a.mu.Lock()
 	a.subnet = to
 	a.mu.Unlock()
 	if to.IsValid() {
 		a.log.Warn("the node moved to a fresh subnet", "old", subnetString(from), "new", to)
 	}
-	a.fmu.Lock()
-	a.resendPods() // this node's pods' addresses are checked against its new subnet
-	for name, s := range a.refused {
-		delete(a.refused, name)
-		a.applySubnet(name, s)
-	}
-	a.fmu.Unlock()
 }
 
 // follow lists, then watches, the registry's subnets and projects.
@@ -504,96 +521,47 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	seen := map[string]bool{}
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		seen[string(kv.Key)] = true
-		a.apply(false, string(kv.Key), kv.Value, kv.ModRevision)
-	}
-	for _, name := range a.knownNodes() {
-		if !seen[registry.SubnetKey(name)] {
-			a.apply(true, registry.SubnetKey(name), nil, 0)
-		}
-	}
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		seen[string(kv.Key)] = true
-		a.apply(false, string(kv.Key), kv.Value, kv.ModRevision)
-	}
-	for _, name := range a.knownProjects() {
-		if !seen[registry.ProjectKey(name)] {
-			a.apply(true, registry.ProjectKey(name), nil, 0)
-		}
-	}
-	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
-		seen[string(kv.Key)] = true
-		a.apply(false, string(kv.Key), kv.Value, kv.ModRevision)
-	}
-	for _, key := range a.knownServices() {
-		if !seen[registry.ServicesPrefix+key] {
-			a.apply(true, registry.ServicesPrefix+key, nil, 0)
-		}
-	}
-	known := a.knownPolicyKeys()
-	for _, r := range resp.Responses[3:] {
+	for _, r := range resp.Responses {
 		for _, kv := range r.GetResponseRange().Kvs {
 			seen[string(kv.Key)] = true
 			a.apply(false, string(kv.Key), kv.Value, kv.ModRevision)
 		}
 	}
-	for _, key := range known {
+	for _, key := range a.knownKeys() {
 		if !seen[key] {
 			a.apply(true, key, nil, 0)
 		}
 	}
-	a.fmu.Lock()
-	for _, ns := range slices.Sorted(maps.Keys(a.projects)) {
-		a.sendNamespace(ns) // the projects Start read are namespaces too
-	}
-	a.fmu.Unlock()
 	a.syncedOnce.Do(func() { close(a.synced) })
 	return resp.Header.Revision, nil
 }
 
-// knownNodes and knownProjects list the remote nodes (added or refused)
-// and projects the agent mirrors.
-func (a *agent) knownNodes() []string {
+// knownKeys lists the keys applied and not deleted since.
+func (a *agent) knownKeys() []string {
 	a.fmu.Lock()
 	defer a.fmu.Unlock()
-	return append(slices.Collect(maps.Keys(a.remotes)), slices.Collect(maps.Keys(a.refused))...)
+	return slices.Sorted(maps.Keys(a.known))
 }
 
-func (a *agent) knownProjects() []string {
-	a.fmu.Lock()
-	defer a.fmu.Unlock()
-	return slices.Collect(maps.Keys(a.projects))
-}
-
-func (a *agent) knownServices() []string {
-	a.fmu.Lock()
-	defer a.fmu.Unlock()
-	return slices.Collect(maps.Keys(a.services))
-}
-
-// apply mirrors one registry key into the daemon; rev is its modification
+// apply hands one registry key to the Mirror; rev is its modification
 // revision.
 func (a *agent) apply(deleted bool, key string, val []byte, rev int64) {
 	a.fmu.Lock()
 	defer a.fmu.Unlock()
+	if deleted {
+		delete(a.known, key)
+	} else {
+		a.known[key] = true
+	}
+	m := a.mirror()
 	switch {
 	case strings.HasPrefix(key, registry.SubnetsPrefix):
 		name := strings.TrimPrefix(key, registry.SubnetsPrefix)
 		if name == a.node.Name {
-			return
+			return // this node's own: register and reregister
 		}
-		old, had := a.remotes[name]
 		if deleted {
-			delete(a.refused, name)
-			if had {
-				delete(a.remotes, name)
-				if err := a.d.RemoveRemote(old.IP); err != nil {
-					a.log.Error("remove remote node", "node", name, "err", err)
-				}
-				a.log.Info("remote node removed", "node", name, "ip", old.IP, "subnet", old.Subnet)
-				a.resendPods()
-			}
+			m.RemoveRemote(name)
 			return
 		}
 		var s registry.Subnet
@@ -601,32 +569,36 @@ func (a *agent) apply(deleted bool, key string, val []byte, rev int64) {
 			a.log.Warn("bad subnet record", "key", key, "err", err)
 			return
 		}
-		a.applySubnet(name, s)
+		m.SetRemote(sdn.RemoteNode{Name: name, IP: s.IP, Subnet: s.Subnet})
 	case strings.HasPrefix(key, registry.ProjectsPrefix):
-		a.applyProject(deleted, key, val)
+		name := strings.TrimPrefix(key, registry.ProjectsPrefix)
+		if deleted {
+			m.ForgetProject(name)
+		} else {
+			var p registry.Project
+			if err := json.Unmarshal(val, &p); err != nil {
+				a.log.Warn("bad project record", "key", key, "err", err)
+				return
+			}
+			m.SetProjectVNID(name, p.VNID)
+		}
+		a.sendNamespace(name) // a project is a namespace
 	case strings.HasPrefix(key, registry.ServicesPrefix):
-		a.applyService(deleted, key, val)
+		a.applyService(m, deleted, key, val)
 	default:
-		a.applyPolicyState(deleted, key, val, rev)
+		a.applyPolicyState(m, deleted, key, val, rev)
 	}
 }
 
-// applyService mirrors a service into the daemon, if it takes services
-// (source.ServiceSink); a.fmu is held. A record the node refuses is
-// logged and its old rules removed: the service is then unreachable
-// in multitenant mode, not open.
-func (a *agent) applyService(deleted bool, key string, val []byte) {
-	ss, ok := a.d.(source.ServiceSink)
+// applyService hands a service record to the Mirror; a.fmu is held. One
+// the node cannot read loses its old rules.
+func (a *agent) applyService(m *source.Mirror, deleted bool, key string, val []byte) {
 	ns, name, valid := registry.ParseServiceKey(key)
-	if !ok || !valid {
+	if !valid {
 		return
 	}
-	k := ns + "/" + name
 	if deleted {
-		delete(a.services, k)
-		if err := ss.DeleteService(ns, name); err != nil {
-			a.log.Error("remove service", "service", k, "err", err)
-		}
+		m.DeleteService(ns, name)
 		return
 	}
 	var rec registry.Service
@@ -634,77 +606,12 @@ func (a *agent) applyService(deleted bool, key string, val []byte) {
 		a.log.Warn("bad service record", "key", key, "err", err)
 		return
 	}
-	a.services[k] = rec
 	svc, err := rec.SDN(ns, name)
-	if err == nil {
-		err = ss.SetService(svc)
-	}
 	if err != nil {
-		a.log.Error("service refused", "service", k, "err", err)
-		_ = ss.DeleteService(ns, name)
-	}
-}
-
-// applySubnet installs (or updates) a remote node's rules; a.fmu is held.
-// A node whose subnet overlaps this node's is refused and remembered: it
-// holds this node's old subnet (this node was cut off past its lease), and
-// is added once this node moves to a fresh subnet (resubnet).
-func (a *agent) applySubnet(name string, s registry.Subnet) {
-	old, had := a.remotes[name]
-	if had && old == s {
+		m.RefuseService(ns, name, err)
 		return
 	}
-	if had && old.IP != s.IP {
-		delete(a.remotes, name)
-		_ = a.d.RemoveRemote(old.IP)
-	}
-	err := a.d.AddRemote(sdn.RemoteNode{Name: name, IP: s.IP, Subnet: s.Subnet})
-	if err != nil {
-		if had && old.IP == s.IP { // its old rules must not stay
-			delete(a.remotes, name)
-			_ = a.d.RemoveRemote(old.IP)
-		}
-		a.mu.Lock()
-		mine := a.subnet
-		a.mu.Unlock()
-		if s.Subnet.Overlaps(mine) {
-			a.refused[name] = s
-			a.log.Error("remote node holds this node's subnet: this node's lease expired and the subnet was given away; waiting to re-register",
-				"node", name, "subnet", s.Subnet)
-			return
-		}
-		a.log.Error("add remote node", "node", name, "err", err)
-		return
-	}
-	delete(a.refused, name)
-	a.remotes[name] = s
-	a.log.Info("remote node added", "node", name, "ip", s.IP, "subnet", s.Subnet)
-	if !had || old.Subnet != s.Subnet {
-		a.resendPods() // its pods' addresses are checked against its subnet
-	}
-}
-
-// applyProject mirrors a project's VNID; a.fmu is held.
-func (a *agent) applyProject(deleted bool, key string, val []byte) {
-	name := strings.TrimPrefix(key, registry.ProjectsPrefix)
-	if deleted {
-		delete(a.projects, name)
-		a.sendNamespace(name)
-		return
-	}
-	var p registry.Project
-	if err := json.Unmarshal(val, &p); err != nil {
-		a.log.Warn("bad project record", "key", key, "err", err)
-		return
-	}
-	if old, ok := a.projects[name]; ok && old == p.VNID {
-		return
-	}
-	a.projects[name] = p.VNID
-	if err := a.d.SetProjectVNID(name, p.VNID); err != nil {
-		a.log.Error("re-tag project", "project", name, "err", err)
-	}
-	a.sendNamespace(name)
+	m.SetService(svc)
 }
 
 func subnetString(p netip.Prefix) string {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/internal/etcdtest"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/sdn/master"
 	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
@@ -44,19 +45,11 @@ func testAgent(t *testing.T, ctx context.Context, e *etcdtest.Etcd, name string,
 
 func waitSink(t *testing.T, s *countSink, what string, cond func(*countSink) bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.WaitFor(t, 20*time.Second, what, func() (bool, error) {
 		s.mu.Lock()
-		ok := cond(s)
-		s.mu.Unlock()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s (remotes %v, projects %v)", what, s.remotes, s.projects)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		defer s.mu.Unlock()
+		return cond(s), fmt.Errorf("remotes %v, projects %v", s.remotes, s.projects)
+	})
 }
 
 // waitConn waits until the agent's etcd connection is in state want.

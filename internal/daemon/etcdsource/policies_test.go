@@ -3,6 +3,7 @@ package etcdsource
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gvswitch/gvs/internal/daemon/source"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 	"github.com/gvswitch/gvs/sdn/master"
 	"github.com/gvswitch/gvs/sdn/registry"
@@ -106,19 +108,12 @@ func keys[V any](m map[string]V) []string {
 
 func (s *policySink) wait(t *testing.T, what string, cond func(*policySink) bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.WaitFor(t, 20*time.Second, what, func() (bool, error) {
 		s.pmu.Lock()
 		ok := cond(s)
 		s.pmu.Unlock()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %s", what, s.state())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ok, errors.New(s.state())
+	})
 }
 
 // The networkpolicy state in the registry reaches a node: policies, a

@@ -14,7 +14,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gvswitch/gvs/internal/daemon/kubesource"
+	"github.com/gvswitch/gvs/internal/daemon/source"
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 )
@@ -62,13 +64,9 @@ func (r *recorder) snapshot() []string {
 
 func waitFor(t *testing.T, r *recorder, e string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !r.has(e) {
-		if time.Now().After(deadline) {
-			t.Fatalf("never told %q; told:\n%v", e, r.snapshot())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 20*time.Second, fmt.Sprintf("to be told %q", e), func() (bool, error) {
+		return r.has(e), fmt.Errorf("told:\n%v", r.snapshot())
+	})
 }
 
 // TestFollower runs the follower with gvs-switchd's ServiceAccount
@@ -113,15 +111,16 @@ func TestFollower(t *testing.T) {
 	// Start waits for this node's HostSubnet.
 	type started struct {
 		f   *kubesource.Follower
-		b   kubesource.Bootstrap
+		b   source.Bootstrap
 		err error
 	}
 	done := make(chan started, 1)
 	go func() {
-		f, b, err := kubesource.Start(ctx, kubesource.Config{REST: cfg, Node: "n1"})
+		f := kubesource.New(kubesource.Config{REST: cfg, Node: "n1"})
+		b, err := f.Start(ctx)
 		done <- started{f, b, err}
 	}()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // Start must find no HostSubnet first and wait for it; no hook says it is waiting
 	if _, err := nc.HostSubnets().Create(ctx, hostSubnet("n1", "192.168.60.1", "10.128.0.0/23")); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +179,7 @@ func TestFollower(t *testing.T) {
 	if err := srv.StopAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // a while without the API server, in which nothing may be told
 	if got := r.snapshot(); len(got) != before {
 		t.Errorf("told %v while the API server was down", got[before:])
 	}
@@ -216,7 +215,7 @@ func TestStartRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := kubesource.Start(ctx, kubesource.Config{REST: cfg, Node: "n1"}); err == nil || ctx.Err() != nil {
+	if _, err := kubesource.New(kubesource.Config{REST: cfg, Node: "n1"}).Start(ctx); err == nil || ctx.Err() != nil {
 		t.Fatalf("Start with no role: %v (ctx %v), want a refusal", err, ctx.Err())
 	}
 }

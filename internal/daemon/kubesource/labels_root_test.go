@@ -55,7 +55,7 @@ type followerLab struct {
 	kc  kubernetes.Interface
 	nc  *networkv1.Client
 	f   *kubesource.Follower
-	b   kubesource.Bootstrap
+	b   source.Bootstrap
 }
 
 func startFollowerLab(t *testing.T, short, plugin, hostIP string, nsLabels map[string]string) followerLab {
@@ -94,7 +94,8 @@ func startFollowerLab(t *testing.T, short, plugin, hostIP string, nsLabels map[s
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, b, err := kubesource.Start(ctx, kubesource.Config{REST: cfg, Node: "n1"})
+	f := kubesource.New(kubesource.Config{REST: cfg, Node: "n1"})
+	b, err := f.Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

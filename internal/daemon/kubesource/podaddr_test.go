@@ -46,11 +46,11 @@ func podOn(node, ns, name, ip string) *corev1.Pod {
 // node's pod the labels of its own); a pod of a node whose HostSubnet comes
 // later gets its address then, and loses it when the subnet moves away.
 func TestPodAddressInNodeSubnet(t *testing.T) {
-	f := &Follower{cfg: Config{Node: "self"}, log: slog.New(slog.DiscardHandler),
-		subnet: netip.MustParsePrefix("10.1.2.0/24"), remotes: map[string]remote{}, pods: map[string]map[string]*corev1.Pod{}}
 	s := newPodSink()
-	f.hostSubnet(s, hostSubnet("node1", "192.168.50.1", "10.1.0.0/24"), false)
-	f.hostSubnet(s, hostSubnet("node2", "192.168.50.2", "10.1.1.0/24"), false)
+	f := &Follower{cfg: Config{Node: "self"}, log: slog.New(slog.DiscardHandler),
+		m: source.NewMirror(s, source.MirrorConfig{Node: "self", Subnet: netip.MustParsePrefix("10.1.2.0/24")})}
+	f.hostSubnet(hostSubnet("node1", "192.168.50.1", "10.1.0.0/24"), false)
+	f.hostSubnet(hostSubnet("node2", "192.168.50.2", "10.1.1.0/24"), false)
 
 	ip := func(key string) netip.Addr {
 		t.Helper()
@@ -61,7 +61,7 @@ func TestPodAddressInNodeSubnet(t *testing.T) {
 		return p.IP
 	}
 	// Refused: node2's pod claims an address of node1's subnet.
-	f.pod(s, podOn("node2", "alpha", "forged", "10.1.0.5"), false)
+	f.pod(podOn("node2", "alpha", "forged", "10.1.0.5"), false)
 	if a := ip("alpha/forged"); a.IsValid() {
 		t.Errorf("node2's pod with node1's address 10.1.0.5: policies were given %v", a)
 	}
@@ -69,8 +69,8 @@ func TestPodAddressInNodeSubnet(t *testing.T) {
 		t.Errorf("the refused pod's labels: %q, want them kept", l)
 	}
 	// Believed: addresses inside the pod's own node's subnet, remote and local.
-	f.pod(s, podOn("node2", "alpha", "db", "10.1.1.5"), false)
-	f.pod(s, podOn("self", "alpha", "local", "10.1.2.7"), false)
+	f.pod(podOn("node2", "alpha", "db", "10.1.1.5"), false)
+	f.pod(podOn("self", "alpha", "local", "10.1.2.7"), false)
 	if a := ip("alpha/db"); a != netip.MustParseAddr("10.1.1.5") {
 		t.Errorf("node2's pod 10.1.1.5: got %v", a)
 	}
@@ -78,28 +78,28 @@ func TestPodAddressInNodeSubnet(t *testing.T) {
 		t.Errorf("this node's pod 10.1.2.7: got %v", a)
 	}
 	// A pod of a node not known yet: withheld until its HostSubnet comes.
-	f.pod(s, podOn("node3", "alpha", "early", "10.1.3.9"), false)
+	f.pod(podOn("node3", "alpha", "early", "10.1.3.9"), false)
 	if a := ip("alpha/early"); a.IsValid() {
 		t.Errorf("pod of an unknown node: policies were given %v", a)
 	}
-	f.hostSubnet(s, hostSubnet("node3", "192.168.50.3", "10.1.3.0/24"), false)
+	f.hostSubnet(hostSubnet("node3", "192.168.50.3", "10.1.3.0/24"), false)
 	if a := ip("alpha/early"); a != netip.MustParseAddr("10.1.3.9") {
 		t.Errorf("pod of node3 after its HostSubnet: got %v, want 10.1.3.9", a)
 	}
 	// node3's subnet moves: the old address is no longer believed.
-	f.hostSubnet(s, hostSubnet("node3", "192.168.50.3", "10.1.4.0/24"), false)
+	f.hostSubnet(hostSubnet("node3", "192.168.50.3", "10.1.4.0/24"), false)
 	if a := ip("alpha/early"); a.IsValid() {
 		t.Errorf("pod of node3 after its subnet moved: policies were given %v", a)
 	}
 	// node2 leaves: its pod's address goes with it.
-	f.hostSubnet(s, hostSubnet("node2", "192.168.50.2", "10.1.1.0/24"), true)
+	f.hostSubnet(hostSubnet("node2", "192.168.50.2", "10.1.1.0/24"), true)
 	if a := ip("alpha/db"); a.IsValid() {
 		t.Errorf("pod of a removed node: policies were given %v", a)
 	}
 	// A deleted pod is forgotten, also by the re-checks.
-	f.pod(s, podOn("node1", "alpha", "gone", "10.1.0.8"), false)
-	f.pod(s, podOn("node1", "alpha", "gone", "10.1.0.8"), true)
-	f.hostSubnet(s, hostSubnet("node1", "192.168.50.1", "10.1.5.0/24"), false)
+	f.pod(podOn("node1", "alpha", "gone", "10.1.0.8"), false)
+	f.pod(podOn("node1", "alpha", "gone", "10.1.0.8"), true)
+	f.hostSubnet(hostSubnet("node1", "192.168.50.1", "10.1.5.0/24"), false)
 	if _, ok := s.pods["alpha/gone"]; ok {
 		t.Error("a deleted pod was handed to the sink again")
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/sdn"
-	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 )
 
 // CNI is the CNI server's backend (cniplugin.Backend and

@@ -30,8 +30,8 @@ import (
 	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/sdn"
-	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 )
 
 // unpersist clears a pod TAP's persistent flag so that closing it deletes
@@ -219,7 +219,7 @@ func (m *Manager) adopt(ctx context.Context, s Spec, nsPath string, dev *tap.Dev
 	}
 	mac := packet.PodMAC(s.IP.As4())
 	p := &Pod{Name: s.Name, Project: s.Project, Netns: nsPath, IP: s.IP, MAC: net.HardwareAddr(mac[:]).String(),
-		Port: port, VNID: sp.VNID, ContainerID: s.ContainerID, IfName: s.IfName, dev: dev}
+		Port: port, VNID: sp.VNID, ContainerID: s.ContainerID, IfName: s.IfName, dev: dev, extra: extra}
 	m.record(key, p)
 	attached = true
 	m.log.Info("pod re-attached, interface kept", "pod", p.Name, "project", p.Project, "ip", p.IP, "port", p.Port, "vnid", p.VNID)
@@ -302,6 +302,12 @@ var errHeld = errors.New("held by another process")
 // attaches to it (Adopt): its first queue in *dev, the others in *extra,
 // which the caller closes on an error.
 func (m *Manager) attachLeft(nsPath string, s Spec, dev **tap.Device, extra *[]*tap.Device) error {
+	if qs := m.takeInherited(s.ContainerID, s.IfName); len(qs) > 0 {
+		// Handed over by the running daemon (handoff.go): the queues
+		// are attached already, with frames waiting in them.
+		*dev, *extra = qs[0], qs[1:]
+		return nil
+	}
 	return netconf.Do(nsPath, func() error {
 		link, err := netlink.LinkByName(s.IfName)
 		if err != nil {

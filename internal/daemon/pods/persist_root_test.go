@@ -10,8 +10,8 @@ import (
 
 	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/port"
-	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 )
 
 // TestPodTAPClose: the switch's closing a CNI pod's TAP deletes the

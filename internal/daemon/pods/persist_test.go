@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/gvswitch/gvs/packet"
-	vswitch "github.com/gvswitch/gvs/switch"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 	"github.com/vishvananda/netlink"
 )
 

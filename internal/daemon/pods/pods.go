@@ -29,8 +29,8 @@ import (
 	"github.com/gvswitch/gvs/netconf"
 	"github.com/gvswitch/gvs/packet"
 	"github.com/gvswitch/gvs/sdn"
-	vswitch "github.com/gvswitch/gvs/switch"
 	"github.com/gvswitch/gvs/tap"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 	"github.com/gvswitch/gvs/vxlan"
 )
 
@@ -131,7 +131,8 @@ type Pod struct {
 	ContainerID string `json:"containerID,omitempty"`
 	IfName      string `json:"ifName,omitempty"`
 
-	dev *tap.Device // the pod's TAP (the switch owns it)
+	dev   *tap.Device   // the pod's TAP (the switch owns it)
+	extra []*tap.Device // its other queues (multi-queue)
 }
 
 // Manager attaches and detaches pods. Its methods are safe for concurrent
@@ -149,6 +150,9 @@ type Manager struct {
 	busy     map[string]bool // keys being attached
 	ports    map[uint32]bool // ports attached or reserved
 	nextPort uint32
+	// inherited are the TAP queues a live upgrade handed over, by
+	// containerID/ifName, until Adopt takes them (handoff.go).
+	inherited map[string][]*tap.Device
 }
 
 // New returns a Manager.
@@ -358,7 +362,7 @@ func (m *Manager) Add(ctx context.Context, s Spec, dev *tap.Device) (_ Pod, err 
 			return Pod{}, err
 		}
 	}
-	tapName, podDev := dev.Name(), dev
+	tapName, podDev, podExtra := dev.Name(), dev, extra
 	if m.cfg.OnTAP != nil {
 		m.cfg.OnTAP(dev)
 	}
@@ -397,7 +401,7 @@ func (m *Manager) Add(ctx context.Context, s Spec, dev *tap.Device) (_ Pod, err 
 		return Pod{}, err
 	}
 	p := &Pod{Name: s.Name, Project: s.Project, Netns: nsPath, IP: s.IP, MAC: hw.String(), Port: port, VNID: sp.VNID,
-		ContainerID: s.ContainerID, IfName: s.IfName, dev: podDev}
+		ContainerID: s.ContainerID, IfName: s.IfName, dev: podDev, extra: podExtra}
 	if s.ContainerID == "" {
 		p.IfName = "" // as configured: static pods are keyed by name
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/gvswitch/gvs/internal/nstest"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/node"
-	vswitch "github.com/gvswitch/gvs/switch"
+	vswitch "github.com/gvswitch/gvs/vswitch"
 )
 
 // gate is a Switch whose AddPortQueues for one port waits until released:

@@ -1,8 +1,10 @@
-// Package source names what a source of cluster state drives on a node.
-// gvs-switchd has two sources: the etcd registry (internal/daemon/etcdsource,
-// the default) and, beside it, a Kubernetes API server; both mirror the same
-// state into the node through Sink, so the rest of the daemon does not know
-// which one it follows.
+// Package source is the control plane as a node follows it. gvs-switchd
+// has two: the etcd registry (internal/daemon/etcdsource, the default) and
+// a Kubernetes API server (internal/daemon/kubesource). Each is a
+// ControlPlane that only translates its wire objects into the calls of a
+// Mirror; the Mirror keeps the state, works out the difference and drives
+// the node through Sink (and the optional sinks below), so the rest of the
+// daemon does not know which one it follows.
 package source
 
 import (
@@ -14,8 +16,8 @@ import (
 	"github.com/gvswitch/gvs/sdn/netpol"
 )
 
-// Sink is the node as a source sees it. A source calls it from its own
-// goroutines, one call at a time.
+// Sink is the node as a source sees it. The Mirror calls it one call at a
+// time.
 type Sink interface {
 	// AddRemote installs or updates a remote node (its subnet is routed to
 	// it, its VXLAN accepted).

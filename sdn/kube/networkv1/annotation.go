@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gvswitch/gvs/sdn/master"
+	"github.com/gvswitch/gvs/sdn/projectname"
 )
 
 // PodNetworkAction is what a change-network annotation asks for.
@@ -50,7 +50,7 @@ func ParseChangeNetwork(value string) (ChangeNetwork, error) {
 			return ChangeNetwork{Action: PodNetworkAction(action)}, nil
 		}
 	case ActionJoin:
-		if hasArg && master.ValidProjectName(arg) {
+		if hasArg && projectname.Valid(arg) {
 			return ChangeNetwork{Action: ActionJoin, Project: arg}, nil
 		}
 	}
