@@ -46,7 +46,7 @@ func TestSlug(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"Install", "install"},
 		{"Building rules in Go", "building-rules-in-go"},
-		{"Latency (docs/targets.md: CNI ADD p99 ≤ 20 ms over 100 pods)", "latency-spec-7-cni-add-p99--20-ms-over-100-pods"},
+		{"Latency (SPEC §7: CNI ADD p99 ≤ 20 ms over 100 pods)", "latency-spec-7-cni-add-p99--20-ms-over-100-pods"},
 		{"`vswitch.Port` and [links](x.md)", "vswitchport-and-links"},
 		{"NAT egress, services and host access", "nat-egress-services-and-host-access"},
 	} {
