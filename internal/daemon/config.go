@@ -1,6 +1,3 @@
-// Package daemon is gvs-switchd: it builds the switch, its ports and the
-// OpenShift rule program for one node, and serves the control socket and
-// /metrics. cmd/gvs-switchd is a thin main around it.
 package daemon
 
 import (

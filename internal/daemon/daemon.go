@@ -1,17 +1,3 @@
-// Package daemon is gvs-switchd's wiring: it builds the switch and its
-// fixed ports, and connects the parts, each in a package of its own:
-//
-//   - sdn/node: the node's rule program, kept live in the flow table;
-//   - internal/daemon/pods: the pod lifecycle (attach, adopt, detach, CNI);
-//   - internal/daemon/source: the control plane as the node follows it
-//     (ControlPlane) and the Mirror that drives the node (Sink); its
-//     followers are internal/daemon/etcdsource (the etcd registry) and
-//     internal/daemon/kubesource (a Kubernetes API server);
-//   - this package: configuration, the start-up with a control plane
-//     (controlplane.go), the Sink (sink.go, the subnet change in subnet.go), the control socket's handlers (handle.go, capture.go),
-//     /metrics (metrics.go) and the CNI server (cni.go).
-//
-// cmd/gvs-switchd is a thin main around it.
 package daemon
 
 import (
