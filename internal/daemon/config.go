@@ -508,7 +508,7 @@ func (c *Config) Validate() error {
 	if err := c.validateCNIInstall(); err != nil {
 		return err
 	}
-	if _, err := newEgressFirewalls(&Daemon{cfg: c}); err != nil { // egressDNSServer, egressDNSInterval
+	if _, _, err := c.egressDNS(); err != nil {
 		return err
 	}
 	if c.FromKubernetes() {

@@ -35,25 +35,35 @@ type egressFirewalls struct {
 	names   map[string][]netip.Addr           // DNS name → its last addresses
 }
 
-func newEgressFirewalls(d *Daemon) (*egressFirewalls, error) {
+// egressDNS is the resolver and the interval egress firewalls' DNS names
+// are followed with (Config.EgressDNSServer, Config.EgressDNSInterval).
+func (c *Config) egressDNS() (*net.Resolver, time.Duration, error) {
 	interval := DefaultEgressDNSInterval
-	if d.cfg.EgressDNSInterval != "" {
-		v, err := time.ParseDuration(d.cfg.EgressDNSInterval)
+	if c.EgressDNSInterval != "" {
+		v, err := time.ParseDuration(c.EgressDNSInterval)
 		if err != nil || v < time.Second {
-			return nil, fmt.Errorf("egressDNSInterval %q: want a duration of 1s or more", d.cfg.EgressDNSInterval)
+			return nil, 0, fmt.Errorf("egressDNSInterval %q: want a duration of 1s or more", c.EgressDNSInterval)
 		}
 		interval = v
 	}
 	r := net.DefaultResolver
-	if srv := d.cfg.EgressDNSServer; srv != "" {
+	if srv := c.EgressDNSServer; srv != "" {
 		ap, err := netip.ParseAddrPort(srv)
 		if err != nil {
-			return nil, fmt.Errorf("egressDNSServer %q: want IP:port: %w", srv, err)
+			return nil, 0, fmt.Errorf("egressDNSServer %q: want IP:port: %w", srv, err)
 		}
 		r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var dl net.Dialer
 			return dl.DialContext(ctx, network, ap.String())
 		}}
+	}
+	return r, interval, nil
+}
+
+func newEgressFirewalls(d *Daemon) (*egressFirewalls, error) {
+	r, interval, err := d.cfg.egressDNS()
+	if err != nil {
+		return nil, err
 	}
 	return &egressFirewalls{d: d, resolver: r, interval: interval,
 		objects: map[[2]string][]source.EgressRule{}, names: map[string][]netip.Addr{}}, nil
