@@ -3,6 +3,8 @@ package daemon
 import (
 	"net/netip"
 
+	"github.com/gvswitch/gvs/internal/daemon/source"
+
 	"github.com/gvswitch/gvs/sdn"
 )
 
@@ -37,3 +39,6 @@ func (d *Daemon) SetService(svc sdn.Service) error { return d.prog.SetService(sv
 func (d *Daemon) DeleteService(namespace, name string) error {
 	return d.prog.DeleteService(namespace, name)
 }
+
+// The Daemon takes every call a control plane makes.
+var _ source.Sink = (*Daemon)(nil)
