@@ -12,9 +12,13 @@
 //     followers are internal/daemon/etcdsource (the etcd registry) and
 //     internal/daemon/kubesource (a Kubernetes API server).
 //
-// This package holds the configuration (config.go), the start-up with a
-// control plane (controlplane.go), the node's state as the control plane
-// drives it (the Sink: sink.go, labels.go, egressfw.go, subnet.go), the
-// control socket's handlers (handle.go, capture.go, conntrack.go), the live
-// upgrade (handoff.go), /metrics (metrics.go) and the CNI server (cni.go).
+// This package holds the configuration (config.go, checked by pure
+// functions) and the Daemon, which composes four parts, each owning its
+// state: the dataplane (dataplane.go, offload.go, conntrack.go), the
+// node's state as the control plane drives it, which is the source.Sink
+// (node.go, sink.go, labels.go, egressfw.go, subnet.go), the control
+// plane followed (controlplane.go, kube.go) and the live upgrade
+// (upgrade.go, handoff.go). The Daemon itself starts them (daemon.go) and
+// serves the control socket (handle.go, capture.go), /metrics (metrics.go)
+// and CNI (cni.go, cniinstall.go).
 package daemon
