@@ -2,7 +2,6 @@ package sched
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -123,20 +122,15 @@ func TestKeepAlways(t *testing.T) {
 		wg.Go(func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			deadline := time.Now().Add(5 * time.Second)
-			for {
+			err := testutil.Poll(5*time.Second, "the Keeper to give a new thread the slice", func() (bool, error) {
 				got, err := Slice(0)
-				if err == nil && got == slice {
-					break
-				}
-				if time.Now().After(deadline) {
-					held.Add(1)
-					errs <- errors.New("a new thread kept its slice " + got.String())
-					return
-				}
-				_ = unix.Nanosleep(&unix.Timespec{Nsec: 2e6}, nil)
-			}
+				return err == nil && got == slice, fmt.Errorf("it has %v (%v)", got, err)
+			})
 			held.Add(1)
+			if err != nil {
+				errs <- err
+				return
+			}
 			<-release
 		})
 	}
