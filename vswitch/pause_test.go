@@ -36,10 +36,9 @@ func TestPauseParksAndResumes(t *testing.T) {
 	for range 5 {
 		a.send(udpFrame(3, 4))
 	}
-	// The test is about what does not happen while paused: a window of
-	// 50 ms (many worker iterations) in which a worker that had not parked
-	// would forward the frames.
-	time.Sleep(50 * time.Millisecond)
+	// A worker that had not parked would forward the frames within this
+	// window (many worker iterations).
+	time.Sleep(50 * time.Millisecond) // the window the test is about: nothing may be forwarded while paused
 	if n := len(b.written()); n != 1 {
 		t.Fatalf("%d frames forwarded while paused, want only the first", n)
 	}
