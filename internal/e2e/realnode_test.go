@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/lab"
 	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 )
@@ -212,18 +213,7 @@ func realNodePods(t *testing.T, c *kubetest.Cluster) {
 	}
 	ips := map[string]netip.Addr{}
 	for _, p := range pods {
-		for {
-			pod, err := kc.CoreV1().Pods(p.ns).Get(ctx, p.name, metav1.GetOptions{})
-			if err == nil && pod.Status.Phase == corev1.PodRunning && podReady(pod) && pod.Status.PodIP != "" {
-				ips[p.name] = netip.MustParseAddr(pod.Status.PodIP)
-				break
-			}
-			if ctx.Err() != nil {
-				out, _ := c.Kubectl(context.Background(), "describe", "pod", "-n", p.ns, p.name)
-				t.Fatalf("pod %s/%s not running: %v\n%s", p.ns, p.name, err, out)
-			}
-			time.Sleep(200 * time.Millisecond) // polling the API server for the pod's status
-		}
+		ips[p.name] = netip.MustParseAddr(waitRealPod(t, ctx, c, p.ns, p.name).Status.PodIP)
 	}
 	for _, p := range pods {
 		if strings.HasPrefix(p.name, "host") {
@@ -277,15 +267,12 @@ func realNodePods(t *testing.T, c *kubetest.Cluster) {
 		t.Fatal(err)
 	}
 	vip := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80).String()
-	var last error
-	for range 50 {
-		if last = connect(pods[2], vip); last == nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond) // kube-proxy programs the Service within a few seconds
-	}
-	if last != nil {
-		t.Errorf("a3 → Service %s: %v", vip, last)
+	// kube-proxy programs the Service within a few seconds.
+	if err := testutil.Poll(30*time.Second, "a3 → Service "+vip, func() (bool, error) {
+		err := connect(pods[2], vip)
+		return err == nil, err
+	}); err != nil {
+		t.Error(err)
 	}
 	if err := connect(pods[3], vip); err == nil {
 		t.Errorf("b1 (project beta) reached alpha's Service %s", vip)
