@@ -151,13 +151,19 @@ test-slow: deps build kube-tools ## the benchmark harness's tests (gvs-bench com
 # NetworkPolicy suite, the Networking Granular Checks, Services, HostPort and
 # DNS (E2E_DNS_FOCUS/E2E_DNS_SKIP replace DNS's). Each spec's result goes into
 # $(E2E_RESULTS)/results.md (docs/kubernetes.md quotes it); E2E_ONLY picks
-# some focuses (netpol,granular,services,hostport,dns).
+# some focuses (netpol,granular,services,hostport,dns); E2E_NODES the number of
+# nodes (2; a few specs need 3); E2E_FOCUS (and E2E_SKIP) runs one focus of
+# your own instead.
 E2E_RESULTS   ?= $(BIN)/e2e-upstream
 E2E_DNS_FOCUS ?=
 E2E_DNS_SKIP  ?=
 E2E_ONLY      ?=
+E2E_NODES     ?= 2
+E2E_FOCUS     ?=
+E2E_SKIP      ?=
 e2e-upstream: deps build kube-tools image kube-images e2e-test ## upstream's full [sig-network] focuses on the real-node lab; results in bin/e2e-upstream/results.md
-	GVS_E2E_UPSTREAM=1 GVS_E2E_RESULTS='$(abspath $(E2E_RESULTS))' GVS_E2E_ONLY='$(E2E_ONLY)' \
+	GVS_E2E_UPSTREAM=1 GVS_E2E_RESULTS='$(abspath $(E2E_RESULTS))' GVS_E2E_ONLY='$(E2E_ONLY)' GVS_E2E_NODES='$(E2E_NODES)' \
+	GVS_E2E_FOCUS='$(E2E_FOCUS)' GVS_E2E_SKIP='$(E2E_SKIP)' \
 	GVS_E2E_DNS_FOCUS='$(E2E_DNS_FOCUS)' GVS_E2E_DNS_SKIP='$(E2E_DNS_SKIP)' \
 	$(GO) test -count=1 -v -timeout 6h -run '^TestRealNodesUpstreamFull$$' ./internal/e2e/
 
@@ -191,10 +197,9 @@ bench-compare: deps build ## gvs vs kernel vs Open vSwitch on the same lab topol
 	$(BIN)/gvs-bench compare -runs 3 -o bench-compare.json -plot bench-compare.svg
 
 demo: deps build $(if $(filter kube netpol cluster,$(MODE)),kube-tools) $(if $(filter cluster,$(MODE)),kube-images image) ## bring up a 2-node demo cluster in network namespaces (as root); MODE=kube: with a Kubernetes API server; MODE=netpol: that in networkpolicy mode; MODE=cluster: real Kubernetes nodes (containerd, kubelet), gvs installed with kubectl
-	$(if $(filter cluster,$(MODE)),$(BIN)/gvs-demo up,$(BIN)/gvs-bench demo up -mode $(or $(MODE),etcd))
+	$(BIN)/gvs-demo up -mode $(or $(MODE),etcd)
 
 demo-down: ## remove everything the demo created (both kinds)
-	@if [ -x $(BIN)/gvs-bench ]; then $(BIN)/gvs-bench demo down; else $(GO) run ./cmd/gvs-bench demo down; fi
 	@if [ -x $(BIN)/gvs-demo ]; then $(BIN)/gvs-demo down; else $(GO) run ./cmd/gvs-demo down; fi
 
 clean: ## remove build output

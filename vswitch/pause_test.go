@@ -1,10 +1,13 @@
 package vswitch
 
 import (
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gvswitch/gvs/internal/testutil"
+	"github.com/gvswitch/gvs/port"
 )
 
 // TestPauseParksAndResumes: while paused, frames stay in the ports (the
@@ -33,7 +36,9 @@ func TestPauseParksAndResumes(t *testing.T) {
 	for range 5 {
 		a.send(udpFrame(3, 4))
 	}
-	time.Sleep(50 * time.Millisecond)
+	// A worker that had not parked would forward the frames within this
+	// window (many worker iterations).
+	time.Sleep(50 * time.Millisecond) // the window the test is about: nothing may be forwarded while paused
 	if n := len(b.written()); n != 1 {
 		t.Fatalf("%d frames forwarded while paused, want only the first", n)
 	}
@@ -48,7 +53,7 @@ func TestPauseParksAndResumes(t *testing.T) {
 // not park; Pause gives up and resumes.
 func TestPauseTimeout(t *testing.T) {
 	sw, _ := newTestSwitch(t, `table=0, priority=100, in_port=3, actions=output:4`)
-	stuck, out := newMemPort("stuck"), newMemPort("out")
+	stuck, out := &readCounter{memPort: newMemPort("stuck")}, newMemPort("out")
 	out.wake = make(chan struct{}, 1)
 	if err := sw.AddPort(3, stuck); err != nil {
 		t.Fatal(err)
@@ -57,12 +62,27 @@ func TestPauseTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	stuck.send(udpFrame(3, 4))
-	testutil.WaitFor(t, 5*time.Second, "a frame: the worker is back in Read", func() (bool, error) { return len(out.written()) == 1, nil })
-	time.Sleep(20 * time.Millisecond)
+	testutil.WaitFor(t, 5*time.Second, "a frame forwarded", func() (bool, error) { return len(out.written()) == 1, nil })
+	// Past park and blocked in its second Read: this worker cannot park now.
+	testutil.WaitFor(t, 5*time.Second, "the worker back in Read", func() (bool, error) {
+		return stuck.reads.Load() == 2, fmt.Errorf("%d Reads", stuck.reads.Load())
+	})
 	if err := sw.Pause(30 * time.Millisecond); err == nil {
 		t.Fatal("Pause of a worker that cannot be woken succeeded")
 	}
 	if sw.Paused() {
 		t.Error("still paused after a failed Pause")
 	}
+}
+
+// readCounter is a memPort that counts the Reads its worker has entered,
+// so that a test knows when the worker is blocked in Read (past park).
+type readCounter struct {
+	*memPort
+	reads atomic.Int32
+}
+
+func (p *readCounter) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
+	p.reads.Add(1)
+	return p.memPort.Read(bufs, meta, offset)
 }

@@ -26,6 +26,7 @@ func TestFlowQueuesFair(t *testing.T) {
 		dst := netip.AddrPortFrom(addrA, UDPPort)
 		heavy := udpIn(t, tn.b, "192.0.2.2:0")
 		bulkDG := vxUDP(1000, 2000, []byte("bulk"))
+		from := ipDelivered(t, tn.a)
 		for range bulk {
 			if _, err := heavy.WriteToUDPAddrPort(bulkDG, dst); err != nil {
 				t.Fatal(err)
@@ -35,7 +36,7 @@ func TestFlowQueuesFair(t *testing.T) {
 		// sockets at least one lands beside the bulk one's but for a chance
 		// of 1 in 8^8.
 		sendSparse(t, tn, dst, sparse)
-		time.Sleep(100 * time.Millisecond) // all queued: pacing: no event says the kernel has queued every datagram sent
+		waitQueued(t, tn.a, from, bulk+sparse)
 		if err := p.setReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 			t.Fatal(err)
 		}
@@ -100,12 +101,13 @@ func TestFlowQueuesNewcomer(t *testing.T) {
 	// Datagrams of 5 000 B: a batch of them is bulk (at least 64 KiB).
 	heavy := udpIn(t, tn.b, "192.0.2.2:0")
 	bulkDG := vxUDP(1000, 2000, make([]byte, 5000))
+	from := ipDelivered(t, tn.a)
 	for range bulk {
 		if _, err := heavy.WriteToUDPAddrPort(bulkDG, dst); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // all queued: pacing: no event says the kernel has queued every datagram sent
+	waitQueued(t, tn.a, from, bulk)
 	if err := p.setReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -134,8 +136,9 @@ func TestFlowQueuesNewcomer(t *testing.T) {
 	for frames < batch+take {
 		read()
 	}
+	from = ipDelivered(t, tn.a)
 	sendSparse(t, tn, dst, 8)
-	time.Sleep(50 * time.Millisecond) // pacing: no event says the kernel has queued every datagram sent
+	waitQueued(t, tn.a, from, 8)
 	sent = frames
 	for firstSparse < 0 && frames < bulk+8 {
 		read()

@@ -13,6 +13,9 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -160,6 +163,57 @@ func udpIn(t testing.TB, ns string, laddr string) *net.UDPConn {
 	})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// ipDelivered returns namespace ns's count of IP datagrams handed to their
+// protocol (Ip InDelivers in /proc/net/snmp). The kernel counts one after
+// UDP has queued the datagram on its socket (or dropped it), so a test that
+// sent n datagrams waits for the count to grow by n (waitQueued) rather
+// than sleeping until they are all there.
+func ipDelivered(t testing.TB, ns string) uint64 {
+	t.Helper()
+	var n uint64
+	inNS(t, ns, func() error {
+		b, err := os.ReadFile("/proc/thread-self/net/snmp")
+		if err != nil {
+			return err
+		}
+		n, err = snmpValue(string(b), "Ip:", "InDelivers")
+		return err
+	})
+	return n
+}
+
+// snmpValue returns the value of field in /proc/net/snmp's lines that
+// start with prefix (a line of names, then a line of values).
+func snmpValue(snmp, prefix, field string) (uint64, error) {
+	var names []string
+	for _, line := range strings.Split(snmp, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != prefix {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		if i := slices.Index(names, field); i > 0 && i < len(f) {
+			return strconv.ParseUint(f[i], 10, 64)
+		}
+		break
+	}
+	return 0, fmt.Errorf("no %s %s in /proc/net/snmp", prefix, field)
+}
+
+// waitQueued waits until namespace ns has delivered n IP datagrams more
+// than from (ipDelivered): the ones a test sent are all queued on their
+// sockets.
+func waitQueued(t testing.TB, ns string, from uint64, n int) {
+	t.Helper()
+	testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("%d datagrams queued in %s", n, ns), func() (bool, error) {
+		d := ipDelivered(t, ns) - from
+		return d >= uint64(n), fmt.Errorf("%d delivered", d)
+	})
 }
 
 // batch holds n buffers with headroom, as the switch hands them to ports.
@@ -359,12 +413,13 @@ func TestDropsAndCompaction(t *testing.T) {
 		{known, vx(0, frame('c')[:MinInnerLen])}, // accepted: a bare Ethernet header
 		{known, vx(5, make([]byte, 2048))},       // truncated: the buffers below hold 2040
 	}
+	from := ipDelivered(t, tn.a)
 	for _, s := range sends {
 		if _, err := s.c.WriteToUDPAddrPort(s.payload, dst); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // let them all queue, so one recvmmsg sees them (pacing: no event says they have)
+	waitQueued(t, tn.a, from, len(sends)) // all queued, so that one recvmmsg sees them
 	b := newBatch(16)
 	for i := range b.bufs {
 		// Room for HeaderLen+2040 bytes, less than the 2056-byte datagram.
@@ -599,12 +654,13 @@ func TestReadAllocs(t *testing.T) {
 	}
 	readFrames(t, p, b, 1)
 	const total = 128 // stays under a default-sized receive buffer
+	from := ipDelivered(t, tn.a)
 	for range total {
 		if _, err := known.WriteToUDPAddrPort(payload, dst); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // pacing: no event says the kernel has queued every datagram sent
+	waitQueued(t, tn.a, from, total)
 	got := 0
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)

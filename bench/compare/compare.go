@@ -34,14 +34,15 @@ type Config struct {
 	// BinDir holds gvs-switchd, gvsctl and gvs-bench (whose udp-* tools
 	// run inside the pods).
 	BinDir string
-	// Dataplanes to compare, default gvs, kernel, ovs.
+	// Dataplanes to compare, default gvs, kernel, ovs, floor (the floor
+	// dataplane: package bench/floor).
 	Dataplanes []string
 	// Runs of every workload per dataplane (the report keeps the median),
 	// default 3.
 	Runs int
 	// Duration of each workload, default 5 s.
 	Duration time.Duration
-	// Prefix of the lab namespaces (at most 9 characters; a dataplane letter
+	// Prefix of the lab namespaces (at most 6 characters; a dataplane letter
 	// and the pid are appended), default "gvc".
 	Prefix string
 	// Underlay network of the lab, default 192.168.247.0/24.
@@ -87,6 +88,9 @@ type Config struct {
 	// NetworkPolicyOnly runs only that and the TCP 1 stream it is
 	// compared with.
 	NetworkPolicy, NetworkPolicyOnly bool
+	// TCP1Only runs only TCP 1 stream (with its CPU per Gbit): a smoke
+	// run of the whole harness, as the root tests do.
+	TCP1Only bool
 	// NetpolPolicies is how many policies the networkpolicy row loads
 	// (at least 1: the one that admits the measured traffic), default
 	// NetpolPolicies.
@@ -231,11 +235,14 @@ func (r *Report) Get(dp string) *Result {
 
 func (c *Config) defaults() error {
 	if len(c.Dataplanes) == 0 {
-		c.Dataplanes = []string{cluster.DataplaneGVS, cluster.DataplaneKernel, cluster.DataplaneOVS}
+		c.Dataplanes = []string{cluster.DataplaneGVS, cluster.DataplaneKernel, cluster.DataplaneOVS, cluster.DataplaneFloor}
 	}
-	for _, dp := range c.Dataplanes {
+	for i, dp := range c.Dataplanes {
+		if slices.Contains(c.Dataplanes[:i], dp) {
+			return fmt.Errorf("compare: dataplane %q twice", dp)
+		}
 		switch dp {
-		case cluster.DataplaneGVS, cluster.DataplaneKernel, cluster.DataplaneOVS:
+		case cluster.DataplaneGVS, cluster.DataplaneKernel, cluster.DataplaneOVS, cluster.DataplaneFloor:
 		default:
 			return fmt.Errorf("%w: %q", cluster.ErrUnknownDataplane, dp)
 		}
@@ -249,8 +256,8 @@ func (c *Config) defaults() error {
 	if c.Prefix == "" {
 		c.Prefix = "gvc"
 	}
-	if len(c.Prefix) > 9 {
-		return fmt.Errorf("compare: prefix %q longer than 9 characters", c.Prefix)
+	if len(c.Prefix) > 6 { // + letter + 5 digits: the lab's 12
+		return fmt.Errorf("compare: prefix %q longer than 6 characters", c.Prefix)
 	}
 	if !c.Underlay.IsValid() {
 		c.Underlay = netip.MustParsePrefix("192.168.247.0/24")
@@ -290,10 +297,13 @@ func haveBins(cmd, dir string, bins ...string) error {
 	return nil
 }
 
-// Run measures every configured dataplane in turn, each on a fresh lab
-// that it removes afterwards. A dataplane that is not installed or does
-// not come up is reported with StatusMissing or StatusFailed; the error
-// returned is only for a bad Config or a cancelled ctx.
+// Run measures every configured dataplane, each run on a fresh lab that
+// it removes afterwards. The runs are interleaved — run 1 of every
+// dataplane (and of the networkpolicy row), then run 2 of every one, … —
+// so that a change in the machine's load falls on all of them alike. A
+// dataplane that is not installed or does not come up is reported with
+// StatusMissing or StatusFailed (and not run again); the error returned is
+// only for a bad Config or a cancelled ctx.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -306,14 +316,60 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	p := &progress{w: cfg.Progress, start: time.Now()}
 	for _, dp := range cfg.Dataplanes {
-		res := runDataplane(ctx, cfg, dp, p)
-		if err := ctx.Err(); err != nil {
-			return rep, err
-		}
-		if res.Status != StatusOK {
-			p.printf("%s: %s: %s", dp, res.Status, res.Error)
+		res := Result{Dataplane: dp, Status: StatusOK}
+		if dp == cluster.DataplaneOVS {
+			if err := cluster.OVSAvailable(); err != nil {
+				res.Status, res.Error = StatusMissing, err.Error()
+				p.printf("%s: %s: %s", dp, res.Status, res.Error)
+			}
 		}
 		rep.Dataplanes = append(rep.Dataplanes, res)
+	}
+	var netpol []float64
+	for run := 1; run <= cfg.Runs; run++ {
+		for i := range rep.Dataplanes {
+			res := &rep.Dataplanes[i]
+			if res.Status != StatusOK {
+				continue
+			}
+			m, err := runOnce(ctx, cfg, res.Dataplane, run, p)
+			if cerr := ctx.Err(); cerr != nil {
+				return rep, cerr
+			}
+			if err != nil {
+				res.Status, res.Error = StatusFailed, fmt.Sprintf("run %d: %v", run, err)
+				p.printf("%s: %s: %s", res.Dataplane, res.Status, res.Error)
+				continue
+			}
+			res.Runs = append(res.Runs, m)
+		}
+		if g := rep.ok(cluster.DataplaneGVS); cfg.NetworkPolicy && g != nil {
+			v, err := runNetpol(ctx, cfg, run, p)
+			if cerr := ctx.Err(); cerr != nil {
+				return rep, cerr
+			}
+			if err != nil {
+				g.Status, g.Error = StatusFailed, fmt.Sprintf("networkpolicy run %d: %v", run, err)
+				p.printf("gvs: %s: %s", g.Status, g.Error)
+				continue
+			}
+			netpol = append(netpol, v)
+		}
+	}
+	for i := range rep.Dataplanes {
+		res := &rep.Dataplanes[i]
+		if res.Dataplane == cluster.DataplaneGVS {
+			for k := range res.Runs {
+				if k < len(netpol) {
+					res.Runs[k].TCP1NetpolGbps = netpol[k]
+				}
+			}
+		}
+		if res.Status == StatusOK {
+			res.Metrics = median(res.Runs)
+		} else {
+			res.Runs = nil
+		}
 	}
 	return rep, nil
 }
@@ -326,47 +382,16 @@ func (c Config) gvsSettings(s cluster.Spec) cluster.Spec {
 	return s
 }
 
-func runDataplane(ctx context.Context, cfg Config, dp string, p *progress) Result {
-	res := Result{Dataplane: dp, Status: StatusOK}
-	if dp == cluster.DataplaneOVS {
-		if err := cluster.OVSAvailable(); err != nil {
-			res.Status, res.Error = StatusMissing, err.Error()
-			return res
-		}
-	}
-	// A cluster of its own for each run: the send sockets' ports, and so
-	// which receive socket (flow queue) each flow hashes to, are drawn
-	// anew at each start, and a sparse flow that shares the bulk flow's
-	// socket waits behind it for as long as the cluster lives; one
-	// cluster for every run would let one draw set the median.
-	prefix := fmt.Sprintf("%s%c%d", cfg.Prefix, dp[0], os.Getpid()%100000)
-	for run := 1; run <= cfg.Runs; run++ {
-		m, err := runOnce(ctx, cfg, dp, prefix, run, p)
-		if err != nil {
-			res.Status, res.Error = StatusFailed, fmt.Sprintf("run %d: %v", run, err)
-			return res
-		}
-		res.Runs = append(res.Runs, m)
-	}
-	if cfg.NetworkPolicy && dp == cluster.DataplaneGVS {
-		g, err := runNetpol(ctx, cfg, p)
-		if err != nil {
-			res.Status, res.Error = StatusFailed, fmt.Sprintf("networkpolicy: %v", err)
-			return res
-		}
-		for i := range res.Runs {
-			if i < len(g) {
-				res.Runs[i].TCP1NetpolGbps = g[i]
-			}
-		}
-	}
-	res.Metrics = median(res.Runs)
-	return res
-}
-
 // runOnce brings up a cluster of dataplane dp, runs the workloads once on
 // it and tears it down.
-func runOnce(ctx context.Context, cfg Config, dp, prefix string, run int, p *progress) (Metrics, error) {
+//
+// A cluster of its own for each run: the send sockets' ports, and so which
+// receive socket (flow queue) each flow hashes to, are drawn anew at each
+// start, and a sparse flow that shares the bulk flow's socket waits behind
+// it for as long as the cluster lives; one cluster for every run would let
+// one draw set the median.
+func runOnce(ctx context.Context, cfg Config, dp string, run int, p *progress) (Metrics, error) {
+	prefix := fmt.Sprintf("%s%c%d", cfg.Prefix, dp[0], os.Getpid()%100000)
 	p.printf("%s run %d/%d: bringing up 2 nodes × 2 pods", dp, run, cfg.Runs)
 	uctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	c, err := cluster.Up(uctx, cfg.gvsSettings(cluster.Spec{

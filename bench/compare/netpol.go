@@ -75,9 +75,11 @@ func netpolYAML(n int) string {
 // runNetpol measures TCP 1 stream on gvs in the networkpolicy mode, with
 // NetpolPolicies policies selecting both ends: a cluster of its own (the
 // mode is the cluster's) with gvs-master and its embedded etcd, the
-// policies and labels applied with gvsctl as an administrator would.
-func runNetpol(ctx context.Context, cfg Config, p *progress) ([]float64, error) {
-	p.printf("gvs networkpolicy: bringing up 2 nodes × 2 pods, gvs-master, %d policies", cfg.NetpolPolicies)
+// policies and labels applied with gvsctl as an administrator would. It is
+// run number run of the row: Run interleaves it with the dataplanes' runs,
+// each on a cluster of its own.
+func runNetpol(ctx context.Context, cfg Config, run int, p *progress) (float64, error) {
+	p.printf("gvs networkpolicy run %d/%d: bringing up 2 nodes × 2 pods, gvs-master, %d policies", run, cfg.Runs, cfg.NetpolPolicies)
 	prefix := fmt.Sprintf("%sn%d", cfg.Prefix, os.Getpid()%100000)
 	uctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	c, err := cluster.Up(uctx, cfg.gvsSettings(cluster.Spec{
@@ -88,7 +90,7 @@ func runNetpol(ctx context.Context, cfg Config, p *progress) ([]float64, error) 
 	}))
 	cancel()
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	defer func() {
 		if err := c.Down(); err != nil {
@@ -97,20 +99,20 @@ func runNetpol(ctx context.Context, cfg Config, p *progress) ([]float64, error) 
 	}()
 	e := &env{c: c, cfg: cfg, dp: "gvs networkpolicy", p: p}
 	if err := e.warmUp(ctx); err != nil {
-		return nil, err
+		return 0, err
 	}
 	src, dst := e.pods(0)
 	for _, l := range []struct{ pod, label string }{{src.Name, "app=src"}, {dst.Name, "app=dst"}} {
 		if out, err := c.RegistryCtl(ctx, "label", "pod", netpolProject+"/"+l.pod, l.label); err != nil {
-			return nil, fmt.Errorf("%w\n%s", err, out)
+			return 0, fmt.Errorf("%w\n%s", err, out)
 		}
 	}
 	f := filepath.Join(c.Lab.StateDir(), "policies.yaml")
 	if err := os.WriteFile(f, []byte(netpolYAML(cfg.NetpolPolicies)), 0o600); err != nil {
-		return nil, err
+		return 0, err
 	}
 	if out, err := c.RegistryCtl(ctx, "policy", "apply", "-f", f); err != nil {
-		return nil, fmt.Errorf("%w\n%s", err, out)
+		return 0, fmt.Errorf("%w\n%s", err, out)
 	}
 	// Enforced on both nodes: ping between the pods is refused.
 	deadline := time.Now().Add(30 * time.Second)
@@ -119,18 +121,10 @@ func runNetpol(ctx context.Context, cfg Config, p *progress) ([]float64, error) 
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the %d policies were not enforced within 30 s (ping %s → %s passes)", cfg.NetpolPolicies, src.Name, dst.IP)
+			return 0, fmt.Errorf("the %d policies were not enforced within 30 s (ping %s → %s passes)", cfg.NetpolPolicies, src.Name, dst.IP)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	var out []float64
-	for run := 1; run <= cfg.Runs; run++ {
-		p.printf("gvs networkpolicy run %d/%d: TCP, 1 stream, %d policies", run, cfg.Runs, cfg.NetpolPolicies)
-		g, err := e.tcp(ctx, src, dst, 1, cfg.Duration)
-		if err != nil {
-			return nil, fmt.Errorf("run %d: %w", run, err)
-		}
-		out = append(out, g)
-	}
-	return out, nil
+	p.printf("gvs networkpolicy run %d/%d: TCP, 1 stream, %d policies", run, cfg.Runs, cfg.NetpolPolicies)
+	return e.tcp(ctx, src, dst, 1, cfg.Duration)
 }

@@ -85,7 +85,7 @@ func (e *env) run(ctx context.Context, run int) (Metrics, error) {
 	if e.cfg.ConntrackOnly {
 		return m, e.conntrack(ctx, &m, step)
 	}
-	if e.cfg.NetworkPolicyOnly {
+	if e.cfg.NetworkPolicyOnly || e.cfg.TCP1Only {
 		return m, nil
 	}
 	step("TCP, 4 streams")
@@ -161,16 +161,24 @@ func (e *env) run(ctx context.Context, run int) (Metrics, error) {
 
 // conntrack runs the connection-tracking rows: the stateful rule set on
 // both nodes, TCP 1 stream and short connections per second through it,
-// and the rule set removed again.
+// and the rule set removed again. The floor has no rules: its rows are
+// the same workloads without them, the least a stateful dataplane could
+// cost.
 func (e *env) conntrack(ctx context.Context, m *Metrics, step func(string)) (err error) {
 	src, dst := e.pods(0)
 	for i := range e.c.Nodes {
+		if e.dp == cluster.DataplaneFloor {
+			break
+		}
 		if err := e.c.StatefulRules(ctx, i, true); err != nil {
 			return err
 		}
 	}
 	defer func() {
 		for i := range e.c.Nodes {
+			if e.dp == cluster.DataplaneFloor {
+				break
+			}
 			err = errors.Join(err, e.c.StatefulRules(ctx, i, false))
 		}
 	}()

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/netconf"
 )
 
@@ -61,7 +62,7 @@ func inNS[T any](t *testing.T, ns string, f func() (T, error)) T {
 // results.
 func blastOnce(t *testing.T, a, b string, cfg BlastConfig) (BlastResult, ReceiveResult) {
 	t.Helper()
-	stop := receive(t, b, cfg.DstPort)
+	_, stop := receive(t, b, cfg.DstPort)
 	bl := inNS(t, a, func() (*Blaster, error) { return NewBlaster(cfg) })
 	defer bl.Close()
 	sent, err := bl.Run(context.Background())
@@ -73,9 +74,9 @@ func blastOnce(t *testing.T, a, b string, cfg BlastConfig) (BlastResult, Receive
 
 // receive starts a Receiver on blb in namespace b for the blast port; stop
 // waits 200 ms for stragglers, ends it and returns what it counted.
-func receive(t *testing.T, b string, port uint16) (stop func() ReceiveResult) {
+func receive(t *testing.T, b string, port uint16) (rx *Receiver, stop func() ReceiveResult) {
 	t.Helper()
-	rx := inNS(t, b, func() (*Receiver, error) { return NewReceiver(ReceiverConfig{Dev: "blb", Port: port}) })
+	rx = inNS(t, b, func() (*Receiver, error) { return NewReceiver(ReceiverConfig{Dev: "blb", Port: port}) })
 	ctx, cancel := context.WithCancel(context.Background())
 	rc := make(chan ReceiveResult, 1)
 	go func() {
@@ -85,7 +86,9 @@ func receive(t *testing.T, b string, port uint16) (stop func() ReceiveResult) {
 		}
 		rc <- r
 	}()
-	return func() ReceiveResult {
+	return rx, func() ReceiveResult {
+		// A blast may lose frames, so how many will come is not known: a
+		// grace period, as a traffic generator's sink has.
 		time.Sleep(200 * time.Millisecond) // pacing: the receiver collects what is still in flight
 		cancel()
 		r := <-rc
@@ -232,7 +235,7 @@ func mustMAC(t *testing.T, ns string) net.HardwareAddr {
 func TestReceiverCountsGSO(t *testing.T) {
 	a, b := vethPair(t)
 	const port, seg, flow = 9400, 100, 3
-	stop := receive(t, b, port)
+	rx, stop := receive(t, b, port)
 	// Five datagrams in one UDP_SEGMENT send (the last 60 bytes), then
 	// one plain datagram; only the first payload of each send names the
 	// flow, as in a merged super-frame.
@@ -262,6 +265,11 @@ func TestReceiverCountsGSO(t *testing.T) {
 		}
 		_, err = c.WriteToUDP(payload(seg, 1), dst)
 		return struct{}{}, err
+	})
+	// All six counted before the receiver stops (the first send may wait
+	// for ARP, and Run may not have started yet on a busy machine).
+	testutil.WaitFor(t, 10*time.Second, "the receiver to count six datagrams", func() (bool, error) {
+		return rx.Seen() >= 6, fmt.Errorf("%d counted", rx.Seen())
 	})
 	r := stop()
 	const hdr = ethLen + ipv4Len + udpLen

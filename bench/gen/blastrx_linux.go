@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -80,8 +81,9 @@ func (r ReceiveResult) Delivered() uint64 { return r.Frames + r.SocketDrops }
 
 // Receiver counts blaster frames arriving on one device. NewReceiver opens
 // its socket in the calling thread's network namespace; Run may then be
-// called from anywhere. It is not safe for concurrent use.
+// called from anywhere. It is not safe for concurrent use, but for Seen.
 type Receiver struct {
+	seen   atomic.Uint64 // Frames so far, for Seen
 	fd     int
 	port   uint16
 	idle   time.Duration
@@ -177,6 +179,11 @@ func attachFilter(fd int, port uint16) error {
 // Close closes the socket.
 func (r *Receiver) Close() error { return unix.Close(r.fd) }
 
+// Seen returns the blaster's datagrams Run has counted so far (its
+// result's Frames), over all its runs; it may be called while Run runs,
+// so that a caller can wait for what it sent to arrive.
+func (r *Receiver) Seen() uint64 { return r.seen.Load() }
+
 // Run counts frames until ctx is done (or, with Idle, the blast is over),
 // then returns the totals.
 func (r *Receiver) Run(ctx context.Context) (ReceiveResult, error) {
@@ -200,6 +207,7 @@ func (r *Receiver) Run(ctx context.Context) (ReceiveResult, error) {
 		if first.IsZero() {
 			first = last
 		}
+		before := res.Frames
 		for i := range int(n) {
 			l := int(r.msgs[i].Len) - rxVnet // the whole frame's length (MSG_TRUNC)
 			if l <= 0 {
@@ -219,6 +227,7 @@ func (r *Receiver) Run(ctx context.Context) (ReceiveResult, error) {
 				r.counts[f.Flow] += segs
 			}
 		}
+		r.seen.Add(res.Frames - before)
 	}
 	if st, err := unix.GetsockoptTpacketStats(r.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
 		res.SocketDrops = uint64(st.Drops)

@@ -16,7 +16,8 @@ func TestConnRate(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = ConnServe(ctx, l) }()
+	served := make(chan error, 1)
+	go func() { served <- ConnServe(ctx, l) }()
 	r, err := ConnRate(ctx, l.Addr().String(), 300*time.Millisecond, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +26,9 @@ func TestConnRate(t *testing.T) {
 		t.Errorf("%+v: want some connections", r)
 	}
 	cancel()
-	time.Sleep(50 * time.Millisecond) // for the server to close its listener: no hook says it has
+	if err := <-served; err != nil { // it returns once its listener is closed
+		t.Fatal(err)
+	}
 	if _, err := ConnRate(context.Background(), l.Addr().String(), 100*time.Millisecond, 1); err == nil {
 		t.Error("no error with the server gone")
 	}

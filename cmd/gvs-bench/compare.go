@@ -24,7 +24,7 @@ func compareCmd(ctx context.Context, args []string) error {
 	plot := fs.String("plot", "", "write an SVG bar chart to this file")
 	runs := fs.Int("runs", 3, "runs of each workload per dataplane (the median is reported)")
 	dur := fs.Duration("t", 5*time.Second, "duration of each workload")
-	dps := fs.String("dataplanes", "gvs,kernel,ovs", "dataplanes to compare, comma-separated")
+	dps := fs.String("dataplanes", "gvs,kernel,ovs,floor", "dataplanes to compare, comma-separated (floor: gvs's TAPs and vxlan0 without the switch, the bar of gvs's targets)")
 	flows := fs.Int("flows", 64, "UDP flows in the pps workloads")
 	blastThreads := fs.Int("blast-threads", 2, "sending threads of the frame blaster workloads")
 	queues := fs.Int("queues", 1, "gvs-switchd queues: queues of each pod TAP and receive sockets of vxlan0, a worker each")
@@ -35,11 +35,12 @@ func compareCmd(ctx context.Context, args []string) error {
 	sliceWhen := fs.String("sched-slice-when", "", "gvs-switchd schedSliceWhen: busy (\"\") or always")
 	busyPoll := fs.String("busy-poll", "", "gvs-switchd busyPoll: how long its readers may poll an empty queue before they sleep, such as 50us (\"\": its default, 50us; 0: off)")
 	engine := fs.String("io-engine", "auto", "gvs-switchd ioEngine: how pod TAPs move frames (auto, uring, uring-always, tap)")
-	prefix := fs.String("prefix", "gvc", "namespace prefix (at most 9 characters)")
+	prefix := fs.String("prefix", "gvc", "namespace prefix (at most 6 characters)")
 	ct := fs.Bool("conntrack", false, "add the connection-tracking rows (a stateful rule set on every dataplane: TCP 1 stream, new connections/s)")
 	ctOnly := fs.Bool("conntrack-only", false, "run only TCP 1 stream and the connection-tracking rows")
 	netpolN := fs.Int("netpol-policies", compare.NetpolPolicies, "policies of the networkpolicy row")
 	netpolOnly := fs.Bool("netpol-only", false, "run only TCP 1 stream and the networkpolicy row")
+	tcp1Only := fs.Bool("tcp1-only", false, "run only TCP 1 stream (a smoke run of the harness)")
 	netpol := fs.Bool("netpol", false, "add the networkpolicy row: gvs TCP 1 stream in the networkpolicy mode with 100 policies (a cluster of its own with gvs-master)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -69,6 +70,7 @@ func compareCmd(ctx context.Context, args []string) error {
 		NetworkPolicy:      *netpol,
 		NetworkPolicyOnly:  *netpolOnly,
 		NetpolPolicies:     *netpolN,
+		TCP1Only:           *tcp1Only,
 		Progress:           os.Stderr,
 	}
 	rep, err := compare.Run(ctx, cfg)
@@ -77,6 +79,10 @@ func compareCmd(ctx context.Context, args []string) error {
 	}
 	rep.Commit = gitCommit()
 	if err := rep.WriteTable(os.Stdout); err != nil {
+		return err
+	}
+	fmt.Println()
+	if err := compare.WriteTargets(os.Stdout, compare.CheckTargets(rep)); err != nil {
 		return err
 	}
 	if err := writeJSON(*out, rep); err != nil {

@@ -1,6 +1,7 @@
-// Command gvs-bench is gvs's lab and benchmark tool: it brings up the demo
-// cluster in network namespaces and carries the traffic tools the demo and
-// the tests run inside pods.
+// Command gvs-bench is gvs's benchmark tool: it compares gvs with the kernel
+// and Open vSwitch, runs A/B trials of gvs-switchd's settings, and carries the
+// traffic tools the benchmarks, the demo (cmd/gvs-demo) and the tests run
+// inside pods.
 package main
 
 import (
@@ -22,15 +23,20 @@ import (
 const usage = `usage: gvs-bench COMMAND [ARGS]
 
 commands:
-  demo up [-prefix P]     bring up the 2-node demo cluster (as root) and show who reaches whom
-  demo down [-prefix P]   remove everything the demo created
   tcp-server -l ADDR [-name N]  TCP sink: greets each client with the address it sees (and its name N), answers with a CRC-32C
   tcp-client -c ADDR [-bytes N | -t DURATION]
                           send to a tcp-server, check the digest, print throughput and the address seen
-  compare [-o FILE.json] [-plot FILE.svg] [-runs N] [-t DURATION] [-dataplanes gvs,kernel,ovs]
+  compare [-o FILE.json] [-plot FILE.svg] [-runs N] [-t DURATION] [-dataplanes gvs,kernel,ovs,floor]
           [-flows N] [-blast-threads T] [-queues Q] [-vxlan-readers R] [-vxlan-flow-queues F] [-io-engine E] [-conntrack | -conntrack-only]
-                          measure gvs, the kernel and Open vSwitch on the same topology (as root):
+                          measure gvs, the kernel, Open vSwitch and the floor on the same topology (as root),
+                          the dataplanes' runs interleaved:
                           TCP, UDP pps from sockets and from the frame blaster, UDP-probe and ping RTT
+  check-targets [-strict] REPORT.json
+                          the ratios of docs/targets.md of gvs to the floor and to OVS in a compare report, and which
+                          are met (-strict: fail if one is not)
+  floor -config FILE [-ready FILE]
+                          the floor dataplane of one node (run by compare inside the node's namespace):
+                          gvs's TAPs and vxlan0 with a static map instead of the switch, until interrupted
   trials -setting NAME[={"field":"value"}] -setting ... [-trials N] [-t DURATION] [-o FILE.json]
                           A/B of gvs-switchd settings (as root): a fresh 2-node cluster per trial and
                           setting in rotating order; TCP alone, UDP-probe RTT idle and beside a TCP
@@ -82,12 +88,14 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	switch args[0] {
-	case "demo":
-		return demo(ctx, args[1:])
 	case "compare":
 		return compareCmd(ctx, args[1:])
 	case "trials":
 		return trialsCmd(ctx, args[1:])
+	case "floor":
+		return floorCmd(ctx, args[1:])
+	case "check-targets":
+		return checkTargetsCmd(args[1:])
 	case "udp-sink", "udp-send", "udp-echo", "udp-probe":
 		return udpTool(ctx, args[0], args[1:])
 	case "conn-server", "conn-rate":

@@ -47,7 +47,7 @@ func (d *Daemon) startCapture(req *control.CaptureRequest) (control.Stream, erro
 	if snap == 0 {
 		snap = vswitch.DefaultSnaplen
 	}
-	c, err := d.sw.StartCapture(no, vswitch.CaptureConfig{Dir: dir, Snaplen: snap})
+	c, err := d.dp.sw.StartCapture(no, vswitch.CaptureConfig{Dir: dir, Snaplen: snap})
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +57,7 @@ func (d *Daemon) startCapture(req *control.CaptureRequest) (control.Stream, erro
 
 // resolvePort finds a port by number, port name or pod name.
 func (d *Daemon) resolvePort(s string) (uint32, string, error) {
-	return resolvePort(s, d.sw.Ports(), d.Pods())
+	return resolvePort(s, d.dp.sw.Ports(), d.Pods())
 }
 
 // resolvePort finds a port by number, port name or the name of one of pods.

@@ -52,7 +52,7 @@ func newTestDaemon(t *testing.T) *Daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.sw.Close() })
+	t.Cleanup(func() { d.dp.sw.Close() })
 	return d
 }
 
@@ -62,7 +62,7 @@ func testDaemon(t *testing.T) *Daemon {
 	d := newTestDaemon(t)
 	frame := make([]byte, 60)
 	copy(frame, []byte{0x0a, 0x58, 10, 128, 0, 9, 0x0a, 0x58, 10, 128, 0, 3, 0x08, 0x06})
-	if err := d.sw.AddPort(3, &feedPort{frame: frame, closed: make(chan struct{})}); err != nil {
+	if err := d.dp.sw.AddPort(3, &feedPort{frame: frame, closed: make(chan struct{})}); err != nil {
 		t.Fatal(err)
 	}
 	return d
@@ -139,7 +139,7 @@ func TestCaptureStream(t *testing.T) {
 			t.Errorf("capture %+v was accepted", bad)
 		}
 	}
-	if got := d.sw.CaptureTotals(); got.Active != 0 || got.Captured == 0 {
+	if got := d.dp.sw.CaptureTotals(); got.Active != 0 || got.Captured == 0 {
 		t.Errorf("capture totals %+v", got)
 	}
 }
@@ -167,7 +167,7 @@ func TestCaptureStreamStalledClient(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream still waits for a client that reads nothing")
 	}
-	if got := d.sw.CaptureTotals(); got.Active != 0 {
+	if got := d.dp.sw.CaptureTotals(); got.Active != 0 {
 		t.Errorf("capture still running after its client stalled: %+v", got)
 	}
 	if _, err := d.startCapture(&control.CaptureRequest{Port: "3"}); err != nil {
@@ -198,19 +198,19 @@ func TestCaptureStopReason(t *testing.T) {
 // refused, naming both, rather than capturing whichever comes first.
 func TestCapturePortByPodName(t *testing.T) {
 	d := testDaemon(t)
-	if err := d.sw.AddPort(4, &feedPort{frame: make([]byte, 60), closed: make(chan struct{})}); err != nil {
+	if err := d.dp.sw.AddPort(4, &feedPort{frame: make([]byte, 60), closed: make(chan struct{})}); err != nil {
 		t.Fatal(err)
 	}
 	pods := []Pod{{Name: "web", Project: "alpha", Port: 3}, {Name: "web", Project: "beta", Port: 4}, {Name: "db", Project: "beta", Port: 4}}
-	if no, _, err := resolvePort("db", d.sw.Ports(), pods); err != nil || no != 4 {
+	if no, _, err := resolvePort("db", d.dp.sw.Ports(), pods); err != nil || no != 4 {
 		t.Errorf("db: port %d, %v; want 4", no, err)
 	}
-	_, _, err := resolvePort("web", d.sw.Ports(), pods)
+	_, _, err := resolvePort("web", d.dp.sw.Ports(), pods)
 	if err == nil || !strings.Contains(err.Error(), "port 3 in project alpha") || !strings.Contains(err.Error(), "port 4 in project beta") {
 		t.Errorf("web, two pods: %v; want an error naming both", err)
 	}
 	pods = slices.Delete(pods, 1, 2)
-	if no, name, err := resolvePort("web", d.sw.Ports(), pods); err != nil || no != 3 || name != "feed0" {
+	if no, name, err := resolvePort("web", d.dp.sw.Ports(), pods); err != nil || no != 3 || name != "feed0" {
 		t.Errorf("web, one pod: port %d (%s), %v; want 3 (feed0)", no, name, err)
 	}
 }

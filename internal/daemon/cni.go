@@ -20,7 +20,7 @@ func (d *Daemon) startCNI(ctx context.Context, errc chan<- error) error {
 		return nil
 	}
 	dir := d.cfg.StateDir
-	n := d.prog.Node()
+	n := d.node.prog.Node()
 	if dir == "" {
 		dir = filepath.Join("/var/lib/gvs", n.NodeName)
 	}
@@ -31,17 +31,17 @@ func (d *Daemon) startCNI(ctx context.Context, errc chan<- error) error {
 	if err != nil {
 		d.log.Warn("cni: some lease files were ignored", "err", err)
 	}
-	d.mu.Lock()
-	d.ipam = ipam
-	d.mu.Unlock()
-	pool := cniplugin.NewTapPool(d.cfg.TapPool, tap.Config{Offloads: d.podOffloads(), MultiQueue: d.podQueues() > 1, Logger: d.log}, d.log)
+	d.node.mu.Lock()
+	d.node.ipam = ipam
+	d.node.mu.Unlock()
+	pool := cniplugin.NewTapPool(d.cfg.TapPool, tap.Config{Offloads: d.dp.podOffloads(), MultiQueue: d.dp.podQueues() > 1, Logger: d.log}, d.log)
 	var pooled *cniplugin.TapPool // nil: each TAP is made in its pod's namespace (faster, docs/cni.md)
 	if d.cfg.TapPool > 0 {
 		pooled = pool
 	}
-	be := pods.NewCNI(d.pods, pooled)
-	srv := cniplugin.NewServer(cniplugin.ServerConfig{IPAM: ipam, Backend: be, Logger: d.log, Observe: d.observeCNI})
-	if err := d.inheritPods(); err != nil { // a live upgrade's TAP queues (handoff.go)
+	be := pods.NewCNI(d.node.pods, pooled)
+	srv := cniplugin.NewServer(cniplugin.ServerConfig{IPAM: ipam, Backend: be, Logger: d.log, Observe: d.cniMetrics.observe})
+	if err := d.up.inheritPods(); err != nil { // a live upgrade's TAP queues (handoff.go)
 		pool.Close()
 		return fmt.Errorf("cni: %w", err)
 	}
@@ -50,10 +50,10 @@ func (d *Daemon) startCNI(ctx context.Context, errc chan<- error) error {
 	d.log.Info("cni: leases restored", "kept", st.Adopted, "recreated", st.Recreated, "netnsGone", st.NetnsGone,
 		"failed", st.Failed, "took", time.Since(restoreStart).Round(time.Microsecond))
 	idx := -1
-	if d.inherit != nil {
-		idx = d.inherit.st.CNIListener
+	if d.up.inherit != nil {
+		idx = d.up.inherit.st.CNIListener
 	}
-	l, err := d.listenLocal(sock, cniplugin.Listen, cniplugin.Refuse, idx, &d.listeners.cni)
+	l, err := d.listenLocal(sock, cniplugin.Listen, cniplugin.Refuse, idx, &d.up.listeners.cni)
 	if err != nil {
 		pool.Close()
 		return err

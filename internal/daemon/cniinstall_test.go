@@ -65,15 +65,19 @@ func TestInstallCNI(t *testing.T) {
 	}
 
 	// Nothing changed: the files are not rewritten (a runtime watching
-	// the directory sees no event).
-	before, _ := os.Stat(conf)
-	time.Sleep(20 * time.Millisecond) // past the file system's time granularity, so that a rewrite would show in ModTime
+	// the directory sees no event). The file's time is set an hour back
+	// first, so that a rewrite would show in ModTime whatever the file
+	// system's time granularity.
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	if err := os.Chtimes(conf, old, old); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.installCNI(cfg.CNISocket); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := os.Stat(conf)
-	if !after.ModTime().Equal(before.ModTime()) {
-		t.Error("an unchanged configuration was rewritten")
+	if !after.ModTime().Equal(old) {
+		t.Errorf("an unchanged configuration was rewritten (modified %v, set to %v)", after.ModTime(), old)
 	}
 	// An upgrade: the new plugin replaces the old, and no temporary file
 	// is left behind.

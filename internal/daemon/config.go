@@ -1,6 +1,3 @@
-// Package daemon is gvs-switchd: it builds the switch, its ports and the
-// OpenShift rule program for one node, and serves the control socket and
-// /metrics. cmd/gvs-switchd is a thin main around it.
 package daemon
 
 import (
@@ -511,7 +508,7 @@ func (c *Config) Validate() error {
 	if err := c.validateCNIInstall(); err != nil {
 		return err
 	}
-	if _, err := newEgressFirewalls(&Daemon{cfg: c}); err != nil { // egressDNSServer, egressDNSInterval
+	if _, _, err := c.egressDNS(); err != nil {
 		return err
 	}
 	if c.FromKubernetes() {

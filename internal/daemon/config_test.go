@@ -47,7 +47,7 @@ func TestParseConfig(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", q.json, err)
 		}
-		d := &Daemon{cfg: c}
+		d := &dataplane{cfg: c}
 		if d.podQueues() != q.queues || d.vxlanReaders() != q.readers {
 			t.Errorf("%s: pod queues %d, vxlan0 readers %d; want %d, %d", q.json, d.podQueues(), d.vxlanReaders(), q.queues, q.readers)
 		}
@@ -146,14 +146,14 @@ func TestParseConfigFromKubernetes(t *testing.T) {
 // a node in networkpolicy mode without the Kubernetes source refuses to
 // start rather than ignore every policy.
 func TestNetworkPolicyModeRefused(t *testing.T) {
-	d := &Daemon{cfg: &Config{}}
+	d := &Daemon{cfg: &Config{}, node: &nodeState{}}
 	n := sdn.NodeConfig{NodeName: "n1", NodeIP: netip.MustParseAddr("192.168.1.1"), Subnet: netip.MustParsePrefix("10.128.0.0/23"),
 		ClusterNetworks: []netip.Prefix{netip.MustParsePrefix("10.128.0.0/14")}, ServiceNetwork: netip.MustParsePrefix("172.30.0.0/16"),
 		Mode: sdn.ModeNetworkPolicy}
 	if err := d.init(n, nil, false); !errors.Is(err, sdn.ErrUnsupportedMode) {
 		t.Fatalf("init in networkpolicy mode: %v, want ErrUnsupportedMode", err)
 	}
-	if d.prog != nil || d.pods != nil {
+	if d.node.prog != nil || d.node.pods != nil {
 		t.Error("a refused mode left a rule program behind")
 	}
 }
@@ -234,7 +234,7 @@ func TestBusyPollConfig(t *testing.T) {
 		if err != nil || bc.Max != tc.want || bc.Pollers != tc.pollers {
 			t.Errorf("busyPoll %q pollers %d: %+v (%v); want %v", tc.poll, tc.pollers, bc, err, tc.want)
 		}
-		var d Daemon
+		var d dataplane
 		if d.busy, err = busypoll.New(bc); err != nil {
 			t.Fatal(err)
 		}

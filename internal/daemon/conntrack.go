@@ -31,20 +31,20 @@ func (c *Config) newTracker() (*conntrack.Tracker, error) {
 
 // stateDir is the daemon's state directory: Config.StateDir, or with CNI
 // /var/lib/gvs/NODENAME; "" when it keeps no state.
-func (d *Daemon) stateDir() string {
-	if d.cfg.StateDir != "" {
-		return d.cfg.StateDir
+func (dp *dataplane) stateDir() string {
+	if dp.cfg.StateDir != "" {
+		return dp.cfg.StateDir
 	}
-	if d.cfg.CNISocket == "" || d.cfg.CNISocket == "off" || d.cfg.NodeName == "" {
+	if dp.cfg.CNISocket == "" || dp.cfg.CNISocket == "off" || dp.cfg.NodeName == "" {
 		return ""
 	}
-	return filepath.Join("/var/lib/gvs", d.cfg.NodeName)
+	return filepath.Join("/var/lib/gvs", dp.cfg.NodeName)
 }
 
 // conntrackFile is where the tracker's table is saved between runs ("":
 // nowhere).
-func (d *Daemon) conntrackFile() string {
-	if dir := d.stateDir(); dir != "" {
+func (dp *dataplane) conntrackFile() string {
+	if dir := dp.stateDir(); dir != "" {
 		return filepath.Join(dir, "conntrack.table")
 	}
 	return ""
@@ -55,8 +55,8 @@ func (d *Daemon) conntrackFile() string {
 // start: an older one would bring back connections that ended since). A
 // file that fails its checks is refused whole and the daemon starts with
 // an empty table.
-func (d *Daemon) loadConntrack() {
-	name := d.conntrackFile()
+func (dp *dataplane) loadConntrack() {
+	name := dp.conntrackFile()
 	if name == "" {
 		return
 	}
@@ -65,40 +65,40 @@ func (d *Daemon) loadConntrack() {
 		return
 	}
 	if err != nil {
-		d.log.Warn("conntrack: saved table not read; starting empty", "file", name, "err", err)
+		dp.log.Warn("conntrack: saved table not read; starting empty", "file", name, "err", err)
 		return
 	}
 	defer func() {
 		f.Close()
 		if err := os.Remove(name); err != nil {
-			d.log.Warn("conntrack: saved table not removed", "file", name, "err", err)
+			dp.log.Warn("conntrack: saved table not removed", "file", name, "err", err)
 		}
 	}()
-	res, err := d.sw.Conntrack().Load(f)
+	res, err := dp.sw.Conntrack().Load(f)
 	if err != nil {
-		d.log.Warn("conntrack: saved table refused; starting empty", "file", name, "err", err)
+		dp.log.Warn("conntrack: saved table refused; starting empty", "file", name, "err", err)
 		return
 	}
-	d.log.Info("conntrack: connections taken over from the last run", "loaded", res.Loaded, "skipped", res.Skipped)
+	dp.log.Info("conntrack: connections taken over from the last run", "loaded", res.Loaded, "skipped", res.Skipped)
 }
 
 // saveConntrack writes the tracker's table for the next daemon (atomically:
 // a temporary file renamed into place).
-func (d *Daemon) saveConntrack() {
-	name := d.conntrackFile()
+func (dp *dataplane) saveConntrack() {
+	name := dp.conntrackFile()
 	if name == "" {
 		return
 	}
 	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
-		d.log.Warn("conntrack: table not saved", "err", err)
+		dp.log.Warn("conntrack: table not saved", "err", err)
 		return
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(name), ".conntrack-*")
 	if err != nil {
-		d.log.Warn("conntrack: table not saved", "err", err)
+		dp.log.Warn("conntrack: table not saved", "err", err)
 		return
 	}
-	n, err := d.sw.Conntrack().Save(tmp)
+	n, err := dp.sw.Conntrack().Save(tmp)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -107,21 +107,21 @@ func (d *Daemon) saveConntrack() {
 	}
 	if err != nil {
 		os.Remove(tmp.Name())
-		d.log.Warn("conntrack: table not saved", "err", err)
+		dp.log.Warn("conntrack: table not saved", "err", err)
 		return
 	}
-	d.log.Info("conntrack: table saved for the next run", "connections", n, "file", name)
+	dp.log.Info("conntrack: table saved for the next run", "connections", n, "file", name)
 }
 
 // dumpConntrack answers dump-conntrack: the connections, in
 // ovs-appctl dpctl/dump-conntrack's format, of every zone or of "zone=N".
-func (d *Daemon) dumpConntrack(args string) (control.ConntrackDump, error) {
+func (dp *dataplane) dumpConntrack(args string) (control.ConntrackDump, error) {
 	var out control.ConntrackDump
 	zone, all, err := parseZoneArg(args)
 	if err != nil {
 		return out, err
 	}
-	t := d.sw.Conntrack()
+	t := dp.sw.Conntrack()
 	for e := range t.All(t.Now()) {
 		if all || e.Zone == zone {
 			out.Entries = append(out.Entries, string(e.AppendText(nil, true)))
@@ -148,8 +148,8 @@ func parseZoneArg(args string) (zone uint16, all bool, err error) {
 // "zone=N", or the one with a tuple in ovs-appctl dpctl/flush-conntrack's
 // syntax ("[zone=N,]ct_nw_src=A,ct_nw_dst=B,ct_nw_proto=P[,ct_tp_src=S,ct_tp_dst=D]",
 // for ICMP icmp_type, icmp_code and icmp_id).
-func (d *Daemon) flushConntrack(args string) (control.CountResult, error) {
-	t := d.sw.Conntrack()
+func (dp *dataplane) flushConntrack(args string) (control.CountResult, error) {
+	t := dp.sw.Conntrack()
 	items := strings.FieldsFunc(args, func(r rune) bool { return r == ',' || r == ' ' })
 	if len(items) == 0 {
 		return control.CountResult{Count: t.Flush()}, nil
@@ -217,8 +217,8 @@ func (d *Daemon) flushConntrack(args string) (control.CountResult, error) {
 }
 
 // conntrackStats answers conntrack-stats.
-func (d *Daemon) conntrackStats() control.ConntrackStats {
-	s := d.sw.Conntrack().Stats()
+func (dp *dataplane) conntrackStats() control.ConntrackStats {
+	s := dp.sw.Conntrack().Stats()
 	out := control.ConntrackStats{Entries: s.Entries, Max: s.Max, Created: s.Created, Expired: s.Expired,
 		Evicted: s.Evicted, Flushed: s.Flushed, Invalid: s.Invalid(), ByClass: map[string]int64{}, Reasons: map[string]uint64{}}
 	for c := conntrack.Class(0); c < conntrack.NumClasses; c++ {
@@ -236,12 +236,12 @@ func (d *Daemon) conntrackStats() control.ConntrackStats {
 
 // ctCollector exports the tracker's counters at scrape time.
 type ctCollector struct {
-	d                                                *Daemon
+	d                                                *dataplane
 	entries, max, created, expired, evicted, flushed *prometheus.Desc
 	invalid                                          *prometheus.Desc
 }
 
-func newCTCollector(d *Daemon) *ctCollector {
+func newCTCollector(d *dataplane) *ctCollector {
 	return &ctCollector{
 		d: d,
 		entries: prometheus.NewDesc("gvs_conntrack_entries", "Tracked connections by protocol and state.",

@@ -3,11 +3,62 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync/atomic"
 	"time"
 
+	"github.com/gvswitch/gvs/internal/daemon/etcdsource"
 	"github.com/gvswitch/gvs/internal/daemon/source"
 	"github.com/gvswitch/gvs/sdn"
+	"github.com/gvswitch/gvs/sdn/pki"
+	"github.com/gvswitch/gvs/sdn/registry"
 )
+
+// follower is the control plane the node follows, once started (src nil
+// without one), and the node's etcd identity (regTLS, nil without TLS).
+type follower struct {
+	cfg    *Config
+	log    *slog.Logger
+	src    source.ControlPlane
+	regTLS atomic.Pointer[pki.Client]
+}
+
+// registrySource is the etcd registry as the node follows it: it asks for
+// the subnet the configuration names, or else for the one it had before a
+// restart.
+func (f *follower) registrySource() (source.ControlPlane, error) {
+	dc := f.cfg.dialConfig(f.log)
+	if !dc.TLS.IsZero() {
+		tc, err := dc.TLS.NewClient()
+		if err != nil {
+			return nil, fmt.Errorf("etcdTLS: %w", err)
+		}
+		dc.Client = tc
+		f.regTLS.Store(tc)
+	}
+	ip, err := netip.ParseAddr(f.cfg.NodeIP)
+	if err != nil {
+		return nil, fmt.Errorf("nodeIP: %w", err)
+	}
+	sc := etcdsource.Config{Dial: dc, Node: registry.Node{Name: f.cfg.NodeName, IP: ip},
+		Logger: f.log.With("component", "agent")}
+	if f.cfg.Subnet != "" {
+		if sc.Want, err = netip.ParsePrefix(f.cfg.Subnet); err != nil {
+			return nil, fmt.Errorf("subnet: %w", err)
+		}
+	} else if p, ok := f.cfg.rememberedSubnet(); ok {
+		sc.Want, sc.Remembered = p, true // ask for it back after a restart past the lease
+	}
+	return etcdsource.New(sc), nil
+}
+
+// podsChanged is told of every pod attached or detached.
+func (f *follower) podsChanged() {
+	if p, ok := f.src.(source.PodPublisher); ok {
+		p.PodsChanged()
+	}
+}
 
 // startControlPlane starts the node with its control plane, the etcd
 // registry (registrySource) or a Kubernetes API server (kubeSource), the
@@ -26,9 +77,9 @@ import (
 //  5. the local pods' addresses are published, where the control plane
 //     takes them (source.PodPublisher).
 //
-// On success d.cp is set, and Run closes it; on failure it is closed.
+// On success d.cp.src is set, and Run closes it; on failure it is closed.
 func (d *Daemon) startControlPlane(ctx context.Context) (err error) {
-	cp, from, err := d.controlPlane()
+	cp, from, err := d.cp.controlPlane()
 	if err != nil {
 		return err
 	}
@@ -41,12 +92,12 @@ func (d *Daemon) startControlPlane(ctx context.Context) (err error) {
 			cp.Close()
 		}
 	}()
-	d.fillFrom(b.Cluster)
+	d.cfg.fillFrom(b.Cluster)
 	if b.Lost.IsValid() {
-		d.subnet.previous, d.subnet.changes = b.Lost, 1
+		d.node.subnet.previous, d.node.subnet.changes = b.Lost, 1
 	}
 	d.cfg.Subnet = b.Subnet.String()
-	d.rememberSubnet(b.Subnet)
+	d.node.rememberSubnet(b.Subnet)
 	n, err := d.cfg.Node()
 	if err != nil {
 		return fmt.Errorf("configuration from %s: %w", from, err)
@@ -55,15 +106,15 @@ func (d *Daemon) startControlPlane(ctx context.Context) (err error) {
 		return err
 	}
 	if r, ok := cp.(source.ProjectRequester); ok {
-		d.vnids.setRequester(r.RequestProject)
+		d.node.vnids.setRequester(r.RequestProject)
 	} else {
 		// Kubernetes: gvs-master gives every Namespace a NetNamespace; a
 		// pod of a Namespace that has none yet waits a while for it.
-		d.vnids.setFollows()
+		d.node.vnids.setFollows()
 	}
-	d.cp = cp
-	go d.egress.follow(ctx)
-	cp.Follow(ctx, d)
+	d.cp.src = cp
+	go d.node.egress.follow(ctx)
+	cp.Follow(ctx, d.node)
 	if n.Mode.Canonical() == sdn.ModeNetworkPolicy {
 		start := time.Now()
 		if !cp.WaitForSync(ctx) {
@@ -72,37 +123,37 @@ func (d *Daemon) startControlPlane(ctx context.Context) (err error) {
 		d.log.Info(from+": policies, labels and pod addresses listed", "took", time.Since(start).Round(time.Millisecond))
 	}
 	if p, ok := cp.(source.PodPublisher); ok {
-		p.PublishPods(d.podAddresses)
+		p.PublishPods(d.node.podAddresses)
 	}
 	return nil
 }
 
 // controlPlane returns the control plane the configuration names, and
 // what to call it in messages.
-func (d *Daemon) controlPlane() (source.ControlPlane, string, error) {
-	if d.cfg.FromKubernetes() {
-		cp, err := d.kubeSource()
+func (f *follower) controlPlane() (source.ControlPlane, string, error) {
+	if f.cfg.FromKubernetes() {
+		cp, err := f.kubeSource()
 		return cp, "the API server", err
 	}
-	cp, err := d.registrySource()
+	cp, err := f.registrySource()
 	return cp, "the registry", err
 }
 
 // fillFrom takes what the configuration leaves out from the control
 // plane's.
-func (d *Daemon) fillFrom(c source.Cluster) {
-	if len(d.cfg.ClusterNetworks) == 0 {
-		for _, cn := range c.ClusterNetworks {
-			d.cfg.ClusterNetworks = append(d.cfg.ClusterNetworks, cn.String())
+func (c *Config) fillFrom(cl source.Cluster) {
+	if len(c.ClusterNetworks) == 0 {
+		for _, cn := range cl.ClusterNetworks {
+			c.ClusterNetworks = append(c.ClusterNetworks, cn.String())
 		}
 	}
-	if d.cfg.ServiceNetwork == "" && c.ServiceNetwork.IsValid() {
-		d.cfg.ServiceNetwork = c.ServiceNetwork.String()
+	if c.ServiceNetwork == "" && cl.ServiceNetwork.IsValid() {
+		c.ServiceNetwork = cl.ServiceNetwork.String()
 	}
-	if d.cfg.Mode == "" {
-		d.cfg.Mode = string(c.Mode)
+	if c.Mode == "" {
+		c.Mode = string(cl.Mode)
 	}
-	if d.cfg.VXLANPort == 0 {
-		d.cfg.VXLANPort = c.VXLANPort
+	if c.VXLANPort == 0 {
+		c.VXLANPort = cl.VXLANPort
 	}
 }

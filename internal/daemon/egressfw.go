@@ -23,7 +23,7 @@ const DefaultEgressDNSInterval = 30 * time.Second
 // names replaced by their addresses, to the rule program. A name that does
 // not resolve has no addresses: its rule matches nothing (as in OpenShift).
 type egressFirewalls struct {
-	d        *Daemon
+	n        *nodeState
 	resolver *net.Resolver
 	interval time.Duration
 
@@ -35,27 +35,37 @@ type egressFirewalls struct {
 	names   map[string][]netip.Addr           // DNS name → its last addresses
 }
 
-func newEgressFirewalls(d *Daemon) (*egressFirewalls, error) {
+// egressDNS is the resolver and the interval egress firewalls' DNS names
+// are followed with (Config.EgressDNSServer, Config.EgressDNSInterval).
+func (c *Config) egressDNS() (*net.Resolver, time.Duration, error) {
 	interval := DefaultEgressDNSInterval
-	if d.cfg.EgressDNSInterval != "" {
-		v, err := time.ParseDuration(d.cfg.EgressDNSInterval)
+	if c.EgressDNSInterval != "" {
+		v, err := time.ParseDuration(c.EgressDNSInterval)
 		if err != nil || v < time.Second {
-			return nil, fmt.Errorf("egressDNSInterval %q: want a duration of 1s or more", d.cfg.EgressDNSInterval)
+			return nil, 0, fmt.Errorf("egressDNSInterval %q: want a duration of 1s or more", c.EgressDNSInterval)
 		}
 		interval = v
 	}
 	r := net.DefaultResolver
-	if srv := d.cfg.EgressDNSServer; srv != "" {
+	if srv := c.EgressDNSServer; srv != "" {
 		ap, err := netip.ParseAddrPort(srv)
 		if err != nil {
-			return nil, fmt.Errorf("egressDNSServer %q: want IP:port: %w", srv, err)
+			return nil, 0, fmt.Errorf("egressDNSServer %q: want IP:port: %w", srv, err)
 		}
 		r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var dl net.Dialer
 			return dl.DialContext(ctx, network, ap.String())
 		}}
 	}
-	return &egressFirewalls{d: d, resolver: r, interval: interval,
+	return r, interval, nil
+}
+
+func newEgressFirewalls(n *nodeState) (*egressFirewalls, error) {
+	r, interval, err := n.cfg.egressDNS()
+	if err != nil {
+		return nil, err
+	}
+	return &egressFirewalls{n: n, resolver: r, interval: interval,
 		objects: map[[2]string][]source.EgressRule{}, names: map[string][]netip.Addr{}}, nil
 }
 
@@ -66,8 +76,8 @@ func newEgressFirewalls(d *Daemon) (*egressFirewalls, error) {
 // let traffic through), and a goroutine resolves the names and installs the
 // object's rules. The source's callback is not held up by a slow DNS
 // server.
-func (d *Daemon) SetEgressFirewall(namespace, name string, rules []source.EgressRule) error {
-	e := d.egress
+func (n *nodeState) SetEgressFirewall(namespace, name string, rules []source.EgressRule) error {
+	e := n.egress
 	e.mu.Lock()
 	e.objects[[2]string{namespace, name}] = slices.Clone(rules)
 	var unknown []string
@@ -86,7 +96,7 @@ func (d *Daemon) SetEgressFirewall(namespace, name string, rules []source.Egress
 				e.resolve(context.Background(), n)
 			}
 			if err := e.install(namespace, name); err != nil {
-				e.d.log.Error("egress firewall", "namespace", namespace, "name", name, "err", err)
+				e.n.log.Error("egress firewall", "namespace", namespace, "name", name, "err", err)
 			}
 		}()
 	}
@@ -94,12 +104,12 @@ func (d *Daemon) SetEgressFirewall(namespace, name string, rules []source.Egress
 }
 
 // DeleteEgressFirewall removes an egress firewall.
-func (d *Daemon) DeleteEgressFirewall(namespace, name string) error {
-	e := d.egress
+func (n *nodeState) DeleteEgressFirewall(namespace, name string) error {
+	e := n.egress
 	e.mu.Lock()
 	delete(e.objects, [2]string{namespace, name})
 	e.mu.Unlock()
-	return d.prog.DeleteEgressFirewall(namespace, name)
+	return n.prog.DeleteEgressFirewall(namespace, name)
 }
 
 // resolve looks name up and records its IPv4 addresses; it reports
@@ -109,7 +119,7 @@ func (e *egressFirewalls) resolve(ctx context.Context, name string) bool {
 	defer cancel()
 	addrs, err := e.resolver.LookupNetIP(ctx, "ip4", name)
 	if err != nil {
-		e.d.log.Warn("egress firewall: DNS name does not resolve; its rule matches nothing", "name", name, "err", err)
+		e.n.log.Warn("egress firewall: DNS name does not resolve; its rule matches nothing", "name", name, "err", err)
 		addrs = nil
 	}
 	for i := range addrs {
@@ -153,7 +163,7 @@ func (e *egressFirewalls) install(namespace, name string) error {
 	if !ok {
 		return nil
 	}
-	return e.d.prog.SetEgressFirewall(namespace, name, out)
+	return e.n.prog.SetEgressFirewall(namespace, name, out)
 }
 
 // follow resolves every name again each interval and reinstalls the
@@ -192,9 +202,9 @@ func (e *egressFirewalls) follow(ctx context.Context) {
 		e.mu.Unlock()
 		for _, k := range keys {
 			if err := e.install(k[0], k[1]); err != nil {
-				e.d.log.Error("egress firewall", "namespace", k[0], "name", k[1], "err", err)
+				e.n.log.Error("egress firewall", "namespace", k[0], "name", k[1], "err", err)
 			} else {
-				e.d.log.Info("egress firewall: DNS names moved, rules updated", "namespace", k[0], "name", k[1], "names", changed)
+				e.n.log.Info("egress firewall: DNS names moved, rules updated", "namespace", k[0], "name", k[1], "names", changed)
 			}
 		}
 	}

@@ -64,18 +64,18 @@ func (streamConn) RemoteAddr() net.Addr { return &net.TCPAddr{} }
 func TestEgressFirewallDoesNotWaitForDNS(t *testing.T) {
 	d := newTestDaemon(t)
 	release := make(chan struct{})
-	d.egress.resolver = slowDNS(netip.MustParseAddr("203.0.113.7"), release)
+	d.node.egress.resolver = slowDNS(netip.MustParseAddr("203.0.113.7"), release)
 	t.Cleanup(func() {
 		select {
 		case <-release:
 		default:
 			close(release)
 		}
-		d.egress.wg.Wait()
+		d.node.egress.wg.Wait()
 	})
 	rules := func() string {
 		var out []string
-		for _, r := range d.table.Rules() {
+		for _, r := range d.dp.table.Rules() {
 			if r.Cookie == sdn.EgressFirewallCookie(10) {
 				out = append(out, r.String())
 			}
@@ -83,7 +83,7 @@ func TestEgressFirewallDoesNotWaitForDNS(t *testing.T) {
 		return strings.Join(out, "\n")
 	}
 	start := time.Now()
-	err := d.SetEgressFirewall("alpha", "default", []source.EgressRule{
+	err := d.node.SetEgressFirewall("alpha", "default", []source.EgressRule{
 		{Allow: false, DNSName: "blocked.example"},
 		{Allow: true, CIDR: netip.MustParsePrefix("0.0.0.0/0")},
 	})
@@ -97,7 +97,7 @@ func TestEgressFirewallDoesNotWaitForDNS(t *testing.T) {
 		t.Fatalf("while the name resolves, want one deny-all rule for VNID 10:\n%s", got)
 	}
 	close(release)
-	d.egress.wg.Wait()
+	d.node.egress.wg.Wait()
 	got := rules()
 	t.Logf("VNID 10's egress firewall:\n%s", got)
 	if !strings.Contains(got, "nw_dst=203.0.113.7") || !strings.Contains(got, "actions=goto_table:101") {

@@ -27,7 +27,7 @@ func (d *Daemon) handle(_ context.Context, req control.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := d.table.Add(rules...); err != nil {
+		if err := d.dp.table.Add(rules...); err != nil {
 			return nil, err
 		}
 		return control.CountResult{Count: len(rules)}, nil
@@ -36,49 +36,49 @@ func (d *Daemon) handle(_ context.Context, req control.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return control.CountResult{Count: d.table.Delete(f)}, nil
+		return control.CountResult{Count: d.dp.table.Delete(f)}, nil
 	case "trace":
 		return d.trace(req.Args)
 	case "stats":
 		return d.stats(), nil
 	case "pods":
-		return d.podViews(), nil
+		return d.node.podViews(), nil
 	case "capture":
 		return d.startCapture(req.Capture)
 	case "dump-conntrack":
-		return d.dumpConntrack(req.Args)
+		return d.dp.dumpConntrack(req.Args)
 	case "flush-conntrack":
-		return d.flushConntrack(req.Args)
+		return d.dp.flushConntrack(req.Args)
 	case "conntrack-stats":
-		return d.conntrackStats(), nil
+		return d.dp.conntrackStats(), nil
 	}
 	return nil, fmt.Errorf("%w %q", control.ErrUnknownCommand, req.Command)
 }
 
 func (d *Daemon) show() control.ShowResult {
 	var remotes []control.Remote
-	for _, r := range d.prog.Remotes() {
+	for _, r := range d.node.prog.Remotes() {
 		remotes = append(remotes, control.Remote{Name: r.Name, IP: r.IP.String(), Subnet: r.Subnet.String()})
 	}
-	npods := d.pods.Len()
-	node := d.prog.Node()
-	d.mu.Lock()
-	sh := d.subnet
-	d.mu.Unlock()
-	snap := d.table.Snapshot()
+	npods := d.node.pods.Len()
+	node := d.node.prog.Node()
+	d.node.mu.Lock()
+	sh := d.node.subnet
+	d.node.mu.Unlock()
+	snap := d.dp.table.Snapshot()
 	return control.ShowResult{
 		Node: node.NodeName, NodeIP: node.NodeIP.String(), Subnet: subnetString(node.Subnet),
 		SubnetChanges: sh.changes, PreviousSubnet: sh.previousString(),
-		Mode: string(node.Mode), Version: Version(), Ports: len(d.sw.Ports()), Pods: npods,
-		Rules: d.table.Len(), Generation: snap.Generation(), Remotes: remotes, Registry: d.registryInfo(),
-		IOEngine: d.ioEngineName(), SchedSlice: d.sliceState(),
-		BusyPoll: d.busyState(), RxBuffers: d.rxBudgetState(), Rings: d.ringsState(),
-		Tunnel: d.tunnelState(),
+		Mode: string(node.Mode), Version: Version(), Ports: len(d.dp.sw.Ports()), Pods: npods,
+		Rules: d.dp.table.Len(), Generation: snap.Generation(), Remotes: remotes, Registry: d.registryInfo(),
+		IOEngine: d.dp.ioEngineName(), SchedSlice: d.dp.sliceState(),
+		BusyPoll: d.dp.busyState(), RxBuffers: d.dp.rxBudgetState(), Rings: d.dp.ringsState(),
+		Tunnel: d.dp.tunnelState(),
 	}
 }
 
 func (d *Daemon) dumpPorts() []control.Port {
-	ports := d.sw.Ports()
+	ports := d.dp.sw.Ports()
 	sort.Slice(ports, func(i, j int) bool { return ports[i].No < ports[j].No })
 	out := make([]control.Port, len(ports))
 	for i, p := range ports {
@@ -102,7 +102,7 @@ func (d *Daemon) dumpFlows(filter string) ([]control.Flow, error) {
 		}
 	}
 	var out []control.Flow
-	for _, r := range d.table.Rules() {
+	for _, r := range d.dp.table.Rules() {
 		if filter != "" && !f.Selects(r) {
 			continue
 		}
@@ -123,7 +123,7 @@ func parseFilter(text string, strict bool) (flowtable.Filter, error) {
 }
 
 func (d *Daemon) stats() control.Stats {
-	st := d.sw.Stats()
+	st := d.dp.sw.Stats()
 	out := control.Stats{Drops: map[string]uint64{}, TableDrops: map[int]uint64{},
 		Lookups: st.Lookups, CacheHits: st.CacheHits}
 	for r := vswitch.DropReason(0); r < vswitch.NumDropReasons; r++ {
@@ -134,8 +134,8 @@ func (d *Daemon) stats() control.Stats {
 			out.TableDrops[t] = n
 		}
 	}
-	if d.vx != nil {
-		vs := d.vx.Stats()
+	if d.dp.vx != nil {
+		vs := d.dp.vx.Stats()
 		out.TunnelDrops = map[string]uint64{}
 		for r := vxlan.DropReason(0); r < vxlan.NumDropReasons; r++ {
 			out.TunnelDrops[r.String()] = vs.Drops[r]
@@ -154,16 +154,16 @@ func (d *Daemon) trace(desc string) (control.TraceResult, error) {
 	}
 	// ct actions: what the tracker holds for the packet, unless the
 	// operator gave the states (gvsctl trace --ct-next).
-	opts.Conntrack = d.sw.Conntrack()
-	tr := d.table.Snapshot().TraceWith(f, opts)
-	node := d.nodeConfig()
+	opts.Conntrack = d.dp.sw.Conntrack()
+	tr := d.dp.table.Snapshot().TraceWith(f, opts)
+	node := d.node.nodeConfig()
 	res := control.TraceResult{Node: node.NodeName, Trace: tr, Text: tr.String()}
 	for _, o := range tr.Outputs() {
 		if o.Port != uint32(1) || o.TunDst == ([4]byte{}) {
 			continue
 		}
 		dst := netip.AddrFrom4(o.TunDst)
-		rn, ok := d.prog.Remote(dst)
+		rn, ok := d.node.prog.Remote(dst)
 		name := dst.String()
 		if ok {
 			name = rn.Name
@@ -185,7 +185,7 @@ func (d *Daemon) registryInfo() *control.Registry {
 		return nil
 	}
 	r := &control.Registry{Endpoints: d.cfg.EtcdEndpoints, Insecure: d.cfg.EtcdInsecure}
-	if c := d.regTLS.Load(); c != nil {
+	if c := d.cp.regTLS.Load(); c != nil {
 		if cert := c.Presented(); cert != nil {
 			r.Identity, r.CertSerial, r.CertNotAfter = cert.Subject.CommonName, cert.SerialNumber.Text(16), cert.NotAfter
 		}

@@ -72,7 +72,7 @@ const (
 )
 
 // handoffPath is the handoff socket ("" when off).
-func (d *Daemon) handoffPath() string {
+func (d *liveUpgrade) handoffPath() string {
 	switch d.cfg.HandoffSocket {
 	case "off":
 		return ""
@@ -92,12 +92,12 @@ var ErrHandoffFallback = errors.New("handoff failed; the old daemon stopped: sta
 // handed everything over, or was asked to stop so that the successor
 // starts afresh. The process should then exit, or with Config.AfterHandoff
 // "wait" stay until SIGTERM.
-func (d *Daemon) Superseded() bool { return d.handedOff.Load() || d.released.Load() }
+func (d *Daemon) Superseded() bool { return d.up.handedOff.Load() || d.up.released.Load() }
 
 // HandedOff reports whether the daemon handed everything to a successor
 // (Run then returned nil): the process should exit, or wait for SIGTERM
 // with Config.AfterHandoff "wait", touching nothing.
-func (d *Daemon) HandedOff() bool { return d.handedOff.Load() }
+func (d *Daemon) HandedOff() bool { return d.up.handedOff.Load() }
 
 // LingerAfterHandoff reports whether Config.AfterHandoff is "wait".
 func (d *Daemon) LingerAfterHandoff() bool { return d.cfg.AfterHandoff == "wait" }
@@ -105,7 +105,7 @@ func (d *Daemon) LingerAfterHandoff() bool { return d.cfg.AfterHandoff == "wait"
 // waitHandoff waits for a handoff in progress to end, handed over or not
 // (Run, when it is told to stop: a DaemonSet may stop the old pod while it
 // hands over).
-func (d *Daemon) waitHandoff() {
+func (d *liveUpgrade) waitHandoff() {
 	d.handingMu.Lock()
 	defer d.handingMu.Unlock()
 }
@@ -160,7 +160,7 @@ var ErrHandoffRefused = errors.New("handoff: the running daemon did not hand ove
 // received is for another node or subnet, it keeps the inheritance and
 // returns the error: Run's fallback (releaseTakeOver) asks the running
 // daemon to stop and starts afresh.
-func (d *Daemon) takeOver() error {
+func (d *liveUpgrade) takeOver() error {
 	path := d.handoffPath()
 	if path == "" {
 		return nil
@@ -216,7 +216,7 @@ func (d *Daemon) takeOver() error {
 // (Run's error err): N closes its switch (ports on inherited descriptors
 // included) and what it did not use, asks O to stop (Release) and waits
 // until O has exited, so that a new Daemon can start afresh.
-func (d *Daemon) releaseTakeOver(in *inheritance, err error) error {
+func (d *liveUpgrade) releaseTakeOver(in *inheritance, err error) error {
 	d.inherit = nil
 	d.noSave = true // O saves its table; this daemon has nothing of its own
 	if d.pods != nil {
@@ -242,14 +242,14 @@ func (d *Daemon) releaseTakeOver(in *inheritance, err error) error {
 
 // closeRelease closes the connection of a successor that asked this
 // daemon to stop, once it has stopped (the successor waits for it).
-func (d *Daemon) closeRelease() {
+func (d *liveUpgrade) closeRelease() {
 	if d.releaseConn != nil {
 		d.releaseConn.Close()
 	}
 }
 
 // inheritedVXLAN returns vxlan0's sockets if inherited (nil otherwise).
-func (d *Daemon) inheritedVXLAN() *vxlan.Sockets {
+func (d *liveUpgrade) inheritedVXLAN() *vxlan.Sockets {
 	in := d.inherit
 	if in == nil {
 		return nil
@@ -265,7 +265,7 @@ func (d *Daemon) inheritedVXLAN() *vxlan.Sockets {
 }
 
 // inheritedTun0 returns tun0's first queue if inherited (nil otherwise).
-func (d *Daemon) inheritedTun0() (*tap.Device, error) {
+func (d *liveUpgrade) inheritedTun0() (*tap.Device, error) {
 	in := d.inherit
 	if in == nil {
 		return nil, nil
@@ -274,7 +274,7 @@ func (d *Daemon) inheritedTun0() (*tap.Device, error) {
 }
 
 // inheritPods gives the pod manager the pods' TAP queues.
-func (d *Daemon) inheritPods() error {
+func (d *liveUpgrade) inheritPods() error {
 	in := d.inherit
 	if in == nil {
 		return nil
@@ -298,7 +298,7 @@ func (d *Daemon) inheritPods() error {
 
 // inheritedListener returns the listening socket of descriptor i, if
 // inherited.
-func (d *Daemon) inheritedListener(i int) (*net.UnixListener, error) {
+func (d *liveUpgrade) inheritedListener(i int) (*net.UnixListener, error) {
 	fd := d.inherit.take(i)
 	if fd < 0 {
 		return nil, nil
@@ -319,7 +319,7 @@ func (d *Daemon) inheritedListener(i int) (*net.UnixListener, error) {
 
 // finishTakeOver tells O that N forwards (step 3) and waits for it to let
 // go (step 4).
-func (d *Daemon) finishTakeOver() error {
+func (d *liveUpgrade) finishTakeOver() error {
 	in := d.inherit
 	if in == nil {
 		return nil
@@ -470,7 +470,7 @@ func (c *countedConn) Close() error {
 
 // serveHandoff listens for a successor until ctx ends or a handoff
 // succeeds; then it calls exit.
-func (d *Daemon) serveHandoff(ctx context.Context, exit func()) {
+func (d *liveUpgrade) serveHandoff(ctx context.Context, exit func()) {
 	path := d.handoffPath()
 	if path == "" {
 		return
@@ -515,7 +515,7 @@ func (d *Daemon) serveHandoff(ctx context.Context, exit func()) {
 
 // handOver hands everything to the successor on c (steps 2 and 4) and
 // reports whether it did; if not, the daemon carries on.
-func (d *Daemon) handOver(c *handoff.Conn) bool {
+func (d *liveUpgrade) handOver(c *handoff.Conn) bool {
 	_ = c.SetDeadline(time.Now().Add(handoffDial))
 	body, _, err := c.Expect(handoff.TypeHello)
 	if err != nil {
@@ -608,7 +608,7 @@ func (d *Daemon) handOver(c *handoff.Conn) bool {
 }
 
 // handoffState lists the descriptors to hand over.
-func (d *Daemon) handoffState() (handoff.State, []int) {
+func (d *liveUpgrade) handoffState() (handoff.State, []int) {
 	n := d.prog.Node()
 	st := handoff.State{PID: os.Getpid(), NodeName: n.NodeName, Subnet: n.Subnet.String(),
 		CNIListener: -1, ControlListener: -1}

@@ -55,11 +55,11 @@ func TestTakeOverRefusedFailsClosed(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			d := newTestDaemon(t)
 			d.cfg.HandoffSocket = fakeRunning(t, serve)
-			err := d.takeOver()
+			err := d.up.takeOver()
 			if !errors.Is(err, ErrHandoffRefused) {
 				t.Fatalf("takeOver: %v, want ErrHandoffRefused", err)
 			}
-			if d.inherit != nil || d.tookOver {
+			if d.up.inherit != nil || d.up.tookOver {
 				t.Error("an inheritance was kept from a refused handoff")
 			}
 		})
@@ -82,8 +82,8 @@ func TestTakeOverStaleSocket(t *testing.T) {
 	l.Close()
 	d := newTestDaemon(t)
 	d.cfg.HandoffSocket = path
-	if err := d.takeOver(); err != nil || d.inherit != nil {
-		t.Fatalf("takeOver over a stale socket: %v (inherit %v), want a fresh start", err, d.inherit != nil)
+	if err := d.up.takeOver(); err != nil || d.up.inherit != nil {
+		t.Fatalf("takeOver over a stale socket: %v (inherit %v), want a fresh start", err, d.up.inherit != nil)
 	}
 }
 
@@ -106,15 +106,15 @@ func TestTakeOverOtherNode(t *testing.T) {
 		_ = c.SendState(st, fds, nil)
 		_, _, _, _ = c.Recv() // the release
 	})
-	err := d.takeOver()
+	err := d.up.takeOver()
 	if err == nil || errors.Is(err, ErrHandoffRefused) {
 		t.Fatalf("takeOver of another node's state: %v, want a mismatch error", err)
 	}
-	if d.inherit == nil || d.tookOver {
-		t.Fatalf("inherit %v, tookOver %v: want the inheritance kept for the release, not taken over", d.inherit != nil, d.tookOver)
+	if d.up.inherit == nil || d.up.tookOver {
+		t.Fatalf("inherit %v, tookOver %v: want the inheritance kept for the release, not taken over", d.up.inherit != nil, d.up.tookOver)
 	}
-	if n := d.inherit.closeRest(); n != 3 {
+	if n := d.up.inherit.closeRest(); n != 3 {
 		t.Errorf("%d descriptors held, want the 3 received (closed here)", n)
 	}
-	d.inherit.c.Close()
+	d.up.inherit.c.Close()
 }

@@ -12,8 +12,8 @@ import (
 // (internal/daemon/kubesource). In this mode gvs-master gives every
 // Namespace its NetNamespace; a pod of a Namespace without one waits for
 // it (vnidWait) and fails closed.
-func (d *Daemon) kubeSource() (source.ControlPlane, error) {
-	path := d.cfg.Kubeconfig
+func (f *follower) kubeSource() (source.ControlPlane, error) {
+	path := f.cfg.Kubeconfig
 	if path == InCluster {
 		path = ""
 	}
@@ -21,6 +21,6 @@ func (d *Daemon) kubeSource() (source.ControlPlane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	return kubesource.New(kubesource.Config{REST: rc, Node: d.cfg.NodeName,
-		Logger: d.log.With("component", "kubernetes")}), nil
+	return kubesource.New(kubesource.Config{REST: rc, Node: f.cfg.NodeName,
+		Logger: f.log.With("component", "kubernetes")}), nil
 }

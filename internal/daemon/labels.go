@@ -32,8 +32,8 @@ type podLabels struct {
 
 // SetNamespaceLabels records a namespace's labels (nil forgets it) and
 // hands them to the rule program's policy engine (networkpolicy mode).
-func (d *Daemon) SetNamespaceLabels(namespace string, l map[string]string) error {
-	s := &d.labels
+func (n *nodeState) SetNamespaceLabels(namespace string, l map[string]string) error {
+	s := &n.labels
 	s.mu.Lock()
 	if l == nil {
 		delete(s.ns, namespace)
@@ -44,37 +44,37 @@ func (d *Daemon) SetNamespaceLabels(namespace string, l map[string]string) error
 		s.ns[namespace] = maps.Clone(l)
 	}
 	s.mu.Unlock()
-	return d.prog.SetNamespaceLabels(namespace, l)
+	return n.prog.SetNamespaceLabels(namespace, l)
 }
 
 // SetPod records a pod's labels and address and hands the pod to the
 // policy engine.
-func (d *Daemon) SetPod(p source.Pod) error {
-	s := &d.labels
+func (n *nodeState) SetPod(p source.Pod) error {
+	s := &n.labels
 	s.mu.Lock()
 	if s.pods == nil {
 		s.pods = map[podKey]podLabels{}
 	}
 	s.pods[podKey{p.Namespace, p.Name}] = podLabels{ip: p.IP, labels: maps.Clone(p.Labels)}
 	s.mu.Unlock()
-	return d.prog.SetPolicyPod(netpol.Pod{Namespace: p.Namespace, Name: p.Name, IP: p.IP, Labels: maps.Clone(p.Labels), Ports: p.Ports})
+	return n.prog.SetPolicyPod(netpol.Pod{Namespace: p.Namespace, Name: p.Name, IP: p.IP, Labels: maps.Clone(p.Labels), Ports: p.Ports})
 }
 
 // DeletePod forgets a pod.
-func (d *Daemon) DeletePod(namespace, name string) error {
-	s := &d.labels
+func (n *nodeState) DeletePod(namespace, name string) error {
+	s := &n.labels
 	s.mu.Lock()
 	delete(s.pods, podKey{namespace, name})
 	s.mu.Unlock()
-	return d.prog.DeletePolicyPod(namespace, name)
+	return n.prog.DeletePolicyPod(namespace, name)
 }
 
 // SetPolicy installs or replaces a NetworkPolicy (source.PolicySink).
-func (d *Daemon) SetPolicy(np *networkingv1.NetworkPolicy) error { return d.prog.SetPolicy(np) }
+func (n *nodeState) SetPolicy(np *networkingv1.NetworkPolicy) error { return n.prog.SetPolicy(np) }
 
 // DeletePolicy removes a NetworkPolicy.
-func (d *Daemon) DeletePolicy(namespace, name string) error {
-	return d.prog.DeletePolicy(namespace, name)
+func (n *nodeState) DeletePolicy(namespace, name string) error {
+	return n.prog.DeletePolicy(namespace, name)
 }
 
 // PodView is a local pod as `gvsctl pods` shows it: the attachment, its
@@ -86,9 +86,9 @@ type PodView struct {
 }
 
 // podViews returns the local pods with their labels.
-func (d *Daemon) podViews() []PodView {
-	list := d.Pods()
-	s := &d.labels
+func (n *nodeState) podViews() []PodView {
+	list := n.pods.List()
+	s := &n.labels
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]PodView, 0, len(list))

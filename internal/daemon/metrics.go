@@ -90,7 +90,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	for _, p := range c.d.sw.Ports() {
+	for _, p := range c.d.dp.sw.Ports() {
 		l := []string{strconv.FormatUint(uint64(p.No), 10), p.Name}
 		counter(c.rxPackets, p.Stats.RxPackets, l...)
 		counter(c.rxBytes, p.Stats.RxBytes, l...)
@@ -99,7 +99,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.rxDrops, p.Stats.RxDrops, l...)
 		counter(c.txDrops, p.Stats.TxDrops, l...)
 	}
-	st := c.d.sw.Stats()
+	st := c.d.dp.sw.Stats()
 	for r := vswitch.DropReason(0); r < vswitch.NumDropReasons; r++ {
 		counter(c.drops, st.Drops[r], r.String())
 	}
@@ -108,31 +108,31 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.tableDrops, n, strconv.Itoa(t))
 		}
 	}
-	ch <- prometheus.MustNewConstMetric(c.rules, prometheus.GaugeValue, float64(c.d.table.Len()))
+	ch <- prometheus.MustNewConstMetric(c.rules, prometheus.GaugeValue, float64(c.d.dp.table.Len()))
 	counter(c.lookups, st.Lookups)
 	counter(c.cacheHits, st.CacheHits)
 	counter(c.misses, st.Lookups-st.CacheHits)
 	counter(c.bufferReleases, st.BufferReleases)
-	if b := c.d.rxBudget; b != nil {
+	if b := c.d.dp.rxBudget; b != nil {
 		ch <- prometheus.MustNewConstMetric(c.rxBufferBytes, prometheus.GaugeValue, float64(b.InUse()))
 		ch <- prometheus.MustNewConstMetric(c.rxBufferBudget, prometheus.GaugeValue, float64(b.Total()))
 		counter(c.rxBufferDenials, b.Denied())
 	}
-	if c.d.usesUring() {
+	if c.d.dp.usesUring() {
 		rx, tx := uring.LiveRings()
 		ch <- prometheus.MustNewConstMetric(c.rings, prometheus.GaugeValue, float64(rx), "receive")
 		ch <- prometheus.MustNewConstMetric(c.rings, prometheus.GaugeValue, float64(tx), "transmit")
 	}
-	ch <- prometheus.MustNewConstMetric(c.peers, prometheus.GaugeValue, float64(len(c.d.peers.List())))
+	ch <- prometheus.MustNewConstMetric(c.peers, prometheus.GaugeValue, float64(len(c.d.dp.peers.List())))
 	ch <- prometheus.MustNewConstMetric(c.pods, prometheus.GaugeValue, float64(len(c.d.Pods())))
 	ch <- prometheus.MustNewConstMetric(c.buildInfo, prometheus.GaugeValue, 1, Version(), runtime.Version())
-	if c.d.vx != nil {
-		vs := c.d.vx.Stats()
+	if c.d.dp.vx != nil {
+		vs := c.d.dp.vx.Stats()
 		for r := vxlan.DropReason(0); r < vxlan.NumDropReasons; r++ {
 			counter(c.tunnelDrops, vs.Drops[r], r.String())
 		}
 	}
-	ct := c.d.sw.CaptureTotals()
+	ct := c.d.dp.sw.CaptureTotals()
 	counter(c.captured, ct.Captured)
 	counter(c.captureDrops, ct.Dropped)
 	ch <- prometheus.MustNewConstMetric(c.captures, prometheus.GaugeValue, float64(ct.Active))
@@ -159,8 +159,8 @@ func (m *cniMetrics) histogram() *prometheus.HistogramVec {
 	return m.latency
 }
 
-// observeCNI records one CNI request (cniplugin.ServerConfig.Observe).
-func (d *Daemon) observeCNI(verb string, took time.Duration, err error) {
+// observe records one CNI request (cniplugin.ServerConfig.Observe).
+func (m *cniMetrics) observe(verb string, took time.Duration, err error) {
 	switch verb { // a closed set of label values
 	case "ADD", "DEL", "CHECK", "STATUS", "GC", "VERSION":
 	default:
@@ -170,14 +170,14 @@ func (d *Daemon) observeCNI(verb string, took time.Duration, err error) {
 	if err != nil {
 		result = "error"
 	}
-	d.cniMetrics.histogram().WithLabelValues(verb, result).Observe(took.Seconds())
+	m.histogram().WithLabelValues(verb, result).Observe(took.Seconds())
 }
 
 // registry returns a registry with the daemon's metrics (an own registry,
 // not the global one).
 func (d *Daemon) registry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(d), d.cniMetrics.histogram(), newSubnetCollector(d), newCTCollector(d))
+	reg.MustRegister(newCollector(d), d.cniMetrics.histogram(), newSubnetCollector(d.node), newCTCollector(d.dp))
 	return reg
 }
 
@@ -197,7 +197,7 @@ func (d *Daemon) serveMetrics(ctx context.Context, addr string) error {
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	l, err := net.Listen("tcp", addr)
-	for tries := 0; err != nil && d.tookOver && errors.Is(err, syscall.EADDRINUSE) && tries < 250 && ctx.Err() == nil; tries++ {
+	for tries := 0; err != nil && d.up.tookOver && errors.Is(err, syscall.EADDRINUSE) && tries < 250 && ctx.Err() == nil; tries++ {
 		// A live upgrade: the old daemon holds the address until it has
 		// exited, a moment after the handoff (handoff.go).
 		time.Sleep(20 * time.Millisecond)

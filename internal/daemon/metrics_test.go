@@ -61,17 +61,17 @@ func cniCount(fams map[string]*dto.MetricFamily, verb, result string) uint64 {
 
 func TestMetricsFamilies(t *testing.T) {
 	d := newTestDaemon(t)
-	if err := d.sw.AddPort(3, &idlePort{closed: make(chan struct{})}); err != nil {
+	if err := d.dp.sw.AddPort(3, &idlePort{closed: make(chan struct{})}); err != nil {
 		t.Fatal(err)
 	}
 	before := scrape(t, d)
 	if n := cniCount(before, "ADD", "success"); n != 0 {
 		t.Fatalf("CNI ADD count %d before any request", n)
 	}
-	d.observeCNI("ADD", 4*time.Millisecond, nil)
-	d.observeCNI("ADD", 30*time.Millisecond, errors.New("no namespace"))
-	d.observeCNI("BOGUS", time.Millisecond, nil)
-	c, err := d.sw.StartCapture(3, vswitch.CaptureConfig{})
+	d.cniMetrics.observe("ADD", 4*time.Millisecond, nil)
+	d.cniMetrics.observe("ADD", 30*time.Millisecond, errors.New("no namespace"))
+	d.cniMetrics.observe("BOGUS", time.Millisecond, nil)
+	c, err := d.dp.sw.StartCapture(3, vswitch.CaptureConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +117,8 @@ func TestMetricsFamilies(t *testing.T) {
 	if g := fams["gvs_captures_active"].GetMetric()[0].GetGauge().GetValue(); g != 1 {
 		t.Errorf("gvs_captures_active = %v, want 1", g)
 	}
-	if g := fams["gvs_conntrack_entries_limit"].GetMetric()[0].GetGauge().GetValue(); g != float64(d.sw.Conntrack().Cap()) {
-		t.Errorf("gvs_conntrack_entries_limit = %v, want %d", g, d.sw.Conntrack().Cap())
+	if g := fams["gvs_conntrack_entries_limit"].GetMetric()[0].GetGauge().GetValue(); g != float64(d.dp.sw.Conntrack().Cap()) {
+		t.Errorf("gvs_conntrack_entries_limit = %v, want %d", g, d.dp.sw.Conntrack().Cap())
 	}
 	if n := len(fams["gvs_conntrack_entries"].GetMetric()); n != 13 {
 		t.Errorf("gvs_conntrack_entries has %d series, want one per protocol and state (13)", n)
@@ -126,8 +126,8 @@ func TestMetricsFamilies(t *testing.T) {
 	if g := fams["gvs_rx_buffer_budget_bytes"].GetMetric()[0].GetGauge().GetValue(); g != float64(max(64, 16*runtime.NumCPU())<<20) {
 		t.Errorf("gvs_rx_buffer_budget_bytes = %v, want the default for %d CPUs", g, runtime.NumCPU())
 	}
-	if g := fams["gvs_flow_rules"].GetMetric()[0].GetGauge().GetValue(); g != float64(d.table.Len()) {
-		t.Errorf("gvs_flow_rules = %v, want %d", g, d.table.Len())
+	if g := fams["gvs_flow_rules"].GetMetric()[0].GetGauge().GetValue(); g != float64(d.dp.table.Len()) {
+		t.Errorf("gvs_flow_rules = %v, want %d", g, d.dp.table.Len())
 	}
 }
 
@@ -137,11 +137,11 @@ func TestMetricsFamilies(t *testing.T) {
 func TestMetricsRings(t *testing.T) {
 	d := newTestDaemon(t)
 	for _, engine := range []string{IOEngineTAP, IOEngineUring, IOEngineUringAlways} {
-		d.engine = engine
+		d.dp.engine = engine
 		f := scrape(t, d)["gvs_io_uring_rings"]
 		if engine == IOEngineTAP {
-			if f != nil || d.ringsState() != "" {
-				t.Errorf("ioEngine tap: rings reported (%v, %q)", f, d.ringsState())
+			if f != nil || d.dp.ringsState() != "" {
+				t.Errorf("ioEngine tap: rings reported (%v, %q)", f, d.dp.ringsState())
 			}
 			continue
 		}
@@ -160,7 +160,7 @@ func TestMetricsRings(t *testing.T) {
 		if len(want) != 0 {
 			t.Errorf("ioEngine %s: no series for %v", engine, want)
 		}
-		if s, w := d.ringsState(), fmt.Sprintf("%d receive (a thread each), %d transmit", rx, tx); s != w {
+		if s, w := d.dp.ringsState(), fmt.Sprintf("%d receive (a thread each), %d transmit", rx, tx); s != w {
 			t.Errorf("ioEngine %s: show says %q, want %q", engine, s, w)
 		}
 	}

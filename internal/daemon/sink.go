@@ -6,24 +6,24 @@ import (
 	"github.com/gvswitch/gvs/sdn"
 )
 
-// The Daemon is the node a source of cluster state drives
+// nodeState (node.go) is the node a source of cluster state drives
 // (internal/daemon/source.Sink): remote nodes and project VNIDs go to the
 // rule program; a subnet change (subnet.go) also detaches pods, moves tun0
 // and marks CNI leases stale.
 
 // AddRemote installs the rules for a remote node and accepts its VXLAN.
-func (d *Daemon) AddRemote(rn sdn.RemoteNode) error { return d.prog.AddRemote(rn) }
+func (n *nodeState) AddRemote(rn sdn.RemoteNode) error { return n.prog.AddRemote(rn) }
 
 // RemoveRemote removes a remote node's rules and stops accepting its
 // VXLAN. Removing an unknown node is not an error.
-func (d *Daemon) RemoveRemote(ip netip.Addr) error { return d.prog.RemoveRemote(ip) }
+func (n *nodeState) RemoveRemote(ip netip.Addr) error { return n.prog.RemoveRemote(ip) }
 
 // SetProjectVNID records a project's VNID and re-tags the project's local
 // pods (sdn/node Program.SetProjectVNID).
-func (d *Daemon) SetProjectVNID(project string, vnid uint32) error {
-	moved, err := d.prog.SetProjectVNID(project, vnid)
+func (n *nodeState) SetProjectVNID(project string, vnid uint32) error {
+	moved, err := n.prog.SetProjectVNID(project, vnid)
 	for _, p := range moved {
-		d.log.Info("pod re-tagged", "pod", p.Name, "project", project, "from", p.VNID, "to", vnid)
+		n.log.Info("pod re-tagged", "pod", p.Name, "project", project, "from", p.VNID, "to", vnid)
 	}
 	return err
 }
@@ -31,9 +31,9 @@ func (d *Daemon) SetProjectVNID(project string, vnid uint32) error {
 // SetService installs or replaces a service's table 60 rules
 // (internal/daemon/source.ServiceSink): in multitenant mode only its own
 // project's pods reach it.
-func (d *Daemon) SetService(svc sdn.Service) error { return d.prog.SetService(svc) }
+func (n *nodeState) SetService(svc sdn.Service) error { return n.prog.SetService(svc) }
 
 // DeleteService removes a service's table 60 rules.
-func (d *Daemon) DeleteService(namespace, name string) error {
-	return d.prog.DeleteService(namespace, name)
+func (n *nodeState) DeleteService(namespace, name string) error {
+	return n.prog.DeleteService(namespace, name)
 }

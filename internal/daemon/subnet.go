@@ -55,8 +55,8 @@ func subnetString(p netip.Prefix) string {
 // one until the next call. The pods of the old subnet are detached and
 // their CNI leases marked stale. It is safe for concurrent use with the
 // control handlers and the CNI server.
-func (d *Daemon) ChangeSubnet(sub netip.Prefix) error {
-	w, err := d.prog.ChangeSubnet(sub)
+func (n *nodeState) ChangeSubnet(sub netip.Prefix) error {
+	w, err := n.prog.ChangeSubnet(sub)
 	if err != nil {
 		return err
 	}
@@ -64,18 +64,18 @@ func (d *Daemon) ChangeSubnet(sub netip.Prefix) error {
 	if old.Subnet == sub {
 		return nil
 	}
-	nn := d.prog.Node()
-	errs := []error{d.pods.Withdraw(w.Pods)}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.cfg.Subnet = ""
+	nn := n.prog.Node()
+	errs := []error{n.pods.Withdraw(w.Pods)}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.cfg.Subnet = ""
 	if sub.IsValid() {
-		d.cfg.Subnet = sub.String()
-		d.rememberSubnet(sub)
+		n.cfg.Subnet = sub.String()
+		n.rememberSubnet(sub)
 	}
 	if old.Subnet.IsValid() {
-		d.subnet.previous = old.Subnet
-		d.subnet.changes++
+		n.subnet.previous = old.Subnet
+		n.subnet.changes++
 	}
 	if sub.IsValid() {
 		if err := gateway.Configure("tun0", nn); err != nil {
@@ -84,38 +84,38 @@ func (d *Daemon) ChangeSubnet(sub netip.Prefix) error {
 	} else if err := flushAddrs("tun0"); err != nil {
 		errs = append(errs, err)
 	}
-	if d.ipam != nil {
+	if n.ipam != nil {
 		reason := fmt.Sprintf("the node's subnet %v was given to another node while this node was cut off from the registry past its lease",
 			old.Subnet)
-		st, err := d.ipam.Resubnet(sub, reason)
+		st, err := n.ipam.Resubnet(sub, reason)
 		if err != nil {
 			errs = append(errs, err)
 		}
-		d.subnet.stale += len(st)
+		n.subnet.stale += len(st)
 	}
 	err = errors.Join(errs...)
 	switch {
 	case !sub.IsValid():
-		d.log.Error("NODE SUBNET LOST: withdrawn from the dataplane; its pods are detached and their CNI leases stale",
+		n.log.Error("NODE SUBNET LOST: withdrawn from the dataplane; its pods are detached and their CNI leases stale",
 			"old", old.Subnet, "podsDetached", len(w.Pods), "err", err)
 	case old.Subnet.IsValid():
-		d.log.Error("NODE SUBNET CHANGED: the old subnet is withdrawn, its pods are detached and their CNI leases stale",
+		n.log.Error("NODE SUBNET CHANGED: the old subnet is withdrawn, its pods are detached and their CNI leases stale",
 			"old", old.Subnet, "new", sub, "podsDetached", len(w.Pods), "err", err)
 	default:
-		d.log.Warn("node subnet assigned after the loss: setup rules and tun0 reconfigured", "new", sub, "err", err)
+		n.log.Warn("node subnet assigned after the loss: setup rules and tun0 reconfigured", "new", sub, "err", err)
 	}
 	return err
 }
 
 // subnetFile is where the node remembers its subnet across restarts: the
 // daemon's state directory (with CNI), else nowhere.
-func (d *Daemon) subnetFile() string {
-	dir := d.cfg.StateDir
+func (c *Config) subnetFile() string {
+	dir := c.StateDir
 	if dir == "" {
-		if d.cfg.CNISocket == "" || d.cfg.CNISocket == "off" {
+		if c.CNISocket == "" || c.CNISocket == "off" {
 			return ""
 		}
-		dir = filepath.Join("/var/lib/gvs", d.cfg.NodeName) // as startCNI
+		dir = filepath.Join("/var/lib/gvs", c.NodeName) // as startCNI
 	}
 	return filepath.Join(dir, "node-subnet")
 }
@@ -123,8 +123,8 @@ func (d *Daemon) subnetFile() string {
 // rememberedSubnet returns the subnet the node had when it last ran: a
 // restarted node asks for it, and gets it back if nobody took it, so its
 // pods' leases stay valid.
-func (d *Daemon) rememberedSubnet() (netip.Prefix, bool) {
-	f := d.subnetFile()
+func (c *Config) rememberedSubnet() (netip.Prefix, bool) {
+	f := c.subnetFile()
 	if f == "" {
 		return netip.Prefix{}, false
 	}
@@ -137,8 +137,8 @@ func (d *Daemon) rememberedSubnet() (netip.Prefix, bool) {
 }
 
 // rememberSubnet records the node's subnet (best effort, logged).
-func (d *Daemon) rememberSubnet(p netip.Prefix) {
-	f := d.subnetFile()
+func (n *nodeState) rememberSubnet(p netip.Prefix) {
+	f := n.cfg.subnetFile()
 	if f == "" {
 		return
 	}
@@ -150,7 +150,7 @@ func (d *Daemon) rememberSubnet(p netip.Prefix) {
 		err = os.Rename(f+".tmp", f)
 	}
 	if err != nil {
-		d.log.Warn("cannot remember the node subnet", "file", f, "err", err)
+		n.log.Warn("cannot remember the node subnet", "file", f, "err", err)
 	}
 }
 
@@ -175,12 +175,12 @@ func flushAddrs(name string) error {
 
 // subnetCollector exports the subnet history.
 type subnetCollector struct {
-	d              *Daemon
+	d              *nodeState
 	changes, stale *prometheus.Desc
 	info           *prometheus.Desc
 }
 
-func newSubnetCollector(d *Daemon) *subnetCollector {
+func newSubnetCollector(d *nodeState) *subnetCollector {
 	return &subnetCollector{d: d,
 		changes: prometheus.NewDesc("gvs_node_subnet_changes_total",
 			"Times the registry gave this node another subnet (its old one went to another node while it was cut off past its lease).", nil, nil),

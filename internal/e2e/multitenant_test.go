@@ -369,18 +369,33 @@ func tcpTransfer(t *testing.T, l *lab.Lab, src cluster.Pod, dstNS, dstIP string,
 		t.Fatal(err)
 	}
 	defer srv.Stop()
-	var out []byte
-	for try := 0; try < 20; try++ { // the server may take a moment to listen
-		out, err = l.Exec(ctx(t), src.NS, filepath.Join(binDir, "gvs-bench"), "tcp-client", "-c", dstIP+":5201", "-bytes", fmt.Sprint(size))
-		if err == nil || !strings.Contains(string(out), "connection refused") {
-			break
-		}
-		time.Sleep(100 * time.Millisecond) // retry: the server may not listen yet
-	}
+	waitListening(t, srv)
+	out, err := l.Exec(ctx(t), src.NS, filepath.Join(binDir, "gvs-bench"), "tcp-client", "-c", dstIP+":5201", "-bytes", fmt.Sprint(size))
 	if err != nil {
 		t.Errorf("tcp-client: %v\n%s", err, out)
 	}
 	return string(out)
+}
+
+// waitListening waits until srv, a gvs-bench tcp-server, listens.
+func waitListening(t testing.TB, srv *lab.Proc) {
+	t.Helper()
+	if err := listening(srv); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// listening waits until srv, a gvs-bench tcp-server, listens: it prints
+// "listening on ADDR" to its log once it does. It returns an error, not
+// t.Fatal, for callers off the test's goroutine.
+func listening(srv *lab.Proc) error {
+	return testutil.Poll(10*time.Second, "tcp-server to listen", func() (bool, error) {
+		b, err := os.ReadFile(srv.LogFile)
+		if err != nil {
+			return false, err
+		}
+		return strings.Contains(string(b), "listening on"), fmt.Errorf("its log says %q", b)
+	})
 }
 
 func stats(t *testing.T, c *cluster.Cluster, node int) control.Stats {

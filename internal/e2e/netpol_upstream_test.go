@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gvswitch/gvs/internal/netpolref"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/lab"
 	"github.com/gvswitch/gvs/lab/cluster"
 )
@@ -208,9 +209,8 @@ func TestNetworkPolicyUpstream(t *testing.T) {
 			if open != st.Open {
 				t.Errorf("%s, step %d: the reference opens everything: %v; upstream: %v", tc.Name, si+1, open, st.Open)
 			}
-			var mism []string
-			deadline := time.Now().Add(20 * time.Second)
-			for {
+			var mism []string // of the last table probed
+			agreed := testutil.Poll(20*time.Second, "the reference's table", func() (bool, error) {
 				got, err := table()
 				if err != nil {
 					t.Fatalf("%s, step %d: %v", tc.Name, si+1, err)
@@ -223,13 +223,11 @@ func TestNetworkPolicyUpstream(t *testing.T) {
 						mism = append(mism, fmt.Sprintf("%s → %s %s/%d: reached=%v, want %v", p.src, p.dst, p.proto, p.port, got[p], want[p]))
 					}
 				}
-				if len(mism) == 0 || time.Now().After(deadline) {
-					break
-				}
-			}
+				return len(mism) == 0, nil
+			}) == nil
 			tables++
 			probes += len(want)
-			if len(mism) > 0 {
+			if !agreed {
 				t.Errorf("%s, step %d: %d of %d probes differ from the reference:\n%s", tc.Name, si+1, len(mism), len(want),
 					strings.Join(mism[:min(len(mism), 12)], "\n"))
 			}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/internal/testutil"
 )
 
 // TestRealNodesDNS runs the cluster DNS (CoreDNS, kubetest.StartDNS) on
@@ -71,17 +72,7 @@ func realNodeDNSNames(t *testing.T, c *kubetest.Cluster) {
 		t.Fatal(err)
 	}
 	for _, p := range []podAt{server, client, other} {
-		for {
-			pod, err := kc.CoreV1().Pods(p.ns).Get(ctx, p.name, metav1.GetOptions{})
-			if err == nil && pod.Status.Phase == corev1.PodRunning && podReady(pod) {
-				break
-			}
-			if ctx.Err() != nil {
-				out, _ := c.Kubectl(context.Background(), "describe", "pod", "-n", p.ns, p.name)
-				t.Fatalf("pod %s/%s not running: %v\n%s", p.ns, p.name, err, out)
-			}
-			time.Sleep(200 * time.Millisecond) // polling the API server for the pod's status
-		}
+		waitRealPod(t, ctx, c, p.ns, p.name)
 	}
 
 	exec := func(p podAt, argv ...string) (string, error) {
@@ -94,19 +85,13 @@ func realNodeDNSNames(t *testing.T, c *kubetest.Cluster) {
 		t.Errorf("client's resolv.conf: %v\n%s", err, out)
 	}
 	// lookup resolves name (a fully qualified name: busybox's nslookup
-	// does not search) from p and returns the output; it retries a few
-	// times, since kube-proxy programs a new Service within seconds.
+	// does not search) from p until the answer has want: a Service's
+	// rules and records appear within seconds.
 	lookup := func(p podAt, name, want string) error {
-		var out string
-		var err error
-		for range 20 {
-			out, err = exec(p, "nslookup", name)
-			if err == nil && strings.Contains(out, want) {
-				return nil
-			}
-			time.Sleep(500 * time.Millisecond) // a Service's rules and records appear within seconds
-		}
-		return fmt.Errorf("nslookup %s from %s/%s: want %s: %v\n%s", name, p.ns, p.name, want, err, out)
+		return testutil.Poll(20*time.Second, fmt.Sprintf("nslookup %s from %s/%s to say %s", name, p.ns, p.name, want), func() (bool, error) {
+			out, err := exec(p, "nslookup", name)
+			return err == nil && strings.Contains(out, want), fmt.Errorf("%v\n%s", err, out)
+		})
 	}
 	// connect asks agnhost (Go's resolver: search path and ndots from
 	// resolv.conf) in p to resolve addr's name and open a TCP connection.
@@ -135,15 +120,12 @@ func realNodeDNSNames(t *testing.T, c *kubetest.Cluster) {
 	}
 	// By name, across nodes (client on the first node, server on the
 	// second), with the short name through the search path.
-	var last error
-	for range 20 {
-		if last = connect(client, "web:80"); last == nil {
-			break
-		}
-		time.Sleep(500 * time.Millisecond) // kube-proxy programs the Service within seconds
-	}
-	if last != nil {
-		t.Errorf("client → web:80 by name: %v", last)
+	// kube-proxy programs the Service within seconds.
+	if err := testutil.Poll(20*time.Second, "client → web:80 by name", func() (bool, error) {
+		err := connect(client, "web:80")
+		return err == nil, err
+	}); err != nil {
+		t.Error(err)
 	}
 	if err := connect(client, "web.dnsa.svc.cluster.local:80"); err != nil {
 		t.Errorf("client → web.dnsa.svc.cluster.local:80: %v", err)

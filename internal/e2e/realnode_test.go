@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/lab"
 	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 )
@@ -30,6 +31,12 @@ var realNodeUnderlay = netip.MustParsePrefix("192.168.244.0/24")
 // is Ready. Everything is removed when the test ends.
 func startRealCluster(t *testing.T, short, mode string) *kubetest.Cluster {
 	t.Helper()
+	return startRealClusterN(t, short, mode, 2)
+}
+
+// startRealClusterN is startRealCluster with n nodes.
+func startRealClusterN(t *testing.T, short, mode string, n int) *kubetest.Cluster {
+	t.Helper()
 	needRoot(t)
 	if m := kubetest.MissingForNodes(kubetest.BinDir()); len(m) > 0 {
 		if os.Getenv("CI") != "" {
@@ -41,7 +48,7 @@ func startRealCluster(t *testing.T, short, mode string) *kubetest.Cluster {
 	_ = kubetest.DestroyCluster(prefix) // left over from a crashed run with this pid
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	l, err := lab.Create(ctx, lab.Spec{Prefix: prefix, Nodes: 2, Underlay: realNodeUnderlay, External: true})
+	l, err := lab.Create(ctx, lab.Spec{Prefix: prefix, Nodes: n, Underlay: realNodeUnderlay, External: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,18 +213,7 @@ func realNodePods(t *testing.T, c *kubetest.Cluster) {
 	}
 	ips := map[string]netip.Addr{}
 	for _, p := range pods {
-		for {
-			pod, err := kc.CoreV1().Pods(p.ns).Get(ctx, p.name, metav1.GetOptions{})
-			if err == nil && pod.Status.Phase == corev1.PodRunning && podReady(pod) && pod.Status.PodIP != "" {
-				ips[p.name] = netip.MustParseAddr(pod.Status.PodIP)
-				break
-			}
-			if ctx.Err() != nil {
-				out, _ := c.Kubectl(context.Background(), "describe", "pod", "-n", p.ns, p.name)
-				t.Fatalf("pod %s/%s not running: %v\n%s", p.ns, p.name, err, out)
-			}
-			time.Sleep(200 * time.Millisecond) // polling the API server for the pod's status
-		}
+		ips[p.name] = netip.MustParseAddr(waitRealPod(t, ctx, c, p.ns, p.name).Status.PodIP)
 	}
 	for _, p := range pods {
 		if strings.HasPrefix(p.name, "host") {
@@ -271,15 +267,12 @@ func realNodePods(t *testing.T, c *kubetest.Cluster) {
 		t.Fatal(err)
 	}
 	vip := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80).String()
-	var last error
-	for range 50 {
-		if last = connect(pods[2], vip); last == nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond) // kube-proxy programs the Service within a few seconds
-	}
-	if last != nil {
-		t.Errorf("a3 → Service %s: %v", vip, last)
+	// kube-proxy programs the Service within a few seconds.
+	if err := testutil.Poll(30*time.Second, "a3 → Service "+vip, func() (bool, error) {
+		err := connect(pods[2], vip)
+		return err == nil, err
+	}); err != nil {
+		t.Error(err)
 	}
 	if err := connect(pods[3], vip); err == nil {
 		t.Errorf("b1 (project beta) reached alpha's Service %s", vip)

@@ -118,14 +118,10 @@ func benchPodScale(b *testing.B, pods, busy int) {
 			return 0, err
 		}
 		defer srv.Stop()
-		var out []byte
-		for range 20 { // the server needs a moment to listen
-			out, err = c.Lab.Exec(ctx, src.NS, bench, "tcp-client", "-c", dst.IP.String()+":5201", "-t", d.String())
-			if err == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond) // retry: the server may not listen yet
+		if err := listening(srv); err != nil { // tcp runs on goroutines of its own too
+			return 0, err
 		}
+		out, err := c.Lab.Exec(ctx, src.NS, bench, "tcp-client", "-c", dst.IP.String()+":5201", "-t", d.String())
 		m := gbpsScaleRE.FindSubmatch(out)
 		if err != nil || m == nil {
 			return 0, fmt.Errorf("tcp %s → %s: %v\n%s", src.Name, dst.Name, err, out)

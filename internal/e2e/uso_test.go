@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/lab"
 	"github.com/gvswitch/gvs/lab/cluster"
 	"github.com/gvswitch/gvs/netconf"
@@ -110,29 +111,36 @@ func usoExchange(t *testing.T, src, dst cluster.Pod, size, count int) [][]byte {
 		binary.BigEndian.PutUint32(d, uint32(seq))
 		buf = append(buf, append(d, pattern(uint32(seq), n-4)...)...)
 	}
-	err := netconf.Do(src.NSPath, func() error {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		if err := unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT, size); err != nil {
-			return fmt.Errorf("UDP_SEGMENT: %w", err)
-		}
-		to := &unix.SockaddrInet4{Port: 9400, Addr: dst.IP.As4()}
-		// The first send may wait for ARP; a datagram the neighbour
-		// queue dropped would show up as missing, so warm it up first.
+	// The socket belongs to src's namespace; it is used from here on.
+	var fd int
+	if err := netconf.Do(src.NSPath, func() (err error) {
+		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT, size); err != nil {
+		t.Fatalf("UDP_SEGMENT: %v", err)
+	}
+	to := &unix.SockaddrInet4{Port: 9400, Addr: dst.IP.As4()}
+	// The first send may wait for ARP; a datagram the neighbour queue
+	// dropped would show up as missing, so warm the path up first: a
+	// warm-up datagram that arrives says every neighbour on the way is
+	// resolved.
+	b := make([]byte, 65536)
+	testutil.WaitFor(t, 10*time.Second, "a warm-up datagram to arrive", func() (bool, error) {
 		if err := unix.Sendto(fd, []byte("warm-up"), 0, to); err != nil {
-			return err
+			t.Fatalf("send %s → %s: %v", src.Name, dst.Name, err)
 		}
-		time.Sleep(200 * time.Millisecond) // for the neighbour to resolve: no event reaches this namespace function
-		return unix.Sendto(fd, buf, 0, to)
+		_ = rx.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		n, err := rx.Read(b)
+		return err == nil && string(b[:n]) == "warm-up", err
 	})
-	if err != nil {
+	if err := unix.Sendto(fd, buf, 0, to); err != nil {
 		t.Fatalf("send %s → %s: %v", src.Name, dst.Name, err)
 	}
 	var got [][]byte
-	b := make([]byte, 65536)
 	for {
 		_ = rx.SetReadDeadline(time.Now().Add(time.Second))
 		n, err := rx.Read(b)

@@ -121,7 +121,9 @@ func TestHelperDial(t *testing.T) {
 	}
 	defer c.Close()
 	_ = c.SendJSON(TypeHello, Hello{Version: Version, PID: os.Getpid()})
-	time.Sleep(100 * time.Millisecond)
+	// Connected until the daemon side has checked and closes (end of file).
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _, _, _ = c.Recv()
 }
 
 // TestListenStaleAndLive: a stale socket (nobody accepts) is replaced; a

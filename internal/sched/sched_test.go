@@ -2,7 +2,6 @@ package sched
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -118,26 +117,27 @@ func TestKeepAlways(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	release := make(chan struct{})
+	var held atomic.Int32 // goroutines that hold their thread (or gave up)
 	for range n {
 		wg.Go(func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			deadline := time.Now().Add(5 * time.Second)
-			for {
+			err := testutil.Poll(5*time.Second, "the Keeper to give a new thread the slice", func() (bool, error) {
 				got, err := Slice(0)
-				if err == nil && got == slice {
-					break
-				}
-				if time.Now().After(deadline) {
-					errs <- errors.New("a new thread kept its slice " + got.String())
-					return
-				}
-				_ = unix.Nanosleep(&unix.Timespec{Nsec: 2e6}, nil)
+				return err == nil && got == slice, fmt.Errorf("it has %v (%v)", got, err)
+			})
+			held.Add(1)
+			if err != nil {
+				errs <- err
+				return
 			}
 			<-release
 		})
 	}
-	time.Sleep(50 * time.Millisecond) // pacing: the threads run a while before they are released
+	// All n at once, each on a thread of its own, before any is released.
+	testutil.WaitFor(t, 10*time.Second, "every goroutine on a thread of its own", func() (bool, error) {
+		return held.Load() == int32(n), fmt.Errorf("%d of %d", held.Load(), n)
+	})
 	close(release)
 	wg.Wait()
 	close(errs)
@@ -162,7 +162,11 @@ func TestKeepFollowsLoad(t *testing.T) {
 	const slice = 200 * time.Microsecond
 	var cur atomic.Uint64
 	set := func(f float64) { cur.Store(math.Float64bits(f)) }
-	ld := load{name: "made-up load", on: 0.6, off: 0.2, sample: func() (float64, error) { return math.Float64frombits(cur.Load()), nil }}
+	var samples atomic.Int64 // the Keeper's samplings so far
+	ld := load{name: "made-up load", on: 0.6, off: 0.2, sample: func() (float64, error) {
+		samples.Add(1)
+		return math.Float64frombits(cur.Load()), nil
+	}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	k, err := keep(ctx, Config{Slice: slice, Interval: 5 * time.Millisecond}, ld)
@@ -182,8 +186,11 @@ func TestKeepFollowsLoad(t *testing.T) {
 	if !k.Short() || k.Switches() != 1 {
 		t.Fatalf("busy: short %v after %d switches", k.Short(), k.Switches())
 	}
-	set((ld.on + ld.off) / 2)         // between the two: no change
-	time.Sleep(50 * time.Millisecond) // a while in which nothing may change
+	set((ld.on + ld.off) / 2) // between the two: no change
+	from := samples.Load()
+	testutil.WaitFor(t, 5*time.Second, "five samplings of the load between on and off", func() (bool, error) {
+		return samples.Load() >= from+5, nil
+	})
 	if !k.Short() || k.Switches() != 1 {
 		t.Fatalf("half busy: short %v after %d switches", k.Short(), k.Switches())
 	}

@@ -2,6 +2,7 @@
 package testutil
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -32,18 +33,27 @@ func backoff(d time.Duration) time.Duration {
 // for something to happen: it returns as soon as it has.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
+	if err := Poll(timeout, what, cond); err != nil {
+		t.Fatalf("%v", err)
+	}
+}
+
+// Poll is WaitFor for a goroutine that is not the test's (which must not
+// call t.Fatal): it checks cond as WaitFor does and returns nil once cond
+// holds, or, when timeout passes first, WaitFor's message as an error.
+func Poll(timeout time.Duration, what string, cond func() (bool, error)) error {
 	deadline := time.Now().Add(timeout)
 	pause := MinPoll
 	for {
 		ok, err := cond()
 		if ok {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
 			if err != nil {
-				t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
+				return fmt.Errorf("timed out after %v waiting for %s: %w", timeout, what, err)
 			}
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+			return fmt.Errorf("timed out after %v waiting for %s", timeout, what)
 		}
 		time.Sleep(pause)
 		pause = backoff(pause)

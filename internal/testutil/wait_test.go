@@ -84,3 +84,19 @@ func TestEventually(t *testing.T) {
 		t.Error("a false condition held")
 	}
 }
+
+func TestPoll(t *testing.T) {
+	var n atomic.Int32
+	done := make(chan error, 1)
+	go func() { // Poll runs where t.Fatal must not: off the test's goroutine
+		done <- Poll(5*time.Second, "three", func() (bool, error) { return n.Add(1) == 3, nil })
+	}()
+	if err := <-done; err != nil {
+		t.Errorf("Poll of a condition that comes: %v", err)
+	}
+	still := errors.New("still 2")
+	err := Poll(20*time.Millisecond, "never", func() (bool, error) { return false, still })
+	if want := "timed out after 20ms waiting for never: still 2"; err == nil || err.Error() != want || !errors.Is(err, still) {
+		t.Errorf("Poll of a condition that never comes: %v, want %q wrapping cond's error", err, want)
+	}
+}

@@ -13,6 +13,9 @@ const (
 	DataplaneGVS    = "gvs"
 	DataplaneKernel = "kernel" // Linux bridge + kernel vxlan device
 	DataplaneOVS    = "ovs"    // Open vSwitch userspace (datapath_type=netdev)
+	// DataplaneFloor is the floor dataplane (package bench/floor): gvs's
+	// TAPs and vxlan0 without the switch.
+	DataplaneFloor = "floor"
 )
 
 // ErrUnknownDataplane is returned by Up for a dataplane name it does not
@@ -26,6 +29,8 @@ func (c *Cluster) upOtherNode(ctx context.Context, i int, dp string) error {
 		return c.upKernelNode(ctx, i)
 	case DataplaneOVS:
 		return c.upOVSNode(ctx, i)
+	case DataplaneFloor:
+		return c.upFloorNode(ctx, i)
 	}
 	return fmt.Errorf("%w: %q", ErrUnknownDataplane, dp)
 }

@@ -114,12 +114,12 @@ func (c *Cluster) upOVSNode(ctx context.Context, i int) error {
 }
 
 // DataplanePIDs returns the processes that carry node i's packets: its
-// gvs-switchd, or its ovs-vswitchd; none for the kernel dataplane, whose
-// work is done in softirq context.
+// gvs-switchd, its floor (gvs-bench floor) or its ovs-vswitchd; none for
+// the kernel dataplane, whose work is done in softirq context.
 func (c *Cluster) DataplanePIDs(i int) []int {
 	n := &c.Nodes[i]
 	switch c.Spec.dataplane(i) {
-	case DataplaneGVS:
+	case DataplaneGVS, DataplaneFloor:
 		if n.proc != nil {
 			return []int{n.proc.PID}
 		}

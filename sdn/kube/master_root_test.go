@@ -3,9 +3,13 @@ package kube
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,11 +49,40 @@ type env struct {
 	admin  kubernetes.Interface
 	net    *networkv1.Client
 	master *rest.Config // the gvs-master ServiceAccount
+	logs   *logLines    // what the masters started by startMaster logged
+}
+
+// logLines keeps the lines a text logger writes, so that a test can wait
+// for the master to have logged a decision that changes nothing it could
+// watch (a refusal).
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, string(b))
+	return len(b), nil
+}
+
+// count returns how many lines contain every one of parts.
+func (l *logLines) count(parts ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
+			n++
+		}
+	}
+	return n
 }
 
 func newEnv(t *testing.T, short string) *env {
 	s := kubetest.New(t, short)
-	e := &env{t: t, srv: s}
+	e := &env{t: t, srv: s, logs: new(logLines)}
 	var err error
 	if e.admin, err = kubernetes.NewForConfig(s.Admin()); err != nil {
 		t.Fatal(err)
@@ -75,7 +108,7 @@ func (e *env) startMaster(id string, n Network) (*Master, func()) {
 	e.t.Helper()
 	m, err := NewMaster(MasterConfig{Network: n, REST: e.master, Identity: id,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
-		Log: testLogger(e.t, id)})
+		Log: slog.New(slog.NewTextHandler(io.MultiWriter(tWriter{e.t}, e.logs), &slog.HandlerOptions{Level: slog.LevelDebug})).With("replica", id)})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -412,9 +445,13 @@ func TestHostSubnets(t *testing.T) {
 	// Node's status): node2 keeps its hostIP while it claims node1's, and
 	// a new node with node1's address gets no HostSubnet.
 	n2, _ = e.admin.CoreV1().Nodes().Get(e.ctx(), "node2", metav1.GetOptions{})
+	const refused = "another node's hostIP; refused"
+	before2, before6 := e.logs.count(refused, "node=node2 "), e.logs.count(refused, "node=node6 ")
 	e.setNodeIP(n2, "192.168.50.1")
 	e.createNode("node6", "192.168.50.1")
-	time.Sleep(2 * time.Second) // what the master does with both, it has done by now
+	testutil.WaitFor(e.t, 10*time.Second, "the master to refuse node2's and node6's claims", func() (bool, error) {
+		return e.logs.count(refused, "node=node2 ") > before2 && e.logs.count(refused, "node=node6 ") > before6, nil
+	})
 	if hs, err := e.net.HostSubnets().Get(e.ctx(), "node2"); err != nil || hs.HostIP != "192.168.50.22" {
 		t.Fatalf("node2 claiming node1's address: HostSubnet %v, %v; want hostIP 192.168.50.22 kept", hs, err)
 	}

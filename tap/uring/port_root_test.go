@@ -668,7 +668,20 @@ func TestPortFramesDuringGiveUp(t *testing.T) {
 		if n, err := pa.Write(three, metas(three, nil), iofloor.Headroom); n != 3 || err != nil {
 			t.Errorf("wrote %d: %v", n, err)
 		}
-		time.Sleep(20 * time.Millisecond) // pacing: the frames reach the ring before the cancel the hook precedes
+		// The frames reach pb's TAP before the cancel the hook precedes:
+		// its queue is readable. (With DEFER_TASKRUN the ring reads them
+		// only when this thread enters io_uring, in the cancel.)
+		fds := []unix.PollFd{{Fd: int32(pb.Device.Fd()), Events: unix.POLLIN}}
+		for {
+			n, err := unix.Poll(fds, 5000)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if n != 1 || err != nil {
+				t.Errorf("the frames did not reach the TAP within 5 s: %v", err)
+			}
+			break
+		}
 	})
 	t.Cleanup(func() { uring.SetHookBeforeCancel(nil) })
 	askBlocked(t, blocked, ask)

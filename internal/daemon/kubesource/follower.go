@@ -200,11 +200,10 @@ func (f *Follower) wait(ctx context.Context, what string, get func(context.Conte
 	}
 }
 
-// Follow mirrors HostSubnets, NetNamespaces and, if sink takes them
-// (source.ServiceSink), Services, and, if it is a source.LabelSink,
-// Namespaces' labels and Pods (this node's; in networkpolicy mode every
-// node's, the peers policies name), and in networkpolicy mode, if it is a
-// source.PolicySink, NetworkPolicies, into sink through a source.Mirror
+// Follow mirrors HostSubnets, NetNamespaces, Services, Namespaces' labels
+// and Pods (this node's; in networkpolicy mode every node's, the peers
+// policies name), EgressNetworkPolicies (except in subnet mode) and, in
+// networkpolicy mode, NetworkPolicies into sink through a source.Mirror
 // until ctx ends or Close.
 func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 	f.ctx, f.stop = context.WithCancel(ctx)
@@ -220,32 +219,28 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 	go hsi.RunWithContext(ctx)
 	go nni.RunWithContext(ctx)
 	fac := informers.NewSharedInformerFactory(f.kc, 0)
-	if _, ok := sink.(source.ServiceSink); ok {
-		si := fac.Core().V1().Services().Informer()
-		_, _ = si.AddEventHandler(events(f.service))
-	}
-	if _, ok := sink.(source.LabelSink); ok {
-		ni := fac.Core().V1().Namespaces().Informer()
-		_, _ = ni.AddEventHandler(events(f.namespace))
-		// The node's own pods (RBAC cannot narrow the node's account to
-		// them; the field selector narrows what it asks), or all of them
-		// when policies may name any as a peer.
-		pods := informers.NewSharedInformerFactoryWithOptions(f.kc, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			if f.mode != sdn.ModeNetworkPolicy {
-				o.FieldSelector = "spec.nodeName=" + f.cfg.Node
-			}
-		}))
-		pi := pods.Core().V1().Pods().Informer()
-		f.synced = append(f.synced, ni.HasSynced, pi.HasSynced)
-		_, _ = pi.AddEventHandler(events(f.pod))
-		pods.Start(ctx.Done())
-	}
-	if _, ok := sink.(source.EgressFirewallSink); ok && f.mode != sdn.ModeSubnet {
+	si := fac.Core().V1().Services().Informer()
+	_, _ = si.AddEventHandler(events(f.service))
+	ni := fac.Core().V1().Namespaces().Informer()
+	_, _ = ni.AddEventHandler(events(f.namespace))
+	// The node's own pods (RBAC cannot narrow the node's account to
+	// them; the field selector narrows what it asks), or all of them
+	// when policies may name any as a peer.
+	pods := informers.NewSharedInformerFactoryWithOptions(f.kc, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		if f.mode != sdn.ModeNetworkPolicy {
+			o.FieldSelector = "spec.nodeName=" + f.cfg.Node
+		}
+	}))
+	pi := pods.Core().V1().Pods().Informer()
+	f.synced = append(f.synced, ni.HasSynced, pi.HasSynced)
+	_, _ = pi.AddEventHandler(events(f.pod))
+	pods.Start(ctx.Done())
+	if f.mode != sdn.ModeSubnet {
 		ei := f.net.EgressNetworkPolicies("").Informer()
 		_, _ = ei.AddEventHandler(events(f.egressFirewall))
 		go ei.RunWithContext(ctx)
 	}
-	if _, ok := sink.(source.PolicySink); ok && f.mode == sdn.ModeNetworkPolicy {
+	if f.mode == sdn.ModeNetworkPolicy {
 		pi := fac.Networking().V1().NetworkPolicies().Informer()
 		f.synced = append(f.synced, pi.HasSynced)
 		_, _ = pi.AddEventHandler(events(f.policy))

@@ -17,7 +17,7 @@ import (
 	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 )
 
-// labelRecorder is a node that also takes labels (source.LabelSink).
+// labelRecorder also records labels (source.LabelSink).
 type labelRecorder struct{ recorder }
 
 func (r *labelRecorder) SetNamespaceLabels(ns string, l map[string]string) error {
@@ -36,7 +36,7 @@ func (r *labelRecorder) SetPod(p source.Pod) error {
 
 func (r *labelRecorder) DeletePod(ns, name string) error { return r.add("pod %s/%s gone", ns, name) }
 
-// policyRecorder also takes NetworkPolicies (source.PolicySink).
+// policyRecorder also records NetworkPolicies (source.PolicySink).
 type policyRecorder struct{ labelRecorder }
 
 func (r *policyRecorder) SetPolicy(np *networkingv1.NetworkPolicy) error {

@@ -22,8 +22,7 @@ import (
 // Mirror is the control plane's state as a node takes it, shared by the
 // followers: a follower translates its wire objects (etcd keys, informer
 // events) into calls of the Mirror, which keeps what it was told, works out
-// the difference and drives the node's Sink (and the optional LabelSink,
-// PolicySink, ServiceSink and EgressFirewallSink the sink also is).
+// the difference and drives the node's Sink.
 //
 //   - Remote nodes are diffed by name: a new one is added, one whose
 //     address or subnet changed is moved, a deleted one removed.
@@ -46,13 +45,9 @@ import (
 // time. It logs what it refuses; it returns no errors, as a follower has
 // nobody to return them to.
 type Mirror struct {
-	sink     Sink
-	labels   LabelSink          // nil if the sink takes none
-	policies PolicySink         // likewise
-	services ServiceSink        // likewise
-	egress   EgressFirewallSink // likewise
-	node     string
-	log      *slog.Logger
+	sink Sink
+	node string
+	log  *slog.Logger
 
 	mu       sync.Mutex
 	subnet   netip.Prefix
@@ -99,10 +94,6 @@ func NewMirror(sink Sink, cfg MirrorConfig) *Mirror {
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
-	m.labels, _ = sink.(LabelSink)
-	m.policies, _ = sink.(PolicySink)
-	m.services, _ = sink.(ServiceSink)
-	m.egress, _ = sink.(EgressFirewallSink)
 	return m
 }
 
@@ -299,13 +290,10 @@ func (m *Mirror) HasProject(project string) bool {
 func (m *Mirror) SetNamespaceLabels(ns string, labels map[string]string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.labels == nil {
-		return
-	}
 	if labels == nil {
 		if _, sent := m.sentNS[ns]; sent {
 			delete(m.sentNS, ns)
-			if err := m.labels.SetNamespaceLabels(ns, nil); err != nil {
+			if err := m.sink.SetNamespaceLabels(ns, nil); err != nil {
 				m.log.Error("forget namespace", "namespace", ns, "err", err)
 			}
 		}
@@ -315,7 +303,7 @@ func (m *Mirror) SetNamespaceLabels(ns string, labels map[string]string) {
 	if m.sentNS[ns] == text {
 		return
 	}
-	if err := m.labels.SetNamespaceLabels(ns, labels); err != nil {
+	if err := m.sink.SetNamespaceLabels(ns, labels); err != nil {
 		m.log.Error("namespace labels", "namespace", ns, "err", err)
 		return
 	}
@@ -472,9 +460,6 @@ func (m *Mirror) podAddress(k string, st *podState) netip.Addr {
 // changed: a pod with neither a labels record nor a believed address is
 // forgotten. m.mu is held.
 func (m *Mirror) sendPod(k string) {
-	if m.labels == nil {
-		return
-	}
 	ns, name, _ := strings.Cut(k, "/")
 	st, known := m.pods[k]
 	var ip netip.Addr
@@ -484,7 +469,7 @@ func (m *Mirror) sendPod(k string) {
 	if !known || !st.labelled && !ip.IsValid() {
 		if _, sent := m.sentPods[k]; sent {
 			delete(m.sentPods, k)
-			if err := m.labels.DeletePod(ns, name); err != nil {
+			if err := m.sink.DeletePod(ns, name); err != nil {
 				m.log.Error("forget pod", "pod", k, "err", err)
 			}
 		}
@@ -498,7 +483,7 @@ func (m *Mirror) sendPod(k string) {
 	if m.sentPods[k] == text {
 		return
 	}
-	if err := m.labels.SetPod(pod); err != nil {
+	if err := m.sink.SetPod(pod); err != nil {
 		m.log.Error("pod", "pod", k, "err", err)
 		return
 	}
@@ -518,10 +503,7 @@ func (m *Mirror) recheckNode(node string) {
 func (m *Mirror) SetService(svc sdn.Service) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.services == nil {
-		return
-	}
-	if err := m.services.SetService(svc); err != nil {
+	if err := m.sink.SetService(svc); err != nil {
 		m.refuseService(svc.Namespace, svc.Name, err)
 	}
 }
@@ -531,24 +513,19 @@ func (m *Mirror) SetService(svc sdn.Service) {
 func (m *Mirror) RefuseService(namespace, name string, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.services != nil {
-		m.refuseService(namespace, name, err)
-	}
+	m.refuseService(namespace, name, err)
 }
 
 func (m *Mirror) refuseService(namespace, name string, err error) {
 	m.log.Error("service refused", "service", namespace+"/"+name, "err", err)
-	_ = m.services.DeleteService(namespace, name)
+	_ = m.sink.DeleteService(namespace, name)
 }
 
 // DeleteService removes a service.
 func (m *Mirror) DeleteService(namespace, name string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.services == nil {
-		return
-	}
-	if err := m.services.DeleteService(namespace, name); err != nil {
+	if err := m.sink.DeleteService(namespace, name); err != nil {
 		m.log.Error("remove service", "service", namespace+"/"+name, "err", err)
 	}
 }
@@ -558,10 +535,7 @@ func (m *Mirror) DeleteService(namespace, name string) {
 func (m *Mirror) SetPolicy(np *networkingv1.NetworkPolicy) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.policies == nil {
-		return
-	}
-	if err := m.policies.SetPolicy(np); err != nil {
+	if err := m.sink.SetPolicy(np); err != nil {
 		m.log.Error("NetworkPolicy refused", "policy", np.Namespace+"/"+np.Name, "err", err)
 	}
 }
@@ -576,10 +550,7 @@ func (m *Mirror) RefusePolicy(namespace, name string, err error) {
 func (m *Mirror) DeletePolicy(namespace, name string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.policies == nil {
-		return
-	}
-	if err := m.policies.DeletePolicy(namespace, name); err != nil {
+	if err := m.sink.DeletePolicy(namespace, name); err != nil {
 		m.log.Error("remove NetworkPolicy", "policy", namespace+"/"+name, "err", err)
 	}
 }
@@ -606,10 +577,7 @@ func (m *Mirror) RefuseEgressFirewall(namespace, name string, err error) {
 func (m *Mirror) setEgressFirewall(namespace, name string, rules []EgressRule) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.egress == nil {
-		return
-	}
-	if err := m.egress.SetEgressFirewall(namespace, name, rules); err != nil {
+	if err := m.sink.SetEgressFirewall(namespace, name, rules); err != nil {
 		m.log.Error("egress firewall", "firewall", namespace+"/"+name, "err", err)
 	}
 }
@@ -618,10 +586,7 @@ func (m *Mirror) setEgressFirewall(namespace, name string, rules []EgressRule) {
 func (m *Mirror) DeleteEgressFirewall(namespace, name string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.egress == nil {
-		return
-	}
-	if err := m.egress.DeleteEgressFirewall(namespace, name); err != nil {
+	if err := m.sink.DeleteEgressFirewall(namespace, name); err != nil {
 		m.log.Error("remove egress firewall", "firewall", namespace+"/"+name, "err", err)
 	}
 }

@@ -3,8 +3,8 @@
 // a Kubernetes API server (internal/daemon/kubesource). Each is a
 // ControlPlane that only translates its wire objects into the calls of a
 // Mirror; the Mirror keeps the state, works out the difference and drives
-// the node through Sink (and the optional sinks below), so the rest of the
-// daemon does not know which one it follows.
+// the node through one Sink, so the rest of the daemon does not know which
+// one it follows.
 package source
 
 import (
@@ -16,9 +16,22 @@ import (
 	"github.com/gvswitch/gvs/sdn/netpol"
 )
 
-// Sink is the node as a source sees it. The Mirror calls it one call at a
+// Sink is the node as a source sees it: every part of the node's state a
+// control plane drives. A follower that has no objects of a kind (the etcd
+// registry has no Services from Kubernetes, say) simply makes no such
+// calls; the node always takes them all. The Mirror calls it one call at a
 // time.
 type Sink interface {
+	NetworkSink
+	LabelSink
+	PolicySink
+	ServiceSink
+	EgressFirewallSink
+}
+
+// NetworkSink is the cluster's shape as the node takes it: remote nodes,
+// project VNIDs and its own subnet.
+type NetworkSink interface {
 	// AddRemote installs or updates a remote node (its subnet is routed to
 	// it, its VXLAN accepted).
 	AddRemote(sdn.RemoteNode) error
@@ -30,9 +43,9 @@ type Sink interface {
 	ChangeSubnet(netip.Prefix) error
 }
 
-// Labels is what NetworkPolicy selects on: a source that knows pod and
-// namespace labels (Kubernetes: the API server) drives a LabelSink beside
-// the Sink.
+// LabelSink takes what NetworkPolicy selects on: pod and namespace labels
+// (Kubernetes: the API server's; the registry: what gvs-master and the
+// nodes publish).
 type LabelSink interface {
 	// SetNamespaceLabels records a namespace's (project's) labels; nil
 	// removes the namespace.

@@ -1,0 +1,162 @@
+package compare
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// Target is one of gvs's bars in docs/targets.md that a compare report can check:
+// gvs's value over a reference dataplane's, at least (or, Lower, at most)
+// Bound.
+type Target struct {
+	Name string
+	// Ref is the reference dataplane, "floor" or "ovs".
+	Ref   string
+	Bound float64
+	// Lower: the ratio must be ≤ Bound (latency, CPU), else ≥ Bound.
+	Lower bool
+	// EveryRun: the bar holds in every run, run i of gvs against run i of
+	// Ref (Run interleaves them, so they shared the machine's load), and
+	// the worst run's ratio is the one reported; otherwise it is the
+	// ratio of the medians.
+	EveryRun bool
+	get      func(Metrics) float64
+}
+
+// Targets are the bars of docs/targets.md on the rows of a compare report.
+var Targets = []Target{
+	{Name: "TCP 1 stream", Ref: "floor", Bound: 0.9, get: func(m Metrics) float64 { return m.TCP1Gbps }},
+	{Name: "TCP 4 streams", Ref: "floor", Bound: 0.9, get: func(m Metrics) float64 { return m.TCP4Gbps }},
+	{Name: "UDP 64 B no-loss rate", Ref: "floor", Bound: 0.9, get: func(m Metrics) float64 { return m.UDP64NoDropKpps }},
+	{Name: "UDP 1400 B GSO rate", Ref: "floor", Bound: 0.9, get: func(m Metrics) float64 { return m.UDP1400GSOKpps }},
+	{Name: "CPU s per Gbit (machine)", Ref: "floor", Bound: 1.15, Lower: true, get: func(m Metrics) float64 { return m.CPUSecPerGbit }},
+	{Name: "idle UDP-probe RTT p50", Ref: "floor", Bound: 1.2, Lower: true, get: func(m Metrics) float64 { return m.RTTIdleP50us }},
+	{Name: "TCP 1 stream", Ref: "ovs", Bound: 6, EveryRun: true, get: func(m Metrics) float64 { return m.TCP1Gbps }},
+	{Name: "TCP 4 streams", Ref: "ovs", Bound: 6, EveryRun: true, get: func(m Metrics) float64 { return m.TCP4Gbps }},
+	{Name: "UDP 64 B no-loss rate", Ref: "ovs", Bound: 4, EveryRun: true, get: func(m Metrics) float64 { return m.UDP64NoDropKpps }},
+	{Name: "UDP-probe RTT p99 under 1 TCP stream", Ref: "ovs", Bound: 0.5, Lower: true, EveryRun: true, get: func(m Metrics) float64 { return m.RTTLoadP99us }},
+}
+
+// Verdicts of a TargetResult.
+const (
+	Met    = "met"
+	Missed = "missed"
+	NA     = "n/a" // not measured: see TargetResult.Why
+)
+
+// TargetResult is a Target checked on one report.
+type TargetResult struct {
+	Target
+	// Ratio is gvs ÷ Ref: of the medians, or of the worst run
+	// (Target.EveryRun), 0 when not measured.
+	Ratio float64
+	// Runs are the per-run ratios of an EveryRun target.
+	Runs    []float64
+	Verdict string
+	// Why a target is NA: the dataplane or the row missing.
+	Why string
+}
+
+// CheckTargets checks every Target on r.
+func CheckTargets(r *Report) []TargetResult {
+	out := make([]TargetResult, 0, len(Targets))
+	for _, t := range Targets {
+		out = append(out, t.check(r))
+	}
+	return out
+}
+
+func (t Target) check(r *Report) TargetResult {
+	res := TargetResult{Target: t, Verdict: NA}
+	g, ref := r.ok("gvs"), r.ok(t.Ref)
+	switch {
+	case g == nil:
+		res.Why = "no gvs result"
+		return res
+	case ref == nil:
+		res.Why = "no " + t.Ref + " result"
+		return res
+	}
+	ok := func(q float64) bool {
+		if t.Lower {
+			return q <= t.Bound
+		}
+		return q >= t.Bound
+	}
+	if !t.EveryRun {
+		a, b := t.get(g.Metrics), t.get(ref.Metrics)
+		if a == 0 || b == 0 {
+			res.Why = "row not measured"
+			return res
+		}
+		res.Ratio, res.Verdict = a/b, Missed
+		if ok(res.Ratio) {
+			res.Verdict = Met
+		}
+		return res
+	}
+	n := min(len(g.Runs), len(ref.Runs))
+	if n == 0 {
+		res.Why = "no runs in the report"
+		return res
+	}
+	res.Verdict = Met
+	for i := range n {
+		a, b := t.get(g.Runs[i]), t.get(ref.Runs[i])
+		if a == 0 || b == 0 {
+			res.Verdict, res.Why, res.Runs = NA, fmt.Sprintf("row not measured in run %d", i+1), nil
+			return res
+		}
+		q := a / b
+		res.Runs = append(res.Runs, q)
+		if i == 0 || (t.Lower && q > res.Ratio) || (!t.Lower && q < res.Ratio) {
+			res.Ratio = q
+		}
+		if !ok(q) {
+			res.Verdict = Missed
+		}
+	}
+	return res
+}
+
+// WriteTargets writes results as an aligned table: the target, gvs's
+// ratio, and whether it is met.
+func WriteTargets(w io.Writer, results []TargetResult) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "target\tgvs ratio\tverdict\t")
+	met := 0
+	for _, r := range results {
+		op := "≥"
+		if r.Lower {
+			op = "≤"
+		}
+		name := fmt.Sprintf("%s %s %g× %s", r.Name, op, r.Bound, r.Ref)
+		if r.EveryRun {
+			name += ", every run"
+		}
+		ratio, verdict := "–", r.Verdict
+		if r.Verdict == NA {
+			verdict += " (" + r.Why + ")"
+		} else {
+			ratio = fmt.Sprintf("%.2f×", r.Ratio)
+			if len(r.Runs) > 0 {
+				runs := make([]string, len(r.Runs))
+				for i, q := range r.Runs {
+					runs[i] = fmt.Sprintf("%.2f", q)
+				}
+				ratio += " (runs " + strings.Join(runs, ", ") + ")"
+			}
+		}
+		if r.Verdict == Met {
+			met++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", name, ratio, verdict)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d of %d targets met\n", met, len(results))
+	return err
+}
