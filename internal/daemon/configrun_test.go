@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +21,6 @@ import (
 
 	"github.com/gvswitch/gvs/internal/etcdtest"
 	"github.com/gvswitch/gvs/internal/nstest"
-	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/sdn/master"
 	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
@@ -87,7 +87,7 @@ func TestRunLeavesConfig(t *testing.T) {
 }
 
 // runDaemonChild is TestRunLeavesConfig inside its namespace: it runs a
-// daemon that follows the registry until it serves its control socket,
+// daemon that follows the registry until it is ready,
 // stops it, and compares the Config it gave New with a deep copy taken
 // before.
 func runDaemonChild(t *testing.T) {
@@ -137,8 +137,8 @@ func runDaemonChild(t *testing.T) {
 		Peers:    []PeerConfig{{Name: "p", IP: "192.0.2.9", Subnet: "10.131.0.0/23"}},
 	}
 	before := jsonCopy(t, cfg)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d, err := New(cfg, log)
+	ready := &readyHandler{Handler: slog.NewTextHandler(os.Stderr, nil), once: new(sync.Once), ready: make(chan struct{})}
+	d, err := New(cfg, slog.New(ready))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,19 +149,13 @@ func runDaemonChild(t *testing.T) {
 	defer cancel()
 	runErr := make(chan error, 1)
 	go func() { runErr <- d.Run(ctx) }()
-	testutil.WaitFor(t, 60*time.Second, "the control socket", func() (bool, error) {
-		select {
-		case err := <-runErr:
-			t.Fatalf("Run: %v", err)
-		default:
-		}
-		c, err := net.Dial("unix", cfg.ControlSocket)
-		if err != nil {
-			return false, err
-		}
-		c.Close()
-		return true, nil
-	})
+	select { // Run logs it once it has made the node's state and serves
+	case <-ready.ready:
+	case err := <-runErr:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the daemon is not ready after 60s")
+	}
 	eff := d.Config()
 	// A subnet change (the registry's after a partition, as
 	// etcdsource's agent calls it) is the daemon's state too.
@@ -207,4 +201,27 @@ func jsonCopy(t *testing.T, c *Config) *Config {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// readyHandler closes ready when the daemon logs that it is ready: the
+// test's goroutine then sees what Run made before (the node's state).
+type readyHandler struct {
+	slog.Handler
+	once  *sync.Once
+	ready chan struct{}
+}
+
+func (h *readyHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "gvs-switchd ready" {
+		h.once.Do(func() { close(h.ready) })
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *readyHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &readyHandler{Handler: h.Handler.WithAttrs(as), once: h.once, ready: h.ready}
+}
+
+func (h *readyHandler) WithGroup(g string) slog.Handler {
+	return &readyHandler{Handler: h.Handler.WithGroup(g), once: h.once, ready: h.ready}
 }
