@@ -86,9 +86,11 @@ func run() error {
 	err = d.Run(ctx)
 	if errors.Is(err, daemon.ErrHandoffFallback) {
 		// The running daemon has stopped: start afresh, adopting what it
-		// left, as after a restart.
+		// left, as after a restart, with the configuration this daemon
+		// ran with: the control plane's subnet for it and what it filled
+		// in.
 		log.Warn("live upgrade failed; starting afresh", "err", err)
-		if d, err = daemon.New(cfg, log); err != nil {
+		if d, err = daemon.New(d.Config(), log); err != nil {
 			return err
 		}
 		err = d.Run(ctx)

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"os/user"
 	"runtime"
+	"slices"
 	"strconv"
 	"time"
 
@@ -212,6 +214,28 @@ type Config struct {
 	// CNINetwork names the installed network configuration ("" means
 	// DefaultCNINetwork); its file is CNIConfDir/80-NAME.conflist.
 	CNINetwork string `json:"cniNetwork,omitempty"`
+}
+
+// clone returns a deep copy of c: the daemon keeps one of its own (New),
+// so that nothing it does writes the caller's configuration.
+func (c *Config) clone() *Config {
+	n := *c
+	n.ClusterNetworks = slices.Clone(c.ClusterNetworks)
+	n.Projects = maps.Clone(c.Projects)
+	n.Peers = slices.Clone(c.Peers)
+	n.Pods = slices.Clone(c.Pods)
+	n.EtcdEndpoints = slices.Clone(c.EtcdEndpoints)
+	n.NAT = clonePtr(c.NAT)
+	n.Offload = clonePtr(c.Offload)
+	return &n
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }
 
 // MaxRxBufferBudgetMiB is the largest Config.RxBufferBudgetMiB (1 TiB).

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gvswitch/gvs/internal/control"
 	"github.com/gvswitch/gvs/internal/daemon/etcdsource"
 	"github.com/gvswitch/gvs/internal/daemon/source"
 	"github.com/gvswitch/gvs/sdn"
@@ -16,12 +17,24 @@ import (
 )
 
 // follower is the control plane the node follows, once started (src nil
-// without one), and the node's etcd identity (regTLS, nil without TLS).
+// without one), the configuration as it completed it (filled), and the
+// node's etcd identity (regTLS, nil without TLS).
 type follower struct {
-	cfg    *Config
+	cfg    *Config // the daemon's own copy, never written (New)
 	log    *slog.Logger
 	src    source.ControlPlane
+	filled atomic.Pointer[Config] // cfg with the control plane's answer; nil before it
 	regTLS atomic.Pointer[pki.Client]
+}
+
+// config returns the configuration with what the control plane filled in
+// (Config.filledFrom), or as configured before it answered or without one.
+// Neither may be written.
+func (f *follower) config() *Config {
+	if c := f.filled.Load(); c != nil {
+		return c
+	}
+	return f.cfg
 }
 
 // registrySource is the etcd registry as the node follows it: it asks for
@@ -92,16 +105,13 @@ func (d *Daemon) startControlPlane(ctx context.Context) (err error) {
 			cp.Close()
 		}
 	}()
-	d.cfg.fillFrom(b.Cluster)
-	if b.Lost.IsValid() {
-		d.node.subnet.previous, d.node.subnet.changes = b.Lost, 1
-	}
-	d.cfg.Subnet = b.Subnet.String()
-	d.node.rememberSubnet(b.Subnet)
-	n, err := d.cfg.Node()
+	filled := d.cfg.filledFrom(b.Cluster, b.Subnet)
+	d.node.startSubnet(b.Subnet, b.Lost)
+	n, err := filled.Node()
 	if err != nil {
 		return fmt.Errorf("configuration from %s: %w", from, err)
 	}
+	d.cp.filled.Store(filled)
 	if err := d.init(n, b.Projects, false); err != nil {
 		return err
 	}
@@ -139,21 +149,42 @@ func (f *follower) controlPlane() (source.ControlPlane, string, error) {
 	return cp, "the registry", err
 }
 
-// fillFrom takes what the configuration leaves out from the control
-// plane's.
-func (c *Config) fillFrom(cl source.Cluster) {
-	if len(c.ClusterNetworks) == 0 {
+// filledFrom returns a copy of c with the node's subnet the control plane
+// gave, and what c leaves out taken from the control plane's
+// configuration; c is left as it is.
+func (c *Config) filledFrom(cl source.Cluster, subnet netip.Prefix) *Config {
+	f := c.clone()
+	if len(f.ClusterNetworks) == 0 {
 		for _, cn := range cl.ClusterNetworks {
-			c.ClusterNetworks = append(c.ClusterNetworks, cn.String())
+			f.ClusterNetworks = append(f.ClusterNetworks, cn.String())
 		}
 	}
-	if c.ServiceNetwork == "" && cl.ServiceNetwork.IsValid() {
-		c.ServiceNetwork = cl.ServiceNetwork.String()
+	if f.ServiceNetwork == "" && cl.ServiceNetwork.IsValid() {
+		f.ServiceNetwork = cl.ServiceNetwork.String()
 	}
-	if c.Mode == "" {
-		c.Mode = string(cl.Mode)
+	if f.Mode == "" {
+		f.Mode = string(cl.Mode)
 	}
-	if c.VXLANPort == 0 {
-		c.VXLANPort = cl.VXLANPort
+	if f.VXLANPort == 0 {
+		f.VXLANPort = cl.VXLANPort
 	}
+	f.Subnet = subnet.String()
+	return f
+}
+
+// registryInfo describes the node's connection to etcd (nil without one).
+func (f *follower) registryInfo() *control.Registry {
+	if !f.cfg.FromRegistry() {
+		return nil
+	}
+	r := &control.Registry{Endpoints: f.cfg.EtcdEndpoints, Insecure: f.cfg.EtcdInsecure}
+	if c := f.regTLS.Load(); c != nil {
+		if cert := c.Presented(); cert != nil {
+			r.Identity, r.CertSerial, r.CertNotAfter = cert.Subject.CommonName, cert.SerialNumber.Text(16), cert.NotAfter
+		}
+	}
+	if r.Identity == "" && !r.Insecure {
+		r.Identity = pki.NodeUser(f.cfg.NodeName)
+	}
+	return r
 }

@@ -57,7 +57,11 @@ type Pod = pods.Pod
 // New builds the daemon's switch; it creates no devices yet. Without a
 // control plane the node's configuration is complete and its rule program
 // is made too; with one, Run makes it after registering.
+//
+// The daemon keeps a copy of cfg and never writes the caller's: what the
+// control plane fills in is the daemon's own state (Config returns it).
 func New(cfg *Config, log *slog.Logger) (*Daemon, error) {
+	cfg = cfg.clone()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -192,7 +196,7 @@ func (d *Daemon) setup(ctx context.Context) error {
 	n := d.node.prog.Node()
 	// vxlan0, port 1. UDP datagrams are merged toward the pods once a pod
 	// TAP shows that the kernel takes UDP super-frames (usoSeen).
-	vx, err := vxlan.Listen(vxlan.Config{Local: n.NodeIP, Port: d.cfg.VXLANPort, Peers: d.dp.peers,
+	vx, err := vxlan.Listen(vxlan.Config{Local: n.NodeIP, Port: d.cp.config().VXLANPort, Peers: d.dp.peers,
 		Offload: d.dp.offload(), Readers: d.dp.vxlanReaders(), FlowQueues: d.cfg.VXLANFlowQueues,
 		BusyPoll: d.dp.busy, Sockets: d.up.inheritedVXLAN(), Logger: d.log})
 	if err != nil {
@@ -254,6 +258,23 @@ func (d *Daemon) AddPod(ctx context.Context, pc PodConfig) (Pod, error) {
 	}
 	return d.node.pods.Add(ctx, pods.Spec{Name: pc.Name, Project: pc.Project, Netns: pc.Netns, IP: ip,
 		IfName: pc.IfName, ContainerID: pc.ContainerID, Port: pc.Port}, nil)
+}
+
+// Config returns a copy of the configuration the node runs with: New's,
+// and once the control plane answered, with what it filled in
+// (clusterNetworks, serviceNetwork, mode, vxlanPort) and the subnet it
+// gave the node last ("" while the node has none). A daemon started in
+// this one's place takes it, as gvs-switchd does when a live upgrade falls
+// back (ErrHandoffFallback), so that it asks for the same subnet.
+func (d *Daemon) Config() *Config {
+	c := d.cp.config().clone()
+	if d.cp.filled.Load() != nil {
+		c.Subnet = ""
+		if sub := d.node.currentSubnet(); sub.IsValid() {
+			c.Subnet = sub.String()
+		}
+	}
+	return c
 }
 
 // Pods lists the attached pods by port.

@@ -13,7 +13,9 @@
 //     internal/daemon/kubesource (a Kubernetes API server).
 //
 // This package holds the configuration (config.go, checked by pure
-// functions) and the Daemon, which composes four parts, each owning its
+// functions; New takes a copy of it and never writes the caller's, and
+// what the control plane fills in is the Daemon's own state, which
+// Daemon.Config returns) and the Daemon, which composes four parts, each owning its
 // state: the dataplane (dataplane.go, offload.go, conntrack.go), the
 // node's state as the control plane drives it, which is the source.Sink
 // (node.go, sink.go, labels.go, egressfw.go, subnet.go), the control

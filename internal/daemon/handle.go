@@ -8,7 +8,6 @@ import (
 
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/control"
-	"github.com/gvswitch/gvs/sdn/pki"
 	vswitch "github.com/gvswitch/gvs/vswitch"
 	"github.com/gvswitch/gvs/vxlan"
 )
@@ -70,7 +69,7 @@ func (d *Daemon) show() control.ShowResult {
 		Node: node.NodeName, NodeIP: node.NodeIP.String(), Subnet: subnetString(node.Subnet),
 		SubnetChanges: sh.changes, PreviousSubnet: sh.previousString(),
 		Mode: string(node.Mode), Version: Version(), Ports: len(d.dp.sw.Ports()), Pods: npods,
-		Rules: d.dp.table.Len(), Generation: snap.Generation(), Remotes: remotes, Registry: d.registryInfo(),
+		Rules: d.dp.table.Len(), Generation: snap.Generation(), Remotes: remotes, Registry: d.cp.registryInfo(),
 		IOEngine: d.dp.ioEngineName(), SchedSlice: d.dp.sliceState(),
 		BusyPoll: d.dp.busyState(), RxBuffers: d.dp.rxBudgetState(), Rings: d.dp.ringsState(),
 		Tunnel: d.dp.tunnelState(),
@@ -177,21 +176,4 @@ func (d *Daemon) trace(desc string) (control.TraceResult, error) {
 		res.Next = append(res.Next, control.NextHop{Node: name, NodeIP: dst.String(), Packet: flowtable.FormatFields(next)})
 	}
 	return res, nil
-}
-
-// registryInfo describes the node's connection to etcd (nil without one).
-func (d *Daemon) registryInfo() *control.Registry {
-	if !d.cfg.FromRegistry() {
-		return nil
-	}
-	r := &control.Registry{Endpoints: d.cfg.EtcdEndpoints, Insecure: d.cfg.EtcdInsecure}
-	if c := d.cp.regTLS.Load(); c != nil {
-		if cert := c.Presented(); cert != nil {
-			r.Identity, r.CertSerial, r.CertNotAfter = cert.Subject.CommonName, cert.SerialNumber.Text(16), cert.NotAfter
-		}
-	}
-	if r.Identity == "" && !r.Insecure {
-		r.Identity = pki.NodeUser(d.cfg.NodeName)
-	}
-	return r
 }

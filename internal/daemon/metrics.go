@@ -136,7 +136,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.captured, ct.Captured)
 	counter(c.captureDrops, ct.Dropped)
 	ch <- prometheus.MustNewConstMetric(c.captures, prometheus.GaugeValue, float64(ct.Active))
-	if r := c.d.registryInfo(); r != nil && !r.CertNotAfter.IsZero() {
+	if r := c.d.cp.registryInfo(); r != nil && !r.CertNotAfter.IsZero() {
 		ch <- prometheus.MustNewConstMetric(c.certExpiry, prometheus.GaugeValue, float64(r.CertNotAfter.Unix()))
 	}
 }

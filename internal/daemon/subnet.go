@@ -36,8 +36,10 @@ import (
 //
 // Remote nodes learn the new subnet through their watch of the registry.
 
-// subnetHistory records the node's subnet changes (gvsctl show, /metrics).
+// subnetHistory records the node's subnet as the control plane gives it
+// and its changes (gvsctl show, /metrics).
 type subnetHistory struct {
+	current  netip.Prefix // the node's subnet now (invalid: none, or no control plane)
 	changes  int
 	previous netip.Prefix // the last subnet the node lost
 	stale    int          // CNI leases made stale, in total
@@ -68,9 +70,8 @@ func (n *nodeState) ChangeSubnet(sub netip.Prefix) error {
 	errs := []error{n.pods.Withdraw(w.Pods)}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.cfg.Subnet = ""
+	n.subnet.current = sub
 	if sub.IsValid() {
-		n.cfg.Subnet = sub.String()
 		n.rememberSubnet(sub)
 	}
 	if old.Subnet.IsValid() {
@@ -105,6 +106,26 @@ func (n *nodeState) ChangeSubnet(sub netip.Prefix) error {
 		n.log.Warn("node subnet assigned after the loss: setup rules and tun0 reconfigured", "new", sub, "err", err)
 	}
 	return err
+}
+
+// startSubnet records the subnet the control plane gave the node at start
+// (Daemon.startControlPlane) and the one it lost while it was down, if any.
+func (n *nodeState) startSubnet(sub, lost netip.Prefix) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.subnet.current = sub
+	if lost.IsValid() {
+		n.subnet.previous, n.subnet.changes = lost, 1
+	}
+	n.rememberSubnet(sub)
+}
+
+// currentSubnet returns the subnet the control plane gave the node last
+// (invalid: none, or the node has no control plane).
+func (n *nodeState) currentSubnet() netip.Prefix {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.subnet.current
 }
 
 // subnetFile is where the node remembers its subnet across restarts: the
