@@ -136,6 +136,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			err = d.up.releaseTakeOver(in, err) // fall back: the running daemon stops
 		}
 	}()
+	d.waitRemotes(ctx)                      // the other nodes' rules first (handoff.go)
 	if err := d.up.takeOver(); err != nil { // a running daemon's descriptors and state (handoff.go)
 		return err
 	}

@@ -57,6 +57,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gvswitch/gvs/internal/daemon/source"
 	"github.com/gvswitch/gvs/internal/handoff"
 	"github.com/gvswitch/gvs/tap"
 	"github.com/gvswitch/gvs/vxlan"
@@ -69,6 +70,7 @@ const (
 	handoffPauseSw  = 2 * time.Second  // O parking its readers
 	handoffReady    = 30 * time.Second // O waiting for N to be ready
 	handoffBye      = 3 * time.Second  // N waiting for O to let go
+	handoffRemotes  = 10 * time.Second // N waiting for the control plane's first lists
 )
 
 // handoffPath is the handoff socket ("" when off).
@@ -108,6 +110,38 @@ func (d *Daemon) LingerAfterHandoff() bool { return d.cfg.AfterHandoff == "wait"
 func (d *liveUpgrade) waitHandoff() {
 	d.handingMu.Lock()
 	defer d.handingMu.Unlock()
+}
+
+// waitRemotes waits, before N connects to a running daemon, until the
+// control plane's first lists of remote nodes, project VNIDs and services
+// have reached the rule program (source.RemoteWaiter). The API server's
+// informers deliver them asynchronously, tens of milliseconds after
+// startControlPlane under load; the descriptors and the connection table
+// come over the handoff but the other nodes' tunnel rules do not, so a
+// successor that forwarded before they were in dropped the cross-node
+// traffic both ways (VXLAN from an unknown node, and to a subnet with no
+// tunnel rule) until they came: 50–80 ms on the real-node lab
+// (docs/operations.md). The running daemon forwards all the while, so
+// waiting here costs nothing. Without a handoff socket (a fresh start)
+// it does not wait. Past handoffRemotes it takes over all the same, as
+// before, and says so.
+func (d *Daemon) waitRemotes(ctx context.Context) {
+	w, ok := d.cp.src.(source.RemoteWaiter)
+	if path := d.up.handoffPath(); !ok || path == "" {
+		return
+	} else if _, err := os.Stat(path); err != nil {
+		return
+	}
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, handoffRemotes)
+	defer cancel()
+	if !w.WaitForRemotes(wctx) {
+		d.log.Warn("handoff: the control plane's remote nodes not listed; taking over without them",
+			"waited", time.Since(start).Round(time.Millisecond), "remoteNodes", d.dp.peers.Len())
+		return
+	}
+	d.log.Info("handoff: remote nodes listed; taking over", "remoteNodes", d.dp.peers.Len(),
+		"took", time.Since(start).Round(time.Microsecond))
 }
 
 // inheritance is what N received from O, until used.
@@ -333,6 +367,8 @@ func (d *liveUpgrade) finishTakeOver() error {
 	}
 	defer in.c.Close()
 	d.sw.Resume() // every port and rule is in: forward
+	d.log.Info("handoff: forwarding", "remoteNodes", d.peers.Len(), "pods", len(in.st.Pods),
+		"sinceConnect", time.Since(in.start).Round(time.Microsecond))
 	if err := in.c.Send(handoff.TypeReady, nil, nil); err != nil {
 		return fmt.Errorf("handoff: ready: %w", err)
 	}

@@ -56,7 +56,10 @@ type Follower struct {
 	mode   sdn.Mode               // the ClusterNetwork's at start
 	subnet netip.Prefix           // the node's at start
 	synced []cache.InformerSynced // the informers Follow started
-	m      *source.Mirror         // Follow's
+	// remotes: the HostSubnet, NetNamespace and Service handlers have
+	// been given the first full list (WaitForRemotes).
+	remotes []cache.InformerSynced
+	m       *source.Mirror // Follow's
 }
 
 var _ source.ControlPlane = (*Follower)(nil)
@@ -211,16 +214,23 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 	f.m = source.NewMirror(sink, source.MirrorConfig{Node: f.cfg.Node, Subnet: f.subnet, Logger: f.log})
 	hsi := f.net.HostSubnets().Informer()
 	nni := f.net.NetNamespaces().Informer()
-	_, _ = hsi.AddEventHandler(events(f.hostSubnet))
-	_, _ = nni.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	f.remotes = nil
+	if r, err := hsi.AddEventHandler(events(f.hostSubnet)); err == nil {
+		f.remotes = append(f.remotes, r.HasSynced)
+	}
+	if r, err := nni.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    f.netNamespace,
 		UpdateFunc: func(_, o any) { f.netNamespace(o) },
-	})
+	}); err == nil {
+		f.remotes = append(f.remotes, r.HasSynced)
+	}
 	go hsi.RunWithContext(ctx)
 	go nni.RunWithContext(ctx)
 	fac := informers.NewSharedInformerFactory(f.kc, 0)
 	si := fac.Core().V1().Services().Informer()
-	_, _ = si.AddEventHandler(events(f.service))
+	if r, err := si.AddEventHandler(events(f.service)); err == nil {
+		f.remotes = append(f.remotes, r.HasSynced)
+	}
 	ni := fac.Core().V1().Namespaces().Informer()
 	_, _ = ni.AddEventHandler(events(f.namespace))
 	// The node's own pods (RBAC cannot narrow the node's account to
@@ -255,6 +265,17 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 // policies that select it.
 func (f *Follower) WaitForSync(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), f.synced...)
+}
+
+// WaitForRemotes waits until the HostSubnets, NetNamespaces and Services
+// there were when Follow started have reached the sink (their handlers
+// ran, not just the informers' caches: the other nodes' tunnel rules, the
+// projects' VNIDs and the services' rules are in), or ctx ends; it reports
+// which. A daemon taking over from a running one waits for it before the
+// running one parks (internal/daemon, handoff.go): the successor would
+// otherwise forward for tens of milliseconds without the other nodes.
+func (f *Follower) WaitForRemotes(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), f.remotes...)
 }
 
 // Close stops following.

@@ -8,6 +8,7 @@
 package source
 
 import (
+	"context"
 	"net/netip"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -92,6 +93,16 @@ type PolicySink interface {
 	SetPolicy(*networkingv1.NetworkPolicy) error
 	// DeletePolicy removes one; an unknown one is not an error.
 	DeletePolicy(namespace, name string) error
+}
+
+// RemoteWaiter is a control plane that can tell when the remote nodes
+// (and the projects' VNIDs and the services) it listed first have reached
+// the sink: a daemon taking over from a running one waits for it before it
+// forwards (internal/daemon, handoff.go).
+type RemoteWaiter interface {
+	// WaitForRemotes waits until they have, or ctx ends; it reports
+	// which.
+	WaitForRemotes(ctx context.Context) bool
 }
 
 // ServiceSink receives Services, for the multitenant table 60 (a pod
