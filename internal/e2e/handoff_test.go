@@ -55,6 +55,28 @@ func pingSeqs(t *testing.T, log string) (seqs []int, at []time.Time) {
 	return seqs, at
 }
 
+// lostPings counts the sequence numbers missing from seqs (the replies
+// pingSeqs read, in any order, duplicates allowed) between the first one
+// and the highest: lost of span sent. Pings before the first reply or
+// after the last are not counted (they are the window's edges, not
+// losses). No reply: 0 of 0.
+func lostPings(seqs []int) (lost, span int) {
+	if len(seqs) == 0 {
+		return 0, 0
+	}
+	got := map[int]bool{}
+	for _, s := range seqs {
+		got[s] = true
+	}
+	lo, hi := seqs[0], slices.Max(seqs)
+	for s := lo; s <= hi; s++ {
+		if !got[s] {
+			lost++
+		}
+	}
+	return lost, hi - lo + 1
+}
+
 // tcpPair opens a TCP connection from pod a to a listener in pod b, the
 // sockets made inside the pods' namespaces (they stay there), and returns
 // both ends.
@@ -165,10 +187,6 @@ func TestHandoffUpgrade(t *testing.T) {
 	}
 	time.Sleep(2500 * time.Millisecond) // late replies (-W 2)
 	seqs, at := pingSeqs(t, log)
-	got := map[int]bool{}
-	for _, s := range seqs {
-		got[s] = true
-	}
 	var lostAll, gaps []int
 	var gapDur []time.Duration
 	for k, w := range wins {
@@ -187,12 +205,13 @@ func TestHandoffUpgrade(t *testing.T) {
 		if lo < 0 || hi < 0 {
 			t.Fatalf("upgrade %d: no reply before or after it", k+1)
 		}
-		lost := 0
-		for s := lo + 1; s < hi; s++ {
-			if !got[s] {
-				lost++
+		var in []int // the replies from lo to hi, both received
+		for _, s := range seqs {
+			if s >= lo && s <= hi {
+				in = append(in, s)
 			}
 		}
+		lost, _ := lostPings(append([]int{lo}, in...))
 		// The longest silence between two replies in the window.
 		var maxGap time.Duration
 		prev := last
@@ -307,17 +326,8 @@ func TestHandoffSuccessorFails(t *testing.T) {
 	// daemon paused for 300 ms, and frames waited in the kernel meanwhile.
 	time.Sleep(2500 * time.Millisecond)
 	seqs, _ := pingSeqs(t, log)
-	got := map[int]bool{}
-	for _, s := range seqs {
-		got[s] = true
-	}
-	lost := 0
-	for s := seqs[0]; s <= slices.Max(seqs); s++ {
-		if !got[s] {
-			lost++
-		}
-	}
-	t.Logf("pings lost over 3 failed handoffs and 1 upgrade: %d of %d", lost, slices.Max(seqs)-seqs[0]+1)
+	lost, span := lostPings(seqs)
+	t.Logf("pings lost over 3 failed handoffs and 1 upgrade: %d of %d", lost, span)
 	if lost > 4 {
 		t.Errorf("%d pings lost, want at most one per handoff", lost)
 	}
@@ -395,17 +405,8 @@ func TestHandoffWaitMode(t *testing.T) {
 	cniAll(t, c, 0, "CHECK")
 	time.Sleep(2500 * time.Millisecond)
 	seqs, _ := pingSeqs(t, log)
-	got := map[int]bool{}
-	for _, s := range seqs {
-		got[s] = true
-	}
-	lost := 0
-	for s := seqs[0]; s <= slices.Max(seqs); s++ {
-		if !got[s] {
-			lost++
-		}
-	}
-	t.Logf("2 upgrades with afterHandoff wait: %d of %d pings lost", lost, slices.Max(seqs)-seqs[0]+1)
+	lost, span := lostPings(seqs)
+	t.Logf("2 upgrades with afterHandoff wait: %d of %d pings lost", lost, span)
 	if lost > 2 {
 		t.Errorf("%d pings lost over 2 upgrades", lost)
 	}
@@ -448,21 +449,12 @@ func TestHandoffRegistry(t *testing.T) {
 		t.Errorf("TCP 4 s later: %v", err)
 	}
 	seqs, _ := pingSeqs(t, log)
-	got := map[int]bool{}
-	for _, s := range seqs {
-		got[s] = true
-	}
-	lost := 0
-	for s := seqs[0]; s <= slices.Max(seqs); s++ {
-		if !got[s] {
-			lost++
-		}
-	}
+	lost, span := lostPings(seqs)
 	lb, _ := os.ReadFile(filepath.Join(c.Lab.StateDir(), c.Nodes[0].Name+".log"))
 	if n := strings.Count(string(lb), "handoff: took over"); n != 2 {
 		t.Errorf("%d handoffs in the log, want 2", n)
 	}
-	t.Logf("2 upgrades with the etcd registry: %d of %d pings lost", lost, slices.Max(seqs)-seqs[0]+1)
+	t.Logf("2 upgrades with the etcd registry: %d of %d pings lost", lost, span)
 	if lost > 2 {
 		t.Errorf("%d pings lost over 2 upgrades", lost)
 	}

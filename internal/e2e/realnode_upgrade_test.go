@@ -431,7 +431,10 @@ func checkDaemonPods(ctx context.Context, t *testing.T, c *kubetest.Cluster, old
 		}
 		var lines []string
 		for _, l := range strings.Split(string(logs), "\n") {
-			if strings.Contains(l, "handoff") {
+			// The handoff's phases, and when the API server's other
+			// nodes reached the rules (a successor forwarding before
+			// them drops cross-node traffic both ways).
+			if strings.Contains(l, "handoff") || strings.Contains(l, "remote node added") || strings.Contains(l, "gvs-switchd ready") {
 				lines = append(lines, l)
 			}
 		}
