@@ -273,9 +273,24 @@ func (f *Follower) WaitForSync(ctx context.Context) bool {
 // projects' VNIDs and the services' rules are in), or ctx ends; it reports
 // which. A daemon taking over from a running one waits for it before the
 // running one parks (internal/daemon, handoff.go): the successor would
-// otherwise forward for tens of milliseconds without the other nodes.
+// otherwise forward for tens of milliseconds without the other nodes. It
+// looks every 5 ms (cache.WaitForCacheSync's 100 ms would hold the
+// upgrade back that long for nothing).
 func (f *Follower) WaitForRemotes(ctx context.Context) bool {
-	return cache.WaitForCacheSync(ctx.Done(), f.remotes...)
+	for {
+		synced := true
+		for _, s := range f.remotes {
+			synced = synced && s()
+		}
+		if synced {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(5 * time.Millisecond): // polling: the registrations have no channel to wait on
+		}
+	}
 }
 
 // Close stops following.
