@@ -276,7 +276,7 @@ func (d *Demo) Show(ctx context.Context) (before, after Matrix, err error) {
 		}
 	}
 	fmt.Fprint(out, after)
-	// The lab runs no cluster DNS: the commands name the Service by its ClusterIP.
+	// The demo starts no cluster DNS: the commands name the Service by its ClusterIP.
 	step("look around (the API server listens inside the lab namespace " + d.Cluster.Server.NS + ")")
 	kc := fmt.Sprintf("ip netns exec %s %s --kubeconfig %s", d.Cluster.Server.NS,
 		filepath.Join(kubetest.BinDir(), kubetest.KubectlBinary), d.Cluster.Server.Kubeconfig)
@@ -284,7 +284,11 @@ func (d *Demo) Show(ctx context.Context) (before, after Matrix, err error) {
 		"-n gvs logs ds/gvs-node", "-n " + Projects[0] + " exec deploy/web -- /agnhost connect --timeout=2s " + svc + ":80"} {
 		fmt.Fprintf(out, "  %s %s\n", kc, a)
 	}
-	fmt.Fprintln(out, "remove it all: make demo-down")
+	if d.cfg.Prefix == Prefix {
+		fmt.Fprintln(out, "remove it all: make demo-down")
+	} else {
+		fmt.Fprintln(out, "remove it all: gvs-demo down -prefix "+d.cfg.Prefix)
+	}
 	return before, after, nil
 }
 
