@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/gvswitch/gvs/internal/daemon/kubesource"
 	"github.com/gvswitch/gvs/internal/daemon/source"
@@ -79,22 +78,8 @@ func TestFollower(t *testing.T) {
 	srv := kubetest.New(t, "ks")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	nc, err := networkv1.NewForConfig(srv.Admin())
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := kubernetes.NewForConfig(srv.Admin())
-	if err != nil {
-		t.Fatal(err)
-	}
 	port := uint32(4789)
-	if _, err := nc.ClusterNetworks().Create(ctx, &networkv1.ClusterNetwork{
-		ObjectMeta:     metav1.ObjectMeta{Name: networkv1.ClusterNetworkDefault},
-		ServiceNetwork: "172.30.0.0/16", PluginName: "redhat/openshift-ovs-multitenant", VXLANPort: &port,
-		ClusterNetworks: []networkv1.ClusterNetworkEntry{{CIDR: "10.128.0.0/14", HostSubnetLength: 9}},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	nc, kc := startClusterNetwork(t, ctx, srv, "redhat/openshift-ovs-multitenant", &port)
 	hostSubnet := func(name, ip, subnet string) *networkv1.HostSubnet {
 		return &networkv1.HostSubnet{ObjectMeta: metav1.ObjectMeta{Name: name}, Host: name, HostIP: ip, Subnet: subnet}
 	}

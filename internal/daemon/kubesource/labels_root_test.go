@@ -63,21 +63,7 @@ func startFollowerLab(t *testing.T, short, plugin, hostIP string, nsLabels map[s
 	srv := kubetest.New(t, short)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	nc, err := networkv1.NewForConfig(srv.Admin())
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := kubernetes.NewForConfig(srv.Admin())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := nc.ClusterNetworks().Create(ctx, &networkv1.ClusterNetwork{
-		ObjectMeta:     metav1.ObjectMeta{Name: networkv1.ClusterNetworkDefault},
-		ServiceNetwork: "172.30.0.0/16", PluginName: plugin,
-		ClusterNetworks: []networkv1.ClusterNetworkEntry{{CIDR: "10.128.0.0/14", HostSubnetLength: 9}},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	nc, kc := startClusterNetwork(t, ctx, srv, plugin, nil)
 	if _, err := nc.HostSubnets().Create(ctx, &networkv1.HostSubnet{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
 		Host: "n1", HostIP: hostIP, Subnet: "10.128.0.0/23"}); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/gvswitch/gvs/internal/daemon/kubesource"
 	"github.com/gvswitch/gvs/internal/daemon/source"
@@ -24,22 +23,8 @@ func TestWaitForRemotes(t *testing.T) {
 	srv := kubetest.New(t, "kw")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	nc, err := networkv1.NewForConfig(srv.Admin())
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := kubernetes.NewForConfig(srv.Admin())
-	if err != nil {
-		t.Fatal(err)
-	}
 	port := uint32(4789)
-	if _, err := nc.ClusterNetworks().Create(ctx, &networkv1.ClusterNetwork{
-		ObjectMeta:     metav1.ObjectMeta{Name: networkv1.ClusterNetworkDefault},
-		ServiceNetwork: "172.30.0.0/16", PluginName: "redhat/openshift-ovs-multitenant", VXLANPort: &port,
-		ClusterNetworks: []networkv1.ClusterNetworkEntry{{CIDR: "10.128.0.0/14", HostSubnetLength: 9}},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	nc, kc := startClusterNetwork(t, ctx, srv, "redhat/openshift-ovs-multitenant", &port)
 	for i, n := range []string{"n1", "n2", "n3"} {
 		hs := &networkv1.HostSubnet{ObjectMeta: metav1.ObjectMeta{Name: n}, Host: n,
 			HostIP: []string{"192.168.61.1", "192.168.61.2", "192.168.61.3"}[i],
