@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,22 +16,7 @@ import (
 func TestHandoffFallbackRegistry(t *testing.T) {
 	c := up(t, "hfbr", cluster.Spec{Lab: lab.Spec{Nodes: 2, PodsPerNode: 1}, Mode: "subnet", CNI: true,
 		ControlPlane: cluster.ControlPlaneEmbedded})
-	a, b := c.Nodes[0].Pods[0], c.Nodes[1].Pods[0]
-	ca, cb := tcpPair(t, a, b)
-	editConfig(t, c, 0, func(m map[string]any) { m["vxlanFlowQueues"] = 4 }) // refused by the running daemon
-	if err := c.UpgradeDaemon(ctx(t), 0); err != nil {
-		t.Fatal(err)
-	}
-	if ok, out := ping(t, c.Lab, a.NS, b.IP, 56); !ok {
-		t.Errorf("after the fallback:\n%s", out)
-	}
-	if err := exchange(ca, cb, "after the fallback"); err != nil {
-		t.Errorf("TCP: %v", err)
-	}
-	lb, err := os.ReadFile(filepath.Join(c.Lab.StateDir(), c.Nodes[0].Name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lb := upgradeFallsBack(t, c)
 	if !strings.Contains(string(lb), "live upgrade failed; starting afresh") {
 		t.Error("the log has no fallback")
 	}

@@ -339,22 +339,7 @@ func TestHandoffSuccessorFails(t *testing.T) {
 // upgrade completes, traffic resumes and the TCP connection survives.
 func TestHandoffFallback(t *testing.T) {
 	c := up(t, "hfb", cluster.Spec{Lab: lab.Spec{Nodes: 2, PodsPerNode: 1}, Mode: "subnet", CNI: true})
-	a, b := c.Nodes[0].Pods[0], c.Nodes[1].Pods[0]
-	ca, cb := tcpPair(t, a, b)
-	editConfig(t, c, 0, func(m map[string]any) { m["vxlanFlowQueues"] = 4 })
-	if err := c.UpgradeDaemon(ctx(t), 0); err != nil {
-		t.Fatal(err)
-	}
-	if ok, out := ping(t, c.Lab, a.NS, b.IP, 56); !ok {
-		t.Errorf("after the fallback:\n%s", out)
-	}
-	if err := exchange(ca, cb, "after the fallback"); err != nil {
-		t.Errorf("TCP: %v", err)
-	}
-	lb, err := os.ReadFile(filepath.Join(c.Lab.StateDir(), c.Nodes[0].Name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lb := upgradeFallsBack(t, c)
 	for _, want := range []string{"asks this daemon to stop", "live upgrade failed; starting afresh", "vxlan: adopt:"} {
 		if !strings.Contains(string(lb), want) {
 			t.Errorf("the log has no %q", want)
@@ -458,4 +443,30 @@ func TestHandoffRegistry(t *testing.T) {
 	if lost > 2 {
 		t.Errorf("%d pings lost over 2 upgrades", lost)
 	}
+}
+
+// upgradeFallsBack upgrades node 0's daemon with a configuration the
+// running one refuses to hand over to (vxlanFlowQueues changed), so the
+// successor starts afresh; it checks that pod 0 of node 0 still reaches
+// pod 0 of node 1 by ping and over a TCP connection opened before, and
+// returns node 0's daemon log.
+func upgradeFallsBack(t *testing.T, c *cluster.Cluster) []byte {
+	t.Helper()
+	a, b := c.Nodes[0].Pods[0], c.Nodes[1].Pods[0]
+	ca, cb := tcpPair(t, a, b)
+	editConfig(t, c, 0, func(m map[string]any) { m["vxlanFlowQueues"] = 4 })
+	if err := c.UpgradeDaemon(ctx(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	if ok, out := ping(t, c.Lab, a.NS, b.IP, 56); !ok {
+		t.Errorf("after the fallback:\n%s", out)
+	}
+	if err := exchange(ca, cb, "after the fallback"); err != nil {
+		t.Errorf("TCP: %v", err)
+	}
+	lb, err := os.ReadFile(filepath.Join(c.Lab.StateDir(), c.Nodes[0].Name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lb
 }
