@@ -111,7 +111,7 @@ func TestFloorForwards(t *testing.T) {
 	defer srv.Stop()
 	var out []byte
 	for range 30 {
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // paces the retries while the server starts (a refused connect is retried)
 		out, err = c.Lab.Exec(ctx, a.NS, filepath.Join(bin, "gvs-bench"), "tcp-client", "-c", netip.AddrPortFrom(b.IP, 5201).String(), "-bytes", "50000000")
 		if err == nil || !bytes.Contains(out, []byte("refused")) {
 			break

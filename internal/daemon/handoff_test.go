@@ -105,11 +105,19 @@ func TestPausableListenerResume(t *testing.T) {
 	if err := l.pause(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	answer := make(chan string, 1)
-	go func() { got, _ := call(t, path, "x"); answer <- got }()
-	time.Sleep(50 * time.Millisecond)
+	// The request is connected and written while the listener is paused:
+	// it waits in the backlog, and nothing has accepted it yet.
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("x\n")); err != nil {
+		t.Fatal(err)
+	}
 	l.resume()
-	if got := <-answer; got != "x\n" {
-		t.Fatalf("after resume: %q", got)
+	if got, err := bufio.NewReader(c).ReadString('\n'); got != "x\n" {
+		t.Fatalf("after resume: %q (%v)", got, err)
 	}
 }

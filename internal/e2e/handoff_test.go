@@ -153,7 +153,7 @@ func TestHandoffUpgrade(t *testing.T) {
 	var took []time.Duration
 	const upgrades = 5
 	for k := range upgrades {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // pacing: pings run between upgrades, so each upgrade's losses stand apart
 		// During the third upgrade a CNI ADD runs: it is answered by the
 		// old daemon before it pauses, or by the new one from the same
 		// socket, never lost.
@@ -376,7 +376,7 @@ func TestHandoffWaitMode(t *testing.T) {
 		t.Fatal("no ping reply")
 	}
 	for k := range 2 {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // pacing: pings run between upgrades, so each upgrade's losses stand apart
 		if err := c.UpgradeDaemonWaiting(ctx(t), 0); err != nil {
 			t.Fatalf("upgrade %d: %v", k+1, err)
 		}
@@ -388,7 +388,7 @@ func TestHandoffWaitMode(t *testing.T) {
 		}
 	}
 	cniAll(t, c, 0, "CHECK")
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond) // waits out ping -W 2, so that every lost ping is in the log
 	seqs, _ := pingSeqs(t, log)
 	lost, span := lostPings(seqs)
 	t.Logf("2 upgrades with afterHandoff wait: %d of %d pings lost", lost, span)
@@ -420,7 +420,7 @@ func TestHandoffRegistry(t *testing.T) {
 		t.Fatal("no ping reply")
 	}
 	for k := range 2 {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // pacing: pings run between upgrades, so each upgrade's losses stand apart
 		if err := c.UpgradeDaemon(ctx(t), 0); err != nil {
 			t.Fatalf("upgrade %d: %v", k+1, err)
 		}
