@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gvswitch/gvs/internal/daemon/source"
 	"github.com/gvswitch/gvs/internal/nstest"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/master"
@@ -26,10 +27,11 @@ import (
 // countSink stands in for a node's dataplane: it records what the agent
 // would install.
 type countSink struct {
-	mu       sync.Mutex
-	remotes  map[netip.Addr]bool
-	projects map[string]uint32
-	subnets  []netip.Prefix // ChangeSubnet calls
+	source.Discard // what it does not record
+	mu             sync.Mutex
+	remotes        map[netip.Addr]bool
+	projects       map[string]uint32
+	subnets        []netip.Prefix // ChangeSubnet calls
 }
 
 func (s *countSink) ChangeSubnet(p netip.Prefix) error {

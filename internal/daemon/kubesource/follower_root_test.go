@@ -23,8 +23,9 @@ import (
 // recorder is a node as the follower drives it: what it was told, in
 // order, as text.
 type recorder struct {
-	mu     sync.Mutex
-	events []string
+	source.Discard // what it does not record
+	mu             sync.Mutex
+	events         []string
 }
 
 func (r *recorder) add(format string, args ...any) error {

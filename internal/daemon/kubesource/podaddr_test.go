@@ -15,8 +15,9 @@ import (
 
 // podSink records the pods and remote nodes a Follower hands it.
 type podSink struct {
-	pods    map[string]source.Pod
-	remotes map[netip.Addr]sdn.RemoteNode
+	source.Discard // what it does not record
+	pods           map[string]source.Pod
+	remotes        map[netip.Addr]sdn.RemoteNode
 }
 
 func newPodSink() *podSink {

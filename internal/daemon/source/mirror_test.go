@@ -21,6 +21,7 @@ import (
 // would (a remote subnet overlapping the node's) and whatever refuse
 // names.
 type fakeNode struct {
+	Discard  // what it does not record
 	subnet   netip.Prefix
 	remotes  map[netip.Addr]sdn.RemoteNode
 	pods     map[string]Pod
