@@ -27,6 +27,7 @@ import (
 // gopacket and (when installed) tshark. The pods are attached by CNI, so
 // the CNI latency histogram must have counted their ADDs.
 func TestCapture(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	c := up(t, "cap", cluster.Spec{
 		Lab:   lab.Spec{Nodes: 2, PodsPerNode: 1, Projects: []string{"alpha"}},
 		Mode:  "multitenant",

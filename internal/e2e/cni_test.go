@@ -76,6 +76,7 @@ func cniCode(err error) uint {
 }
 
 func TestCNIAddCheckDelRestart(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	c := cniCluster(t, "cni", 2)
 	cni := c.CNI()
 	list, err := c.CNIConfList(0, "1.1.0")
@@ -285,6 +286,7 @@ func TestCNIConcurrent(t *testing.T) {
 // TestCNIChainPortmap chains gvs + Debian's portmap and tuning (spec
 // 1.0.0) and reaches a pod through a HostPort from the external host.
 func TestCNIChainPortmap(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	if _, err := os.Stat(filepath.Join(cluster.DebianCNIDir, "portmap")); err != nil {
 		t.Skip("containernetworking-plugins is not installed (make deps)")
 	}
@@ -385,6 +387,7 @@ func cnitool(t *testing.T) string {
 // TestCNITool drives gvs-cni with cnitool, run in the node's namespace
 // the way an operator would: add, check, del, del.
 func TestCNITool(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	tool := cnitool(t)
 	c := cniCluster(t, "cnt", 0)
 	list, err := c.CNIConfList(0, "1.1.0")

@@ -85,6 +85,7 @@ func checkReach(t *testing.T, c *cluster.Cluster, what string) {
 // projects join/isolate` changes isolation live, and a node gone past its
 // lease is removed everywhere.
 func TestControlPlaneEmbedded(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	c := cpUp(t, "cpe", cluster.ControlPlaneEmbedded)
 	want := []string{"10.128.0.0/23", "10.129.0.0/23", "10.130.0.0/23"}
 	for i, n := range c.Nodes {
@@ -134,6 +135,7 @@ func TestControlPlaneEmbedded(t *testing.T) {
 // after etcd returns the nodes re-register with their subnets and a change
 // reaches every node.
 func TestControlPlaneExternalEtcd(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	if _, err := os.Stat(cluster.EtcdBinary); err != nil {
 		t.Skip("etcd-server is not installed")
 	}

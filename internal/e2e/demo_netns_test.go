@@ -21,6 +21,7 @@ import (
 // egress, throughput, live isolation), and that Down leaves no namespace,
 // process or state directory behind.
 func TestDemoNetns(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	needRoot(t)
 	const prefix = "gvsn-demo"
 	t.Cleanup(func() { _ = netns.Down(prefix) })

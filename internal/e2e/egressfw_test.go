@@ -25,6 +25,7 @@ import (
 // the name's record moves the rules follow (the node resolves names with
 // the lab's DNS responder every second); deleting the policy restores.
 func TestEgressFirewall(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	kubetest.Require(t)
 	c := up(t, "ef", cluster.Spec{
 		// Per node: p1 default, p2 alpha, p3 beta.
@@ -90,6 +91,7 @@ func TestEgressFirewall(t *testing.T) {
 // host through; deleting it restores. gvsctl refuses a firewall the nodes
 // could not read and stores nothing of its file.
 func TestEgressFirewallRegistry(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	c := up(t, "efr", cluster.Spec{
 		// Per node: p1 default, p2 alpha, p3 beta.
 		Lab:          lab.Spec{Nodes: 2, PodsPerNode: 3, Projects: []string{"default", "alpha", "beta"}, External: true},

@@ -23,6 +23,7 @@ import (
 // isolate, a refused join, nodes, and a restart of gvs-master that keeps
 // every VNID.
 func TestKubeMasterBinary(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	needRoot(t)
 	s := kubetest.New(t, "bin")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -23,6 +23,7 @@ import (
 // pods; with the API server stopped for a minute forwarding is unchanged,
 // and a change made after it returns arrives.
 func TestKubeMode(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	kubetest.Require(t)
 	c := up(t, "km", cluster.Spec{
 		Lab:          lab.Spec{Nodes: 2, PodsPerNode: 3, Projects: []string{"default", "alpha", "beta"}},

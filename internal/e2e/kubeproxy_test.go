@@ -34,6 +34,7 @@ import (
 // keeps a client on one of two backends (without it, both answer); a pod of
 // another project is refused.
 func TestKubeProxy(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	kubetest.Require(t)
 	c := up(t, "kp", cluster.Spec{
 		// Per node: p1 alpha, p2 beta, p3 default (global), p4 alpha.

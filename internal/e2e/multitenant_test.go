@@ -28,6 +28,7 @@ import (
 // projects default, alpha and beta, plus an external host) through the
 // foundation's checks.
 func TestMultitenant(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	c := up(t, "mt", cluster.Spec{
 		Lab:   lab.Spec{Nodes: 2, PodsPerNode: 3, Projects: []string{"default", "alpha", "beta"}, External: true},
 		Mode:  "multitenant",

@@ -20,6 +20,7 @@ import (
 // refuse is refused by gvsctl and nothing of its file is stored; deleting
 // the policies restores everything.
 func TestNetworkPolicyRegistry(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	c := up(t, "npr", cluster.Spec{
 		// Per node: p1 default, p2 alpha, p3 beta.
 		Lab:          lab.Spec{Nodes: 2, PodsPerNode: 3, Projects: []string{"default", "alpha", "beta"}},

@@ -29,6 +29,7 @@ import (
 // of allowed connections pass; the node reaches its pods; deleting the
 // policies restores everything.
 func TestNetworkPolicy(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	kubetest.Require(t)
 	c := up(t, "np", cluster.Spec{
 		// Per node: p1 default, p2 alpha, p3 beta.

@@ -35,6 +35,7 @@ import (
 // protocols at once (gvs-bench netpol-probe), and the table must match the
 // reference evaluator's, within 20 s of the change.
 func TestNetworkPolicyUpstream(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	c := up(t, "npu", cluster.Spec{
 		// Per node: x, y, z, x, y, z.
 		Lab:          lab.Spec{Nodes: 2, PodsPerNode: 6, Projects: []string{"x", "y", "z"}},

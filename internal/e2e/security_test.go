@@ -54,6 +54,7 @@ func issueTo(t *testing.T, ca *pki.CA, dir string, req pki.Request) pki.Files {
 // one, and a node's certificate writing a project or another node's
 // record are each refused; the administrator's certificate works.
 func TestRegistryRefusesTenants(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	if _, err := exec.LookPath("etcdctl"); err != nil {
 		t.Fatalf("etcdctl: %v (make deps installs etcd-client)", err)
 	}
@@ -175,6 +176,7 @@ func cniAddProject(t *testing.T, c *cluster.Cluster, name, project string) (stri
 // the node's request with a fresh VNID of its own, so the pod is isolated
 // from every other project and reachable from default.
 func TestNewProjectGetsFreshVNID(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	c := newProjectCluster(t, "newp")
 	ns, res, err := cniAddProject(t, c, "g1", "gamma")
 	if err != nil {
@@ -206,6 +208,7 @@ func TestNewProjectGetsFreshVNID(t *testing.T) {
 // CNI ADD fails with code 11 (try again later) naming the project, after
 // the node's bounded wait, and leaves no TAP, lease, rule or port behind.
 func TestUnknownProjectFailsClosed(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	c := newProjectCluster(t, "nop", "--create-projects=false")
 	var before control.ShowResult
 	if err := json.Unmarshal([]byte(ctl(t, c, 0, "-o", "json", "show")), &before); err != nil {
@@ -263,6 +266,7 @@ func TestUnknownProjectFailsClosed(t *testing.T) {
 // nodes is lost, the node presents its new certificate from its next
 // connection, and the control plane keeps working.
 func TestCertificateReplacement(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	c := up(t, "crt", cluster.Spec{
 		Lab:          lab.Spec{Nodes: 2, PodsPerNode: 2, Projects: []string{"alpha", "beta"}},
 		Mode:         "multitenant",

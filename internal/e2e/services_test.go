@@ -27,6 +27,7 @@ import (
 // kernel here has no SCTP sockets; its conntrack and NAT know SCTP). The
 // real kube-proxy is TestKubeProxy's.
 func TestServices(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	c := up(t, "svc", cluster.Spec{
 		// Per node: p1 alpha, p2 beta, p3 default (global), p4 alpha.
 		Lab:          lab.Spec{Nodes: 2, PodsPerNode: 4, Projects: []string{"alpha", "beta", "default"}, External: true},

@@ -11,6 +11,7 @@ import (
 // TestSubnetMode: in the flat mode every pod reaches every pod, whatever
 // its project.
 func TestSubnetMode(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	c := up(t, "sn", cluster.Spec{
 		Lab:   lab.Spec{Nodes: 2, PodsPerNode: 2, Projects: []string{"alpha", "beta"}},
 		Mode:  "subnet",
@@ -35,6 +36,7 @@ func TestSubnetMode(t *testing.T) {
 // TestKernelInterop: a gvs node and a node made of a Linux bridge and the
 // kernel's vxlan device (VNI 0) carry ping and TCP between their pods.
 func TestKernelInterop(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	c := up(t, "kv", cluster.Spec{
 		Lab:        lab.Spec{Nodes: 2, PodsPerNode: 1, Projects: []string{"default"}},
 		Mode:       "subnet",
