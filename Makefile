@@ -114,7 +114,7 @@ check: vet docs ## the quick check for contributors, no root needed: gofmt, go v
 	$(GO) test -short -timeout 10m $(TESTPKGS)
 	@echo "make check: all passed"
 
-docs: ## check that the links and repository paths in README.md and docs/*.md exist
+docs: ## check that the links and repository paths in every committed *.md (README.md, docs/, bench/results/) exist
 	$(GO) test -count=1 ./internal/docscheck/
 
 # make test runs its tests in two lanes at once. The real-node lane
