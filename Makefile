@@ -115,7 +115,7 @@ check: vet docs ## the quick check for contributors, no root needed: gofmt, go v
 	$(GO) test -short -vet=off -timeout 10m $(TESTPKGS)
 	@echo "make check: all passed"
 
-docs: ## check that the links and repository paths in README.md and docs/*.md exist
+docs: ## check that the links and repository paths in every committed *.md (README.md, docs/, bench/results/) exist
 	$(GO) test -count=1 ./internal/docscheck/
 
 # make test runs its tests in two lanes at once. The real-node lane
@@ -194,7 +194,7 @@ fuzz-long: ## fuzz every target for longer (5 million executions each)
 bench: ## Go benchmarks of the data path (allocs included)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./flowtable/ ./vxlan/ ./tap/ ./packet/ ./vswitch/ ./conntrack/
 
-bench-compare: deps build ## gvs vs kernel vs Open vSwitch on the same lab topology (as root; writes bench-compare.json/.svg)
+bench-compare: deps build ## gvs vs the floor, the kernel and Open vSwitch on the same lab topology (as root; writes bench-compare.json/.svg; docs/benchmarks.md)
 	$(BIN)/gvs-bench compare -runs 3 -o bench-compare.json -plot bench-compare.svg
 
 demo: deps build $(if $(filter kube netpol cluster,$(MODE)),kube-tools) $(if $(filter cluster,$(MODE)),kube-images image) ## bring up a 2-node demo cluster in network namespaces (as root); MODE=kube: with a Kubernetes API server; MODE=netpol: that in networkpolicy mode; MODE=cluster: real Kubernetes nodes (containerd, kubelet), gvs installed with kubectl

@@ -503,7 +503,7 @@ var errSendTimeout = fmt.Errorf("no send buffer space for %v: %w", sendTimeout, 
 // sendTimeout). In the netpoller, every packet buffer the kernel frees
 // (sock_wfree, at each hop of the underlay) signals write space to Go's
 // epoll set and wakes its poller thread for an event nobody waits on; that
-// was ≈ 2 % of the machine under one TCP stream (docs/benchmarks.md).
+// was ≈ 2 % of the machine under one TCP stream (bench/results/history.md).
 func openTx(local [4]byte, port int) (txSocket, error) {
 	tv := unix.NsecToTimeval(sendTimeout.Nanoseconds())
 	f, rc, err := blockingUDP("vxlan-tx", &unix.SockaddrInet4{Addr: local, Port: port},

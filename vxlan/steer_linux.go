@@ -12,7 +12,7 @@ package vxlan
 // sharing a send socket 1 in SendSockets as well, a sparse flow sat in a
 // given bulk flow's socket in about 1 draw of 5 with 16 send sockets and 8
 // flow queues (1/16 + 15/16 × 1/8), for as long as both daemons ran.
-// (docs/benchmarks.md measured one such draw: a UDP probe's p99 of 14 ms
+// (bench/results/history.md measured one such draw: a UDP probe's p99 of 14 ms
 // under a TCP stream, against 2.3 ms for a ping beside it.)
 //
 // Two things together take the chance out:

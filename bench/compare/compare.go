@@ -111,7 +111,7 @@ type Config struct {
 // rtt_ping_sparse_*: ping alone, one request every 200 ms, the way ping is
 // run by hand (the idle reference of the RTT target, ≈0.12 ms for the
 // kernel, is of this kind: between two requests every CPU goes idle;
-// docs/benchmarks.md).
+// bench/results/history.md).
 type Metrics struct {
 	TCP1Gbps    float64 `json:"tcp1_gbps"`
 	TCP4Gbps    float64 `json:"tcp4_gbps"`

@@ -12,7 +12,7 @@
 // frames to port A; A's ingress redirects each frame to port B's egress
 // (tc u32 + mirred, in the writer's own system call); user space reads them
 // back from B. A frame's cost is therefore one transmit, one receive and
-// the same kernel glue for every mechanism. See docs/benchmarks.md, "I/O
+// the same kernel glue for every mechanism. See bench/results/history.md, "I/O
 // engine candidates".
 //
 // Everything here needs root and runs inside namespaces it creates.

@@ -14,5 +14,5 @@
 // support, so Open with ZeroCopy fails (ErrZeroCopy) and the kernel copies
 // each frame between the skb and the UMEM. A frame is at most one UMEM
 // frame (no TSO super-frames). Not wired into the switch: see
-// docs/benchmarks.md, "I/O engine candidates".
+// bench/results/history.md, "I/O engine candidates".
 package afxdp

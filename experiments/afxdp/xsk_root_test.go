@@ -46,7 +46,7 @@ func lab(tb testing.TB, back bool, cfg afxdp.Config) (a, b *afxdp.Socket) {
 // them, intact and in order, on the other, over more frames than the fill
 // ring holds (so Release recycles them). Driver mode only: in generic (SKB)
 // mode the frames reach the veth but are not redirected in this lab (not
-// investigated; docs/benchmarks.md).
+// investigated; bench/results/history.md).
 func TestLoop(t *testing.T) {
 	for _, skb := range []bool{false} {
 		a, b := lab(t, false, afxdp.Config{Frames: 256, RingSize: 64, SKBMode: skb})

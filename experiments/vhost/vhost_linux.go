@@ -6,7 +6,7 @@
 // (Linux 6.18 in a Firecracker VM) CONFIG_VHOST_NET is not set and the
 // kernel has no modules, so /dev/vhost-net does not exist and nothing
 // could be tested. What the engine would do, for phase 2 on a kernel that
-// has it (docs/benchmarks.md, "I/O engine candidates"):
+// has it (bench/results/history.md, "I/O engine candidates"):
 //
 //  1. open /dev/vhost-net; VHOST_SET_OWNER (the calling process's mm is
 //     the one the rings and buffers live in); VHOST_GET_FEATURES and

@@ -183,7 +183,7 @@ type Config struct {
 	// nothing on a sparse or idle queue (package busypoll). BusyPollers is
 	// how many readers may poll at once (0: one fewer than the CPUs).
 	// Polling saves wake-ups at the cost of CPU time the pods could use;
-	// docs/benchmarks.md ("Busy polling") has what it gave and cost on 2
+	// bench/results/history.md ("Busy polling") has what it gave and cost on 2
 	// vCPUs.
 	BusyPoll    string `json:"busyPoll,omitempty"`
 	BusyPollers int    `json:"busyPollers,omitempty"`
@@ -198,7 +198,7 @@ type Config struct {
 	// the kernel's scheduler (with SchedSlice) decides who gets a CPU.
 	// Once set, Go no longer follows a later change of the daemon's CPU
 	// limit (a cgroup quota); a restart picks it up.
-	// docs/benchmarks.md ("Go processors") has what it gave.
+	// bench/results/history.md ("Go processors") has what it gave.
 	GoMaxProcs int `json:"goMaxProcs,omitempty"`
 	// RxBufferBudgetMiB bounds, in MiB, the memory the receive rings of
 	// all pod queues may hold in frame buffers at once (port.Budget): 0

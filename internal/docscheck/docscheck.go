@@ -1,5 +1,6 @@
 // Package docscheck checks that the documentation's references hold: every
-// relative Markdown link in README.md and docs/*.md names a file of the
+// relative Markdown link in the repository's Markdown files (README.md,
+// docs/*.md, bench/results/*.md: every *.md git tracks) names a file of the
 // repository (and, with an anchor into a Markdown file, one of its headings),
 // and every repository path the prose names in backticks exists. Its test
 // runs the check on the repository (make check, make test).
@@ -21,6 +22,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -41,22 +43,66 @@ func (p Problem) String() string {
 	return fmt.Sprintf("%s:%d: %s: %s", p.File, p.Line, p.Ref, p.Why)
 }
 
-// Docs lists the Markdown files the check reads: README.md and docs/*.md,
-// relative to root.
+// Docs lists the Markdown files the check reads, relative to root: every
+// *.md file git tracks (git ls-files), so that a document anywhere in the
+// repository (README.md, docs/, bench/results/) is held to the same rules.
+// Without git or outside a repository it walks the tree instead, leaving
+// out hidden directories and the build output .gitignore names at the
+// root.
 func Docs(root string) ([]string, error) {
-	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		return nil, err
-	}
-	out := []string{"README.md"}
-	for _, d := range docs {
-		rel, err := filepath.Rel(root, d)
-		if err != nil {
-			return nil, err
+	var out []string
+	cmd := exec.Command("git", "-C", root, "ls-files", "-z", "--", "*.md")
+	if b, err := cmd.Output(); err == nil {
+		for _, f := range strings.Split(string(b), "\x00") {
+			if f == "" {
+				continue
+			}
+			// A tracked file deleted in the work tree is not a document
+			// any more.
+			if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(f))); err == nil {
+				out = append(out, f)
+			}
 		}
-		out = append(out, filepath.ToSlash(rel))
+		sort.Strings(out)
+		return out, nil
 	}
-	return out, nil
+	ignored := rootIgnored(root)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if rel != "." && (strings.HasPrefix(d.Name(), ".") || ignored[rel]) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(rel, ".md") {
+			out = append(out, rel)
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out, err
+}
+
+// rootIgnored returns the entries .gitignore anchors at the root ("/bin/"):
+// build output, never the repository's.
+func rootIgnored(root string) map[string]bool {
+	ignored := map[string]bool{".git": true}
+	if b, err := os.ReadFile(filepath.Join(root, ".gitignore")); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "/") {
+				ignored[strings.Trim(l, "/ ")] = true
+			}
+		}
+	}
+	return ignored
 }
 
 // Check checks the given Markdown files (relative to root) and returns the
@@ -86,15 +132,7 @@ type checker struct {
 
 func newChecker(root string) (*checker, error) {
 	c := &checker{root: root, top: map[string]bool{}, goFiles: map[string]bool{}, headings: map[string]map[string]bool{}}
-	ignored := map[string]bool{".git": true}
-	if b, err := os.ReadFile(filepath.Join(root, ".gitignore")); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			// Only the root-anchored names ("/bin/"): build output.
-			if strings.HasPrefix(l, "/") {
-				ignored[strings.Trim(l, "/ ")] = true
-			}
-		}
-	}
+	ignored := rootIgnored(root)
 	ents, err := os.ReadDir(root)
 	if err != nil {
 		return nil, err

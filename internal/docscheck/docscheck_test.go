@@ -1,6 +1,7 @@
 package docscheck
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -25,8 +26,8 @@ func repoRoot(t *testing.T) string {
 	}
 }
 
-// TestDocs checks README.md and docs/*.md: relative links, anchors and
-// backticked repository paths.
+// TestDocs checks every Markdown file of the repository (Docs): relative
+// links, anchors and backticked repository paths.
 func TestDocs(t *testing.T) {
 	root := repoRoot(t)
 	docs, err := Docs(root)
@@ -122,5 +123,57 @@ func TestPackageTable(t *testing.T) {
 		if !rows[p] {
 			t.Errorf("README.md's table has no row naming `%s`", p)
 		}
+	}
+}
+
+// TestDocsList checks which files Docs hands the check: in the repository,
+// README.md and every docs/*.md among git's Markdown files; in a tree that
+// is no git repository, every *.md but hidden directories' and root-ignored
+// build output's.
+func TestDocsList(t *testing.T) {
+	root := repoRoot(t)
+	docs, err := Docs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, d := range docs {
+		got[d] = true
+	}
+	want, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, filepath.Join(root, "README.md"))
+	for _, w := range want {
+		rel, _ := filepath.Rel(root, w)
+		if !got[filepath.ToSlash(rel)] {
+			t.Errorf("Docs(%s) does not list %s", root, rel)
+		}
+	}
+
+	tree := t.TempDir()
+	for name, body := range map[string]string{
+		".gitignore":           "/bin/\n",
+		"README.md":            "# X\n",
+		"bench/results/r.md":   "# R\n",
+		"bin/out.md":           "# build output\n",
+		".hidden/h.md":         "# hidden\n",
+		"bench/results/r.json": "{}\n",
+	} {
+		p := filepath.Join(tree, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	docs, err = Docs(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(docs) != "[README.md bench/results/r.md]" {
+		t.Errorf("Docs of a tree without git = %v, want [README.md bench/results/r.md]", docs)
 	}
 }

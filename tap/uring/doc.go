@@ -10,7 +10,7 @@
 // needs (port.ErrMoveReader); PortConfig.Always keeps them. Supported probes the kernel once; NewPort fails with
 // ErrUnsupported where the kernel lacks what it needs (Linux 6.7).
 //
-// Engine is the phase-1 prototype the benchmarks in docs/benchmarks.md
+// Engine is the phase-1 prototype the benchmarks in bench/results/history.md
 // ("I/O engine candidates") measured: frames are received with one multishot read
 // (IORING_OP_READ_MULTISHOT) into a ring of buffers the engine owns
 // (IORING_REGISTER_PBUF_RING) and lent to the caller, and written in
