@@ -20,3 +20,4 @@ func (s *countSink) SetService(sdn.Service) error                               
 func (s *countSink) DeleteService(string, string) error                          { return nil }
 func (s *countSink) SetEgressFirewall(string, string, []source.EgressRule) error { return nil }
 func (s *countSink) DeleteEgressFirewall(string, string) error                   { return nil }
+func (s *countSink) SetMulticast(string, bool) error                             { return nil }

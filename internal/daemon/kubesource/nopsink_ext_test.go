@@ -17,3 +17,4 @@ func (r *recorder) SetPolicy(*networkingv1.NetworkPolicy) error                 
 func (r *recorder) DeletePolicy(string, string) error                           { return nil }
 func (r *recorder) SetEgressFirewall(string, string, []source.EgressRule) error { return nil }
 func (r *recorder) DeleteEgressFirewall(string, string) error                   { return nil }
+func (r *recorder) SetMulticast(string, bool) error                             { return nil }

@@ -16,3 +16,4 @@ func (s *podSink) SetService(sdn.Service) error                                {
 func (s *podSink) DeleteService(string, string) error                          { return nil }
 func (s *podSink) SetEgressFirewall(string, string, []source.EgressRule) error { return nil }
 func (s *podSink) DeleteEgressFirewall(string, string) error                   { return nil }
+func (s *podSink) SetMulticast(string, bool) error                             { return nil }
