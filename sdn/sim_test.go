@@ -361,8 +361,13 @@ func TestProgramBehaviour(t *testing.T) {
 // that VNID opted in, and only from a known node; a global project's
 // (VNID 0) stays in VNID 0; nothing crosses VNIDs.
 func TestMulticastOptIn(t *testing.T) {
-	cfg := sampleNode(ModeMultitenant)
-	rules := append(sampleProgram(t, ModeMultitenant), must(t)(MulticastRules(cfg, 10, []uint32{4, 6}))...)
+	t.Run("multitenant", func(t *testing.T) { multicastOptIn(t, ModeMultitenant) })
+	t.Run("networkpolicy", func(t *testing.T) { multicastOptIn(t, ModeNetworkPolicy) })
+}
+
+func multicastOptIn(t *testing.T, mode Mode) {
+	cfg := sampleNode(mode)
+	rules := append(sampleProgram(t, mode), must(t)(MulticastRules(cfg, 10, []uint32{4, 6}))...)
 	rules = append(rules, must(t)(MulticastRules(cfg, 0, []uint32{3}))...)
 	sim := newSimulator(t, rules)
 	group := netip.MustParseAddr("224.1.1.1")
