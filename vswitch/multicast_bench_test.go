@@ -10,11 +10,10 @@ import (
 )
 
 // mcastFrames is how many frames the multicast worker processes per batch:
-// each frame of an opted-in VNID takes a copy per extra destination, from
-// the worker's spareBuffers, so a batch holds only as many as its spare
-// buffers cover (more are dropped with DropNoBuffer, a limit the docs
-// state).
-const mcastFrames = 2
+// a whole batch, each frame of which takes 3 copies from the worker's 8
+// spare buffers (the worker writes out what it has queued when they run
+// short).
+const mcastFrames = 64
 
 // multicastWorker returns a worker for local pod 0's port of a churnNode
 // with 100 pods and 3 remote nodes, whose VNID (1, shared with pod 50)
