@@ -29,33 +29,36 @@ var (
 
 // TestMulticast: multicast per project across nodes, in both control-plane
 // modes (Kubernetes: the NetNamespace annotation, written by gvsctl; the
-// etcd registry: the project record, by gvsctl). Receivers are UDP sockets
+// etcd registry: the project record, by gvsctl), in multitenant mode and,
+// with Kubernetes, in networkpolicy mode (where multicast takes the
+// connection-tracking path). Receivers are UDP sockets
 // that join the group (IP_ADD_MEMBERSHIP) inside the pods' namespaces, the
 // sender a UDP socket in a pod's: nothing is crafted except the underlay
 // attacker's VXLAN.
 func TestMulticast(t *testing.T) {
 	for _, mode := range []struct {
-		name, short, plane string
+		name, short, plane, mode string
 	}{
-		{"kube", "mck", cluster.ControlPlaneKube},
-		{"registry", "mce", cluster.ControlPlaneEmbedded},
+		{"kube", "mck", cluster.ControlPlaneKube, "multitenant"},
+		{"registry", "mce", cluster.ControlPlaneEmbedded, "multitenant"},
+		{"kube-networkpolicy", "mcn", cluster.ControlPlaneKube, "networkpolicy"},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			if mode.plane == cluster.ControlPlaneKube {
 				kubetest.Require(t)
 			}
-			multicastSuite(t, mode.short, mode.plane)
+			multicastSuite(t, mode.short, mode.plane, mode.mode)
 		})
 	}
 }
 
-// multicastSuite runs the multicast checks on a two-node multitenant
-// cluster with the control plane plane. Per node: p1 default (VNID 0),
-// p2 alpha, p3 beta, p4 alpha.
-func multicastSuite(t *testing.T, short, plane string) {
+// multicastSuite runs the multicast checks on a two-node cluster in mode
+// with the control plane plane. Per node: p1 default (VNID 0), p2 alpha,
+// p3 beta, p4 alpha.
+func multicastSuite(t *testing.T, short, plane, mode string) {
 	c := up(t, short, cluster.Spec{
 		Lab:          lab.Spec{Nodes: 2, PodsPerNode: 4, Projects: []string{"default", "alpha", "beta", "alpha"}, External: true},
-		Mode:         "multitenant",
+		Mode:         mode,
 		ControlPlane: plane,
 		CNI:          plane == cluster.ControlPlaneKube,
 	})
