@@ -16,17 +16,20 @@ import (
 const mcastFrames = 64
 
 // multicastWorker returns a worker for local pod 0's port of a churnNode
-// with 100 pods and 3 remote nodes, whose VNID (1, shared with pod 50)
+// with 100 pods and nodes remote nodes, whose VNID (1, shared with pod 50)
 // opted in to multicast, loaded with mcastFrames UDP frames to 239.1.2.3:
-// each goes to the 3 remote nodes (table 111) and to pod 50 (table 120).
-// It also returns the pod port and the tunnel's sinks.
-func multicastWorker(tb testing.TB) (w *worker, pods, tunnel *discardPort) {
+// each goes to every remote node (table 111) and to pod 50 (table 120).
+// It also returns the pod port and the tunnel's sink.
+func multicastWorker(tb testing.TB, nodes int) (w *worker, pods *discardPort, tunnel *tunnelSink) {
 	tb.Helper()
 	var ps []sdn.Pod
 	for i := range 100 {
 		ps = append(ps, churnPod(i))
 	}
-	remotes := []sdn.RemoteNode{churnRemote(1), churnRemote(2), churnRemote(3)}
+	var remotes []sdn.RemoteNode
+	for j := range nodes {
+		remotes = append(remotes, churnRemote(1+j))
+	}
 	rs, err := sdn.Program(churnNode, ps, remotes)
 	if err != nil {
 		tb.Fatal(err)
@@ -49,12 +52,11 @@ func multicastWorker(tb testing.TB) (w *worker, pods, tunnel *discardPort) {
 		tb.Fatal(err)
 	}
 	pods = &discardPort{}
-	tunnel = &discardPort{tunnel: true}
-	vx := framingPort{tunnel, testFramer{}}
+	tunnel = &tunnelSink{discardPort: discardPort{tunnel: true}, dsts: map[[4]byte]int{}}
 	m := portMap{
 		src.Port:      {no: src.Port, q: []Port{pods}},
 		peer.Port:     {no: peer.Port, q: []Port{pods}},
-		sdn.PortVXLAN: {no: sdn.PortVXLAN, q: []Port{vx}, caps: vx.Caps(), framer: vx},
+		sdn.PortVXLAN: {no: sdn.PortVXLAN, q: []Port{tunnel}, caps: tunnel.Caps()},
 	}
 	sw.ports.Store(&m)
 	w = sw.newWorker(m[src.Port], pods)
@@ -68,11 +70,25 @@ func multicastWorker(tb testing.TB) (w *worker, pods, tunnel *discardPort) {
 	return w, pods, tunnel
 }
 
+// tunnelSink is a tunnel port that counts the frames written to each
+// tunnel endpoint.
+type tunnelSink struct {
+	discardPort
+	dsts map[[4]byte]int
+}
+
+func (p *tunnelSink) Write(bufs [][]byte, meta []port.Meta, off int) (int, error) {
+	for _, m := range meta[:len(bufs)] {
+		p.dsts[m.Tunnel.Addr]++
+	}
+	return p.discardPort.Write(bufs, meta, off)
+}
+
 // TestMulticastPathAllocs: a frame of an opted-in VNID reaches every
 // remote node and the other local pod of its VNID, and processing it
 // allocates nothing.
 func TestMulticastPathAllocs(t *testing.T) {
-	w, pods, tunnel := multicastWorker(t)
+	w, pods, tunnel := multicastWorker(t, 3)
 	w.process(mcastFrames)
 	if pods.n != mcastFrames || tunnel.n != 3*mcastFrames {
 		t.Fatalf("%d frames: %d to pods, %d into the tunnel; want %d and %d",
@@ -83,12 +99,34 @@ func TestMulticastPathAllocs(t *testing.T) {
 	}
 }
 
+// TestMulticastManyNodes: head-end replication to 40 remote nodes, far
+// more copies per batch than a worker has spare buffers: every frame of a
+// batch reaches every node once, and the local pod, none dropped.
+func TestMulticastManyNodes(t *testing.T) {
+	const nodes = 40
+	w, pods, tunnel := multicastWorker(t, nodes)
+	w.process(mcastFrames)
+	if pods.n != mcastFrames || tunnel.n != nodes*mcastFrames {
+		t.Fatalf("%d frames: %d to pods, %d into the tunnel; want %d and %d",
+			mcastFrames, pods.n, tunnel.n, mcastFrames, nodes*mcastFrames)
+	}
+	for j := range nodes {
+		ip := churnRemote(1 + j).IP.As4()
+		if n := tunnel.dsts[ip]; n != mcastFrames {
+			t.Errorf("node %v got %d frames, want %d", ip, n, mcastFrames)
+		}
+	}
+	if d := w.s.drops[DropNoBuffer].n.Load() + w.s.drops[DropTooManyOutputs].n.Load(); d != 0 {
+		t.Errorf("%d copies dropped", d)
+	}
+}
+
 // BenchmarkMulticast: the per-frame cost of a multicast frame of an
 // opted-in VNID through the whole rule program of a multitenant node, out
 // to 3 remote nodes (head-end replication: 3 tunnel copies) and one local
 // pod; ns/frame counts the frame, not its copies.
 func BenchmarkMulticast(b *testing.B) {
-	w, _, _ := multicastWorker(b)
+	w, _, _ := multicastWorker(b, 3)
 	b.ReportAllocs()
 	for b.Loop() {
 		w.process(mcastFrames)
