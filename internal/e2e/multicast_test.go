@@ -60,7 +60,9 @@ func multicastSuite(t *testing.T, short, plane, mode string) {
 		Lab:          lab.Spec{Nodes: 2, PodsPerNode: 4, Projects: []string{"default", "alpha", "beta", "alpha"}, External: true},
 		Mode:         mode,
 		ControlPlane: plane,
-		CNI:          plane == cluster.ControlPlaneKube,
+		// CNI pods keep their (persistent) TAPs, and the receivers their
+		// sockets, across a restart of the daemon.
+		CNI: true,
 	})
 	n0, n1 := c.Nodes[0].Pods, c.Nodes[1].Pods
 	def0, alpha0, beta0, alpha0b := n0[0], n0[1], n0[2], n0[3]
@@ -238,6 +240,16 @@ func multicastSuite(t *testing.T, short, plane, mode string) {
 		only(t, "beta still enabled", beta0, beta1)
 		setMulticast(t, true, "alpha")
 		only(t, "alpha enabled again", alpha1, alpha0, alpha0b, alpha1b)
+	})
+	t.Run("after-restart", func(t *testing.T) {
+		// A node restarted takes the opt-ins from the control plane
+		// again.
+		if err := c.RestartDaemon(ctx(t), 1); err != nil {
+			t.Fatal(err)
+		}
+		only(t, "alpha after n2 restarted", alpha1, alpha0, alpha0b, alpha1b)
+		only(t, "beta after n2 restarted", beta0, beta1)
+		only(t, "the global project after n2 restarted", def1, def0)
 	})
 	if t.Failed() {
 		for i := range c.Nodes {
