@@ -68,8 +68,12 @@ const (
 )
 
 // MaxOutputs is the most outputs one pipeline run may produce; further output
-// actions are ignored and counted as dropped (DropTooManyOutputs).
-const MaxOutputs = 8
+// actions are ignored and counted as dropped (DropTooManyOutputs). It
+// bounds multicast's head-end replication (a copy per remote node, then
+// one per local pod of the VNID: OpenShift's table 111), hence 64; the
+// exact-match cache keeps only verdicts of a few outputs, so a Verdict's
+// size costs a worker's memory, not a cache entry's.
+const MaxOutputs = 64
 
 // MaxHits is the most rules one pipeline run records for counter attribution;
 // a pipeline deeper than this stops (DropLoop).

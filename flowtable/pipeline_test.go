@@ -3,6 +3,7 @@ package flowtable
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -148,7 +149,7 @@ func TestActions(t *testing.T) {
 		"table=5, priority=10, reg0=0x5, actions=load:0xabc->NXM_NX_TUN_ID[0..31],set_field:10.0.0.9->tun_dst,output:1,move:NXM_NX_REG0[0..15]->NXM_NX_REG3[16..31]",
 		"table=9, priority=10, reg3=0x50000, actions=set_field:0a:00:00:00:00:01->eth_dst,output:4,output:3,resubmit(,7),in_port",
 		"table=0, priority=10, in_port=8, actions=resubmit(,0)",
-		"table=0, priority=10, in_port=9, actions=output:1,output:2,output:4,output:5,output:6,output:7,output:10,output:11,output:12",
+		"table=0, priority=10, in_port=9, actions="+manyOutputs(MaxOutputs+1),
 		"table=0, priority=10, in_port=10, actions=note:aa,load:0x1->NXM_NX_REG0[]",
 		"table=0, priority=10, in_port=11, actions=goto_table:1",
 	)
@@ -605,4 +606,13 @@ func TestConcurrentReaders(t *testing.T) {
 			t.Fatal(e)
 		}
 	}
+}
+
+// manyOutputs returns n output actions to ports 100 onwards.
+func manyOutputs(n int) string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "output:" + strconv.Itoa(100+i)
+	}
+	return strings.Join(out, ",")
 }

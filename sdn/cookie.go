@@ -13,6 +13,7 @@ import (
 //	0x2_AABBCCDD  a remote node, keyed by its underlay IPv4 address
 //	0x3_00VVVVVV  a VNID's isolation rules (multitenant table 80)
 //	0x4_00VVVVVV  a VNID's multicast rules (tables 110 and 120)
+//	0x4_01000000  the multicast fan-out to the remote nodes (table 111)
 //	0x5_AABBCCDD  a local pod's NetworkPolicy ingress rules (table 80), by its IPv4
 //	0x6_AABBCCDD  a local pod's NetworkPolicy egress rules (table 27), by its IPv4
 //	0x7_AABBCCDD  a service, keyed by its ClusterIP (multitenant table 60)
@@ -65,6 +66,11 @@ func NodeFilter(ip netip.Addr) string { return CookieFilter(NodeCookie(ip)) }
 // MulticastCookie returns the cookie of the multicast rules of VNID v
 // (MulticastRules).
 func MulticastCookie(v uint32) uint64 { return cookieClassMcast | uint64(v&MaxVNID) }
+
+// MulticastFanoutCookie is the cookie of table 111's head-end replication
+// (MulticastFanoutRules): in the multicast class, with a key no VNID has
+// (VNIDs have 24 bits).
+const MulticastFanoutCookie = cookieClassMcast | 1<<24
 
 // VNIDFilter returns the del-flows filter that removes the isolation rules
 // of VNID v (VNIDRules), for when no local pod uses it any more.

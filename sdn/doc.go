@@ -15,14 +15,16 @@
 //     the pod's VNID), pods coming back from the host.
 //  3. Tables 27 and 30 are NetworkPolicy hooks (pass-through here).
 //  4. Table 31 routes by destination to 40/70 (local pod), 50/90 (remote
-//     subnet, VXLAN with VNI = reg0), 60 (services, tun0), 110/120
-//     (multicast) or 99–101 (egress through tun0, masqueraded by the host).
+//     subnet, VXLAN with VNI = reg0), 60 (services, tun0), 110/111/120
+//     (multicast: a copy to every remote node, then the local pods of the
+//     VNID) or 99–101 (egress through tun0, masqueraded by the host).
 //  5. Table 80 enforces isolation between VNIDs and outputs to reg2.
 //  6. Table 253 holds the version note "MM.VV".
 //
-// SetupRules, PodRules, NodeRules, VNIDRules and MulticastRules are pure
-// functions of their arguments; each dynamic rule set carries a cookie
-// (PodCookie, NodeCookie, VNIDCookie, MulticastCookie) so that it can be
+// SetupRules, PodRules, NodeRules, VNIDRules, MulticastRules and
+// MulticastFanoutRules are pure functions of their arguments; each dynamic
+// rule set carries a cookie (PodCookie, NodeCookie, VNIDCookie,
+// MulticastCookie, MulticastFanoutCookie) so that it can be
 // removed as one (PodFilter, NodeFilter, VNIDFilter). They return an error,
 // and no rules, for input the validation functions (NodeConfig.Validate,
 // CheckPod, CheckRemote) refuse and that cannot be written as rules.

@@ -3,6 +3,7 @@ package sdn
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 
 	"github.com/gvswitch/gvs/conntrack"
@@ -13,7 +14,7 @@ import (
 // version note in table 253. It must change whenever the rules produced by
 // the generators change: the golden test pins the hash of the program's
 // text (Text) to it.
-const RuleVersion = 5
+const RuleVersion = 6
 
 // The tables of the rule program (docs/openshift-rules.md).
 const (
@@ -35,6 +36,7 @@ const (
 	TableEgressFW         = 100 // egress firewall (keyed by reg0)
 	TableEgressIP         = 101 // egress IP; default NAT egress via tun0
 	TableMulticastOut     = 110 // multicast from local pods, per-VNID opt-in
+	TableMulticastFanout  = 111 // multicast to every remote node (head-end replication)
 	TableMulticastDeliver = 120 // multicast delivery to local pods
 	TableVersion          = 253 // version note
 )
@@ -275,8 +277,12 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 	b.Add(TableEgressFW, 0, 0, nil, gotoTable(TableEgressIP))
 	b.Add(TableEgressIP, 0, 0, nil, outputTun0())
 
-	// Tables 110, 120: multicast, dropped unless a VNID opts in (MulticastRules).
+	// Tables 110, 111, 120: multicast, dropped unless a VNID opts in
+	// (MulticastRules); table 111 copies it to every remote node
+	// (MulticastFanoutRules) and, without remote nodes, only passes it on
+	// to the local delivery.
 	b.Add(TableMulticastOut, 0, 0, nil, drop...)
+	b.Add(TableMulticastFanout, 0, 0, nil, gotoTable(TableMulticastDeliver))
 	b.Add(TableMulticastDeliver, 0, 0, nil, drop...)
 
 	// Table 253: version note.
@@ -347,13 +353,17 @@ func VNIDRules(cfg NodeConfig, v uint32) ([]*flowtable.Rule, error) {
 	return b.Rules()
 }
 
-// MulticastRules opts VNID v in to multicast between its local pods: table
-// 110 passes its multicast to table 120, which copies it to every port in
-// ports (the packet never goes back out of its in_port). Rules carry
-// MulticastCookie(v); with no ports it returns nil. Multicast across nodes
-// is not implemented: VXLAN multicast is dropped at table 0 unless these
-// rules exist, and nothing sends it. The switch caps the outputs of one
-// packet (flowtable.MaxOutputs), so only that many pods receive a copy.
+// MulticastRules opts VNID v in to multicast, as OpenShift SDN's tables
+// 110 and 120 do: table 110 sends the multicast of v's local pods to table
+// 111 (MulticastFanoutRules: a copy to every remote node, with v as VNI,
+// then table 120), and table 120 copies multicast of v — from a local pod,
+// or from vxlan0 with VNI v — to every port in ports (the packet never goes
+// back out of its in_port). Both rules match reg0 = v only: another VNID's
+// multicast never reaches these ports, and VNID 0 (a global project) is a
+// VNID like the others here. Rules carry MulticastCookie(v); with no ports
+// (no local pod of v) it returns nil. IGMP joins are not tracked: every pod
+// of v receives every group. The switch caps the outputs of one packet
+// (flowtable.MaxOutputs), remote copies included.
 func MulticastRules(cfg NodeConfig, v uint32, ports []uint32) ([]*flowtable.Rule, error) {
 	if len(ports) == 0 {
 		return nil, nil
@@ -371,14 +381,47 @@ func MulticastRules(cfg NodeConfig, v uint32, ports []uint32) ([]*flowtable.Rule
 	}
 	c := MulticastCookie(v)
 	var b flowtable.Builder
-	b.Add(TableMulticastOut, 100, c, match{flowtable.Reg(0, v)}, gotoTable(TableMulticastDeliver))
+	b.Add(TableMulticastOut, 100, c, match{flowtable.Reg(0, v)}, gotoTable(TableMulticastFanout))
 	b.Add(TableMulticastDeliver, 100, c, match{flowtable.Reg(0, v)}, outs...)
 	return b.Rules()
 }
 
+// MulticastFanoutRules returns table 111's head-end replication to the
+// remote nodes at the underlay addresses remotes, as OpenShift SDN's
+// UpdateVXLANMulticastFlows: one rule that sets the source VNID (reg0) as
+// VNI and, for each node, its address as tun_dst and outputs to vxlan0,
+// then goes on to table 120 for the local pods. Every remote node gets a
+// copy, whether or not it has pods of the VNID (a node drops it in its
+// table 120 then). It carries MulticastFanoutCookie; with no remote node it
+// returns nil (SetupRules' default then only goes on to table 120). An
+// address that is not IPv4 is an error wrapping ErrInvalidConfig.
+func MulticastFanoutRules(cfg NodeConfig, remotes []netip.Addr) ([]*flowtable.Rule, error) {
+	if len(remotes) == 0 {
+		return nil, nil
+	}
+	ips := make([]netip.Addr, len(remotes))
+	for i, ip := range remotes {
+		ips[i] = ip.Unmap()
+		if !ips[i].Is4() {
+			return nil, fmt.Errorf("%w: remote node IP %v is not IPv4", ErrInvalidConfig, ip)
+		}
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	ips = slices.Compact(ips)
+	acts := []flowtable.Action{reg0ToTun()}
+	for _, ip := range ips {
+		acts = append(acts, flowtable.SetFieldIPv4(flowtable.FieldTunDst, ip.As4()), outputVXLAN())
+	}
+	acts = append(acts, gotoTable(TableMulticastDeliver))
+	var b flowtable.Builder
+	b.Add(TableMulticastFanout, 100, MulticastFanoutCookie, nil, acts...)
+	return b.Rules()
+}
+
 // Program returns the whole rule set of a node: SetupRules, then PodRules
-// for each pod (by IP), the VNIDRules of every VNID in use (ascending), and
-// NodeRules for each remote node (by IP). It is what a freshly built bridge
+// for each pod (by IP), the VNIDRules of every VNID in use (ascending),
+// NodeRules for each remote node (by IP) and their MulticastFanoutRules.
+// No VNID has opted in to multicast (MulticastRules). It is what a freshly built bridge
 // holds, and what the golden tests pin.
 func Program(cfg NodeConfig, pods []Pod, nodes []RemoteNode) ([]*flowtable.Rule, error) {
 	r, err := SetupRules(cfg)
@@ -403,9 +446,12 @@ func Program(cfg NodeConfig, pods []Pod, nodes []RemoteNode) ([]*flowtable.Rule,
 	}
 	ns := slices.Clone(nodes)
 	slices.SortFunc(ns, func(a, b RemoteNode) int { return a.IP.Compare(b.IP) })
+	var ips []netip.Addr
 	for _, n := range ns {
 		add(NodeRules(cfg, n))
+		ips = append(ips, n.IP)
 	}
+	add(MulticastFanoutRules(cfg, ips))
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

@@ -470,7 +470,7 @@ func TestMulticastRules(t *testing.T) {
 	}
 	r := must(t)(MulticastRules(cfg, 10, []uint32{7, 3, 7}))
 	want := []string{
-		"table=110, priority=100, cookie=0x40000000a, reg0=10, actions=goto_table:120",
+		"table=110, priority=100, cookie=0x40000000a, reg0=10, actions=goto_table:111",
 		"table=120, priority=100, cookie=0x40000000a, reg0=10, actions=output:3,output:7",
 	}
 	if strings.Join(r, "\n") != strings.Join(want, "\n") {
@@ -481,6 +481,27 @@ func TestMulticastRules(t *testing.T) {
 		if !mustParse(t, want[i]).Equal(mustParse(t, s)) {
 			t.Errorf("%q and %q are different rules", want[i], s)
 		}
+	}
+}
+
+func TestMulticastFanoutRules(t *testing.T) {
+	cfg := sampleNode(ModeMultitenant)
+	if r, err := MulticastFanoutRules(cfg, nil); r != nil || err != nil {
+		t.Errorf("fan-out without remote nodes = %q, %v; want none", r, err)
+	}
+	n2, n3 := netip.MustParseAddr("192.168.100.12"), netip.MustParseAddr("192.168.100.13")
+	r := must(t)(MulticastFanoutRules(cfg, []netip.Addr{n3, n2, n3}))
+	want := "table=111, priority=100, cookie=0x401000000, actions=move:NXM_NX_REG0[]->NXM_NX_TUN_ID[0..31]," +
+		"set_field:192.168.100.12->tun_dst,output:1,set_field:192.168.100.13->tun_dst,output:1,goto_table:120"
+	if len(r) != 1 || r[0] != want {
+		t.Errorf("MulticastFanoutRules = %q, want [%q]", r, want)
+	}
+	parseRule(t, r[0])
+	if MulticastFanoutCookie&^(0xff<<32) <= MaxVNID || MulticastFanoutCookie>>32 != MulticastCookie(0)>>32 {
+		t.Errorf("fan-out cookie %#x: want the multicast class with a key above every VNID", MulticastFanoutCookie)
+	}
+	if rs, err := MulticastFanoutRules(cfg, []netip.Addr{netip.MustParseAddr("fd00::1")}); err == nil || rs != nil || !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("fan-out to an IPv6 node = %d rules, %v", len(rs), err)
 	}
 }
 

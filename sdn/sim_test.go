@@ -3,7 +3,6 @@ package sdn
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -354,18 +353,52 @@ func TestProgramBehaviour(t *testing.T) {
 	}
 }
 
+// TestMulticastOptIn runs multicast through the sample program with VNID
+// 10 (web, port 4; a second pod on port 6) and VNID 0 (router, port 3)
+// opted in, and VNID 11 (db, port 5) not: an opted-in VNID's multicast
+// goes to each remote node with its VNID as VNI and to its local pods
+// only; from vxlan0 it reaches the local pods of the VNI's VNID only if
+// that VNID opted in, and only from a known node; a global project's
+// (VNID 0) stays in VNID 0; nothing crosses VNIDs.
 func TestMulticastOptIn(t *testing.T) {
-	cfg := sampleNode(ModeMultitenant)
-	rules := append(sampleProgram(t, ModeMultitenant), must(t)(MulticastRules(cfg, 10, []uint32{4, 6}))...)
+	t.Run("multitenant", func(t *testing.T) { multicastOptIn(t, ModeMultitenant) })
+	t.Run("networkpolicy", func(t *testing.T) { multicastOptIn(t, ModeNetworkPolicy) })
+}
+
+func multicastOptIn(t *testing.T, mode Mode) {
+	cfg := sampleNode(mode)
+	rules := append(sampleProgram(t, mode), must(t)(MulticastRules(cfg, 10, []uint32{4, 6}))...)
+	rules = append(rules, must(t)(MulticastRules(cfg, 0, []uint32{3}))...)
 	sim := newSimulator(t, rules)
-	var got []string
-	for _, o := range sim.run(fromPod(4, ipWeb, netip.MustParseAddr("224.1.1.1"))) {
-		got = append(got, o.String())
+	group := netip.MustParseAddr("224.1.1.1")
+	vx := func(vni uint32, tunSrc netip.Addr) simPacket {
+		return simPacket{inPort: PortVXLAN, proto: 17, src: ipRemote, dst: group, tunSrc: tunSrc, tunID: vni}
 	}
-	if !slices.Equal(got, []string{"port6"}) {
-		t.Errorf("multicast from web: %v, want [port6]", got)
+	fanout := func(vni int) string {
+		return fmt.Sprintf("vxlan(vni=%d,dst=192.168.100.12) vxlan(vni=%d,dst=192.168.100.13)", vni, vni)
 	}
-	if out := sim.run(fromPod(5, ipDB, netip.MustParseAddr("224.1.1.1"))); len(out) != 0 {
-		t.Errorf("multicast from an opted-out VNID: %v", out)
+	for _, tc := range []struct {
+		name string
+		pkt  simPacket
+		want string
+	}{
+		{"opted-in pod: remote nodes and the other local pod", fromPod(4, ipWeb, group), fanout(10) + " port6"},
+		{"opted-out VNID", fromPod(5, ipDB, group), ""},
+		{"global project stays in VNID 0", fromPod(3, ipRouter, group), fanout(0)},
+		{"spoofed source", fromPod(5, ipWeb, group), ""},
+		{"vxlan, opted-in VNI", vx(10, ipNode2), "port4 port6"},
+		{"vxlan, opted-out VNI", vx(11, ipNode2), ""},
+		{"vxlan, VNI 0 reaches VNID 0 only", vx(0, ipNode2), "port3"},
+		{"vxlan, unknown VNI", vx(12, ipNode2), ""},
+		{"vxlan from an unknown node", vx(10, netip.MustParseAddr("192.168.100.99")), ""},
+		{"the host's multicast", fromPod(PortTun0, ipGW, group), ""},
+	} {
+		var got []string
+		for _, o := range sim.run(tc.pkt) {
+			got = append(got, o.String())
+		}
+		if g := strings.Join(got, " "); g != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, g, tc.want)
+		}
 	}
 }

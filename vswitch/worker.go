@@ -209,8 +209,16 @@ func (w *worker) route(i, size int) {
 	hash := FlowHash(&w.f)
 	g := w.meta[i].GSO
 	// Outputs after the first get copies, made before the first output may
-	// rewrite the original.
+	// rewrite the original. Copies take spare buffers; when none is left
+	// in this batch (multicast to many nodes and pods), what is queued is
+	// written out first, which frees them all: here every spare in use is
+	// in a queue (the connection-tracking path, which holds one across a
+	// recirculation, does not come this way), and the original is queued
+	// last.
 	for k := w.v.NOut - 1; k >= 0; k-- {
+		if k > 0 && w.nSpare == len(w.spare) {
+			w.flush()
+		}
 		w.output(w.bufs[i], size, g, &w.v.Outputs[k], hash, k > 0)
 	}
 }

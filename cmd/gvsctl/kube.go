@@ -71,8 +71,10 @@ func kubeCmd(ctx context.Context, kubeconfig string, asJSON bool, out io.Writer,
 		return k.change(names, networkv1.ChangeNetwork{Action: networkv1.ActionIsolate})
 	case "make-global":
 		return k.change(names, networkv1.ChangeNetwork{Action: networkv1.ActionGlobal})
+	case "enable-multicast", "disable-multicast":
+		return k.multicast(names, op == "enable-multicast")
 	}
-	return fmt.Errorf("unknown projects command %q (list, create, delete, join, isolate, make-global)", op)
+	return fmt.Errorf("unknown projects command %q (list, create, delete, join, isolate, make-global, enable-multicast, disable-multicast)", op)
 }
 
 type kubeCtl struct {
@@ -169,6 +171,34 @@ func (k kubeCtl) change(names []string, c networkv1.ChangeNetwork) error {
 		})
 		if err != nil {
 			return fmt.Errorf("project %s: gvs-master did not apply %s (refused, or not running: see its log): %w", n, c, err)
+		}
+	}
+	return k.list()
+}
+
+// multicast opts projects in to multicast or out: the NetNamespace
+// annotation netnamespace.network.openshift.io/multicast-enabled=true, as
+// `oc annotate netnamespace` sets it; the nodes follow it.
+func (k kubeCtl) multicast(names []string, on bool) error {
+	for _, n := range names {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			nn, err := k.net.NetNamespaces().Get(k.ctx, n)
+			if err != nil {
+				return err
+			}
+			if on {
+				if nn.Annotations == nil {
+					nn.Annotations = map[string]string{}
+				}
+				nn.Annotations[networkv1.MulticastEnabledAnnotation] = "true"
+			} else {
+				delete(nn.Annotations, networkv1.MulticastEnabledAnnotation)
+			}
+			_, err = k.net.NetNamespaces().Update(k.ctx, nn)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("project %s: %w", n, err)
 		}
 	}
 	return k.list()

@@ -60,6 +60,10 @@ certificate from gvs-master cert admin: --etcd-tls DIR or $GVS_ETCD_TLS):
   projects isolate P...   give each project a fresh VNID of its own (not default)
   projects make-global P...
                           give projects VNID 0
+  projects enable-multicast P... | disable-multicast P...
+                          opt projects in to multicast (or out): every pod of the project's VNID
+                          receives its pods' multicast, on every node (Kubernetes: the NetNamespace
+                          annotation netnamespace.network.openshift.io/multicast-enabled=true)
   nodes                   registered nodes with their underlay IPs and subnets
   services list           services (etcd-registry mode): in multitenant mode a pod reaches only
                           its own project's services and those of global projects

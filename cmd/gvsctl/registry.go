@@ -121,8 +121,20 @@ func registryCmd(ctx context.Context, dc registry.DialConfig, asJSON bool, out i
 		fn = func(v *master.VNIDs) error { return v.Isolate(names...) }
 	case "make-global":
 		fn = func(v *master.VNIDs) error { return v.MakeGlobal(names...) }
+	case "enable-multicast", "disable-multicast":
+		if len(names) == 0 {
+			return fmt.Errorf("projects %s needs project names", op)
+		}
+		err := reg.SetProjectMulticast(ctx, op == "enable-multicast", names...)
+		if registry.IsRefused(err) {
+			return fmt.Errorf("%w (etcd refuses your certificate's user this change: projects are changed by gvs-master and administrators)", err)
+		}
+		if err != nil {
+			return err
+		}
+		op = "list"
 	default:
-		return fmt.Errorf("unknown projects command %q (list, create, delete, join, isolate, make-global)", op)
+		return fmt.Errorf("unknown projects command %q (list, create, delete, join, isolate, make-global, enable-multicast, disable-multicast)", op)
 	}
 	if op != "list" && len(names) == 0 {
 		return fmt.Errorf("projects %s needs project names", op)

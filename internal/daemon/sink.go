@@ -28,6 +28,16 @@ func (n *nodeState) SetProjectVNID(project string, vnid uint32) error {
 	return err
 }
 
+// SetMulticast opts a project in to multicast or out (sdn/node
+// Program.SetMulticast).
+func (n *nodeState) SetMulticast(project string, on bool) error {
+	if err := n.prog.SetMulticast(project, on); err != nil {
+		return err
+	}
+	n.log.Info("project multicast", "project", project, "enabled", on)
+	return nil
+}
+
 // SetService installs or replaces a service's table 60 rules
 // (internal/daemon/source.ServiceSink): in multitenant mode only its own
 // project's pods reach it.

@@ -73,6 +73,7 @@ type Program struct {
 	pol      *netpol.Cluster                        // networkpolicy mode only (policy.go)
 	polText  map[netip.Addr]string                  // a local pod's installed policy rules, as text
 	fw       map[string]map[string][]sdn.EgressRule // egress firewalls by namespace and object (egressfw.go)
+	mcast    map[string]bool                        // projects opted in to multicast (multicast.go)
 	changed  chan struct{}                          // closed and replaced when projects change
 }
 
@@ -84,7 +85,7 @@ func New(cfg Config) (*Program, error) {
 	p := &Program{table: cfg.Table, peers: cfg.Peers, node: cfg.Node,
 		remotes: map[netip.Addr]sdn.RemoteNode{}, pods: map[netip.Addr]sdn.Pod{}, vnids: map[uint32]int{},
 		projects: map[string]uint32{}, services: map[string]sdn.Service{}, changed: make(chan struct{}),
-		polText: map[netip.Addr]string{}, fw: map[string]map[string][]sdn.EgressRule{}}
+		polText: map[netip.Addr]string{}, fw: map[string]map[string][]sdn.EgressRule{}, mcast: map[string]bool{}}
 	if cfg.Node.Mode.Canonical() == sdn.ModeNetworkPolicy {
 		p.pol = netpol.NewCluster()
 		for name, v := range cfg.Projects {
@@ -141,8 +142,14 @@ func (p *Program) AddRemote(rn sdn.RemoteNode) error {
 		return err
 	}
 	rules, err := sdn.NodeRules(p.node, rn)
+	var dels []flowtable.Filter
+	var fan []*flowtable.Rule
 	if err == nil {
-		err = p.table.Apply([]flowtable.Filter{cookieFilter(sdn.NodeCookie(rn.IP))}, rules)
+		dels, fan, err = p.fanoutUpdate(p.remoteIPs(rn.IP, netip.Addr{}))
+	}
+	if err == nil {
+		dels = append(dels, cookieFilter(sdn.NodeCookie(rn.IP)))
+		err = p.table.Apply(dels, append(rules, fan...))
 	}
 	if err != nil {
 		return fmt.Errorf("remote node %s: %w", rn.Name, err)
@@ -161,7 +168,11 @@ func (p *Program) AddRemote(rn sdn.RemoteNode) error {
 func (p *Program) RemoveRemote(ip netip.Addr) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.table.Apply([]flowtable.Filter{cookieFilter(sdn.NodeCookie(ip))}, nil); err != nil {
+	dels, fan, err := p.fanoutUpdate(p.remoteIPs(netip.Addr{}, ip))
+	if err == nil {
+		err = p.table.Apply(append(dels, cookieFilter(sdn.NodeCookie(ip))), fan)
+	}
+	if err != nil {
 		return fmt.Errorf("remove remote %s: %w", ip, err)
 	}
 	delete(p.remotes, ip)
@@ -252,6 +263,7 @@ func (p *Program) SetProjectVNID(project string, vnid uint32) ([]sdn.Pod, error)
 }
 
 func (p *Program) setProjectVNID(project string, vnid uint32) ([]sdn.Pod, error) {
+	oldVNID, known := p.projects[project]
 	if old, ok := p.projects[project]; !ok || old != vnid {
 		p.projects[project] = vnid
 		close(p.changed)
@@ -284,6 +296,17 @@ func (p *Program) setProjectVNID(project string, vnid uint32) ([]sdn.Pod, error)
 		}
 		counts[vnid]++
 		moved = append(moved, pod)
+	}
+	if known && oldVNID != vnid || !known && p.mcast[project] {
+		// The VNIDs' multicast rules follow the pods and the opt-in.
+		change := map[netip.Addr]*sdn.Pod{}
+		for _, pod := range moved {
+			np := pod
+			np.VNID = vnid
+			change[pod.IP] = &np
+		}
+		md, ma, err := p.multicastUpdate(change, oldVNID, vnid)
+		dels, rules, errs = append(dels, md...), append(rules, ma...), append(errs, err)
 	}
 	if len(dels) == 0 {
 		return nil, nil
@@ -348,7 +371,15 @@ func (p *Program) AddPod(pod sdn.Pod) (sdn.Pod, error) {
 		}
 		rules, polText = append(rules, pr...), t
 	}
-	if err := p.table.Apply(nil, rules); err != nil {
+	var dels []flowtable.Filter
+	if p.multicastOn(pod.VNID) {
+		md, ma, err := p.multicastUpdate(map[netip.Addr]*sdn.Pod{pod.IP: &pod}, pod.VNID)
+		if err != nil {
+			return pod, err
+		}
+		dels, rules = md, append(rules, ma...)
+	}
+	if err := p.table.Apply(dels, rules); err != nil {
 		return pod, err
 	}
 	p.vnids[pod.VNID]++
@@ -376,7 +407,15 @@ func (p *Program) RemovePod(ip netip.Addr) error {
 	if p.isolated() && pod.VNID != 0 && last {
 		dels = append(dels, cookieFilter(sdn.VNIDCookie(pod.VNID)))
 	}
-	if err := p.table.Apply(dels, nil); err != nil {
+	var adds []*flowtable.Rule
+	if p.multicastOn(pod.VNID) {
+		md, ma, err := p.multicastUpdate(map[netip.Addr]*sdn.Pod{ip: nil}, pod.VNID)
+		if err != nil {
+			return fmt.Errorf("pod %s: %w", pod.Name, err)
+		}
+		dels, adds = append(dels, md...), ma
+	}
+	if err := p.table.Apply(dels, adds); err != nil {
 		return fmt.Errorf("pod %s: remove rules: %w", pod.Name, err)
 	}
 	if last {
@@ -468,12 +507,26 @@ func (p *Program) ChangeSubnet(sub netip.Prefix) (Withdrawal, error) {
 		if v != 0 {
 			dels = append(dels, cookieFilter(sdn.VNIDCookie(v)))
 		}
+		dels = append(dels, cookieFilter(sdn.MulticastCookie(v)))
 	}
+	var kept []netip.Addr
 	for ip, rn := range p.remotes {
 		if sub.IsValid() && rn.Subnet.Overlaps(sub) {
 			dels = append(dels, cookieFilter(sdn.NodeCookie(ip)))
 			w.Remotes = append(w.Remotes, ip)
+		} else {
+			kept = append(kept, ip)
 		}
+	}
+	// Table 111 follows the remote nodes that stay (the new setup rules
+	// hold only its default); without a subnet it goes with the rest.
+	fd, fa, err := p.fanoutUpdate(kept)
+	if err != nil {
+		return w, fmt.Errorf("subnet %v → %v: %w", old.Subnet, sub, err)
+	}
+	dels = append(dels, fd...)
+	if sub.IsValid() {
+		adds = append(adds, fa...)
 	}
 	if err := p.table.Apply(dels, adds); err != nil {
 		return Withdrawal{Old: old}, fmt.Errorf("subnet %v → %v: rules: %w", old.Subnet, sub, err)

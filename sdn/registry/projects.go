@@ -30,6 +30,7 @@ func (r *Registry) UpdateProjects(ctx context.Context, global []string, fn func(
 		}
 		v := master.NewVNIDs(global)
 		projRev := map[string]int64{}
+		recs := map[string]Project{}
 		for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 			var p Project
 			if err := json.Unmarshal(kv.Value, &p); err != nil {
@@ -38,6 +39,7 @@ func (r *Registry) UpdateProjects(ctx context.Context, global []string, fn func(
 			name := strings.TrimPrefix(string(kv.Key), ProjectsPrefix)
 			v.Load(name, p.VNID)
 			projRev[name] = kv.ModRevision
+			recs[name] = p
 		}
 		vnidRev := map[uint32]int64{}
 		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
@@ -65,7 +67,10 @@ func (r *Registry) UpdateProjects(ctx context.Context, global []string, fn func(
 			case !ok:
 				ops = append(ops, clientv3.OpDelete(ProjectKey(name)))
 			case nv != old:
-				ops = append(ops, clientv3.OpPut(ProjectKey(name), jsonOf(Project{VNID: nv})))
+				// The rest of the record (the multicast opt-in) stays.
+				rec := recs[name]
+				rec.VNID = nv
+				ops = append(ops, clientv3.OpPut(ProjectKey(name), jsonOf(rec)))
 				touched[nv] = true
 			default:
 				continue
@@ -111,6 +116,57 @@ func (r *Registry) UpdateProjects(ctx context.Context, global []string, fn func(
 		}
 	}
 	return nil, fmt.Errorf("projects: %w", ErrContention)
+}
+
+// SetProjectMulticast opts the named projects in to multicast (on) or out,
+// in their records, in one transaction guarded by their revisions (retried
+// on conflict). Every project must exist: an unknown one is an error
+// wrapping ErrNoProject, and nothing changes.
+func (r *Registry) SetProjectMulticast(ctx context.Context, on bool, names ...string) error {
+	for range maxAttempts {
+		var cmps []clientv3.Cmp
+		var ops []clientv3.Op
+		for _, name := range names {
+			resp, err := r.c.Get(ctx, ProjectKey(name))
+			if err != nil {
+				return fmt.Errorf("project %s: %w", name, err)
+			}
+			if len(resp.Kvs) == 0 {
+				return fmt.Errorf("project %s: %w", name, ErrNoProject)
+			}
+			var p Project
+			if err := json.Unmarshal(resp.Kvs[0].Value, &p); err != nil {
+				return fmt.Errorf("project %s: bad record: %w", name, err)
+			}
+			p.Multicast = on
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(ProjectKey(name)), "=", resp.Kvs[0].ModRevision))
+			ops = append(ops, clientv3.OpPut(ProjectKey(name), jsonOf(p)))
+		}
+		tr, err := r.c.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("projects: %w", err)
+		}
+		if tr.Succeeded {
+			return nil
+		}
+	}
+	return fmt.Errorf("projects: %w", ErrContention)
+}
+
+// ProjectRecords returns every project's record, by name.
+func (r *Registry) ProjectRecords(ctx context.Context) (map[string]Project, error) {
+	resp, err := r.c.Get(ctx, ProjectsPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("list projects: %w", err)
+	}
+	out := make(map[string]Project, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var p Project
+		if err := json.Unmarshal(kv.Value, &p); err == nil {
+			out[strings.TrimPrefix(string(kv.Key), ProjectsPrefix)] = p
+		}
+	}
+	return out, nil
 }
 
 // EnsureProjects creates the named projects that do not exist yet.

@@ -41,6 +41,7 @@ var (
 	ErrNoSuchNode = errors.New("node is not registered")
 	ErrNoConfig   = errors.New("no cluster configuration in the registry (is gvs-master running?)")
 	ErrContention = errors.New("too many concurrent updates; giving up")
+	ErrNoProject  = errors.New("no such project")
 )
 
 // maxAttempts bounds compare-and-swap retries.
@@ -80,9 +81,12 @@ type Subnet struct {
 	Lease int64 `json:"lease,omitempty"`
 }
 
-// Project is a project's VNID record.
+// Project is a project's record: its VNID and whether it opted in to
+// multicast (SetProjectMulticast; OpenShift's NetNamespace annotation
+// netnamespace.network.openshift.io/multicast-enabled).
 type Project struct {
-	VNID uint32 `json:"vnid"`
+	VNID      uint32 `json:"vnid"`
+	Multicast bool   `json:"multicast,omitempty"`
 }
 
 // VNIDUse lists the projects using a VNID.

@@ -581,6 +581,7 @@ func (a *agent) apply(deleted bool, key string, val []byte, rev int64) {
 				return
 			}
 			m.SetProjectVNID(name, p.VNID)
+			m.SetProjectMulticast(name, p.Multicast)
 		}
 		a.sendNamespace(name) // a project is a namespace
 	case strings.HasPrefix(key, registry.ServicesPrefix):

@@ -221,6 +221,7 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 	if r, err := nni.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    f.netNamespace,
 		UpdateFunc: func(_, o any) { f.netNamespace(o) },
+		DeleteFunc: f.netNamespaceDeleted,
 	}); err == nil {
 		f.remotes = append(f.remotes, r.HasSynced)
 	}
@@ -345,11 +346,20 @@ func (f *Follower) hostSubnet(o any, deleted bool) {
 	}
 }
 
-// netNamespace mirrors a NetNamespace's VNID. A deleted one changes
-// nothing: its pods go with its Namespace.
+// netNamespace mirrors a NetNamespace's VNID and its multicast opt-in
+// (networkv1.MulticastEnabledAnnotation).
 func (f *Follower) netNamespace(o any) {
 	if nn, ok := unwrap(o).(*networkv1.NetNamespace); ok {
 		f.m.SetProjectVNID(nn.NetName, nn.NetID)
+		f.m.SetProjectMulticast(nn.NetName, nn.Annotations[networkv1.MulticastEnabledAnnotation] == "true")
+	}
+}
+
+// netNamespaceDeleted opts a deleted NetNamespace's project out of
+// multicast; its VNID stays (its pods go with its Namespace).
+func (f *Follower) netNamespaceDeleted(o any) {
+	if nn, ok := unwrap(o).(*networkv1.NetNamespace); ok {
+		f.m.SetProjectMulticast(nn.NetName, false)
 	}
 }
 

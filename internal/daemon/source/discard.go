@@ -53,3 +53,6 @@ func (Discard) SetEgressFirewall(string, string, []EgressRule) error { return ni
 
 // DeleteEgressFirewall forgets the deletion.
 func (Discard) DeleteEgressFirewall(string, string) error { return nil }
+
+// SetMulticast forgets the opt-in.
+func (Discard) SetMulticast(string, bool) error { return nil }

@@ -54,6 +54,7 @@ type Mirror struct {
 	remotes  map[string]sdn.RemoteNode // accepted, by name
 	refused  map[string]sdn.RemoteNode // refused, by name (tried again when a subnet is freed)
 	projects map[string]uint32
+	mcast    map[string]bool            // projects opted in to multicast
 	pods     map[string]*podState       // by namespace/name
 	byNode   map[string]map[string]bool // node → keys of the pods it claims an address for
 	sentPods map[string]string          // namespace/name → pod last sent (as text)
@@ -89,7 +90,7 @@ type podAddr struct {
 func NewMirror(sink Sink, cfg MirrorConfig) *Mirror {
 	m := &Mirror{sink: sink, node: cfg.Node, log: cfg.Logger, subnet: cfg.Subnet,
 		remotes: map[string]sdn.RemoteNode{}, refused: map[string]sdn.RemoteNode{}, projects: map[string]uint32{},
-		pods: map[string]*podState{}, byNode: map[string]map[string]bool{},
+		mcast: map[string]bool{}, pods: map[string]*podState{}, byNode: map[string]map[string]bool{},
 		sentPods: map[string]string{}, sentNS: map[string]string{}}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -270,11 +271,36 @@ func (m *Mirror) SetProjectVNID(project string, vnid uint32) {
 }
 
 // ForgetProject forgets a deleted project (its pods go with it; the node
-// keeps its VNID until then).
+// keeps its VNID until then) and opts it out of multicast.
 func (m *Mirror) ForgetProject(project string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.projects, project)
+	m.setMulticast(project, false)
+}
+
+// SetProjectMulticast records whether a project opted in to multicast; the
+// sink hears of changes only.
+func (m *Mirror) SetProjectMulticast(project string, on bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.setMulticast(project, on)
+}
+
+func (m *Mirror) setMulticast(project string, on bool) {
+	if m.mcast[project] == on {
+		return
+	}
+	if err := m.sink.SetMulticast(project, on); err != nil {
+		// Not recorded: the next report tries again.
+		m.log.Error("project multicast", "project", project, "enabled", on, "err", err)
+		return
+	}
+	if on {
+		m.mcast[project] = true
+	} else {
+		delete(m.mcast, project)
+	}
 }
 
 // HasProject reports whether the Mirror knows project.

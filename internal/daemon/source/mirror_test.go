@@ -116,6 +116,11 @@ func (f *fakeNode) DeleteEgressFirewall(ns, name string) error {
 	return nil
 }
 
+func (f *fakeNode) SetMulticast(project string, on bool) error {
+	f.call("multicast %s %v", project, on)
+	return nil
+}
+
 // installed lists the remote nodes in the dataplane as "name subnet".
 func (f *fakeNode) installed() string {
 	var out []string

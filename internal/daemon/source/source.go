@@ -28,6 +28,16 @@ type Sink interface {
 	PolicySink
 	ServiceSink
 	EgressFirewallSink
+	MulticastSink
+}
+
+// MulticastSink takes the projects' multicast opt-ins (OpenShift's
+// NetNamespace annotation netnamespace.network.openshift.io/multicast-enabled,
+// the registry's project record).
+type MulticastSink interface {
+	// SetMulticast opts a project in (on) or out; an unknown project is
+	// recorded for when it comes.
+	SetMulticast(project string, on bool) error
 }
 
 // NetworkSink is the cluster's shape as the node takes it: remote nodes,

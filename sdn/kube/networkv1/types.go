@@ -38,6 +38,9 @@ const (
 	// its netid: "join:<project>", "global" or "isolate". The master applies
 	// it and removes it; `oc adm pod-network` waits for the removal.
 	ChangePodNetworkAnnotation = "pod.network.openshift.io/multitenant.change-network"
+	// MulticastEnabledAnnotation "true" on a NetNamespace opts its project
+	// in to multicast (OpenShift SDN's; `oc annotate netnamespace`).
+	MulticastEnabledAnnotation = "netnamespace.network.openshift.io/multicast-enabled"
 	// NodeUIDAnnotation on a HostSubnet records the UID of the Node it was
 	// allocated for, so a stale HostSubnet (its Node deleted, or replaced
 	// by another of the same name) is recognised. A HostSubnet without it
