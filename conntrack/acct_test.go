@@ -16,7 +16,7 @@ func TestAccounting(t *testing.T) {
 		tr.Process(c.Now(), append([]byte(nil), p...), 0, a, &m)
 		c.advance(time.Millisecond)
 	}
-	out := udp4(pod, 5000, far, 53, 100)  // 128 bytes of IPv4
+	out := udp4(pod, 5000, far, 53, 100)   // 128 bytes of IPv4
 	back := udp4(far, 53, node, 5000, 300) // 328
 	start := c.Now()
 	send(out, &snat)
