@@ -102,7 +102,8 @@ func endReason(mode removeMode, expired bool) FlowEnd {
 }
 
 // Flows reports, to fn, each connection with packets not yet reported
-// that has had no packet for idle (End FlowIdle) or was last reported,
+// that has had no packet for idle (End FlowIdle, or FlowEnded for a TCP
+// connection closed or reset) or was last reported,
 // or began, active ago or longer (End FlowActive); a connection reported
 // here is reported again only for later packets. Connections that end
 // go to Config.OnEnd instead. It walks the whole table, locking one entry
@@ -129,7 +130,11 @@ func (t *Tracker) Flows(now Time, active, idle time.Duration, fn func(*Flow)) in
 		if e.gen.Load()&1 == 1 && e.expires > now {
 			switch {
 			case idle > 0 && now-a.last >= Time(idle):
-				ok = t.flowOf(i, now, FlowIdle, &f)
+				end := FlowIdle
+				if e.class == TCPTimeWait || e.class == TCPClose {
+					end = FlowEnded // closed or reset, waiting out its timeout
+				}
+				ok = t.flowOf(i, now, end, &f)
 			case active > 0 && now-a.sentAt >= Time(active):
 				ok = t.flowOf(i, now, FlowActive, &f)
 			}
