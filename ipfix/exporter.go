@@ -139,7 +139,8 @@ type Stats struct {
 type Exporter struct {
 	cfg   Config
 	tmpl  [2]Template
-	conns []net.Conn
+	sock  *net.UDPConn // nil in tests
+	dest  []collector
 	queue chan conntrack.Flow
 	log   *slog.Logger
 
@@ -158,22 +159,36 @@ type Exporter struct {
 	recs     [2]Record
 }
 
-// New returns an exporter of cfg with its UDP sockets connected to the
-// collectors (no packet leaves before Run).
+// New returns an exporter of cfg with its UDP socket (no packet leaves
+// before Run). The socket is not connected: a connected one would report
+// a collector's ICMP port unreachable on the next send and drop that
+// message, so a collector that starts after gvs would lose the first
+// records it could have had.
 func New(cfg Config) (*Exporter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	e := newExporter(cfg)
+	sock, err := net.ListenUDP("udp4", nil)
+	if err != nil {
+		return nil, fmt.Errorf("ipfix: %w", err)
+	}
+	e.sock = sock
 	for _, c := range cfg.Collectors {
-		conn, err := net.Dial("udp4", c)
-		if err != nil {
-			e.Close()
-			return nil, fmt.Errorf("ipfix: collector %s: %w", c, err)
-		}
-		e.conns = append(e.conns, conn)
+		ap := netip.MustParseAddrPort(c) // Validate checked it
+		e.dest = append(e.dest, collector{name: c, write: func(b []byte) error {
+			_, err := sock.WriteToUDPAddrPort(b, ap)
+			return err
+		}})
 	}
 	return e, nil
+}
+
+// collector is where messages go: a name for the log and how to write
+// one message there.
+type collector struct {
+	name  string
+	write func([]byte) error
 }
 
 // newExporter is New without the sockets (the tests give their own).
@@ -210,12 +225,11 @@ func (e *Exporter) Stats() Stats {
 		SendErrors: e.sendErrors.Load()}
 }
 
-// Close closes the sockets; call it after Run has returned.
+// Close closes the socket; call it after Run has returned.
 func (e *Exporter) Close() {
-	for _, c := range e.conns {
-		c.Close()
+	if e.sock != nil {
+		e.sock.Close()
 	}
-	e.conns = nil
 }
 
 // Run exports until ctx is done: it sends the templates, then every
@@ -328,12 +342,12 @@ func (e *Exporter) flush() {
 
 // send writes one message to every collector.
 func (e *Exporter) send(b []byte) {
-	for _, c := range e.conns {
-		if _, err := c.Write(b); err != nil {
+	for _, c := range e.dest {
+		if err := c.write(b); err != nil {
 			e.sendErrors.Add(1)
 			if now := time.Now(); now.Sub(e.lastWarn) >= time.Minute {
 				e.lastWarn = now
-				e.log.Warn("ipfix: sending to a collector failed", "collector", c.RemoteAddr().String(), "err", err)
+				e.log.Warn("ipfix: sending to a collector failed", "collector", c.name, "err", err)
 			}
 			continue
 		}

@@ -55,14 +55,14 @@ func field(t *Template, r *DataRecord, id uint16, pen uint32) []byte {
 // VNID, after the templates.
 func TestExporter(t *testing.T) {
 	e := newExporter(Config{Collectors: []string{"192.0.2.1:4739"}, Resolve: resolve, Domain: 9, IdleTimeout: -1, ActiveTimeout: -1})
-	client, collector := net.Pipe()
-	e.conns = []net.Conn{client}
-	t.Cleanup(func() { client.Close(); collector.Close() })
+	client, peer := net.Pipe()
+	e.dest = []collector{{name: "pipe", write: func(b []byte) error { _, err := client.Write(b); return err }}}
+	t.Cleanup(func() { client.Close(); peer.Close() })
 	msgs := make(chan []byte, 16)
 	go func() {
 		for {
 			b := make([]byte, 65536)
-			n, err := collector.Read(b)
+			n, err := peer.Read(b)
 			if err != nil {
 				close(msgs)
 				return

@@ -8,11 +8,13 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -66,7 +68,8 @@ func TestIPFIX(t *testing.T) {
 	udpServer, closedPod := c.Nodes[0].Pods[1], c.Nodes[1].Pods[1]
 
 	capDir := t.TempDir()
-	nfcapd, err := c.Lab.Start(ctx(t), ext.NS, filepath.Join(t.TempDir(), "nfcapd.log"), "nfcapd", "-p", "4739", "-w", capDir, "-t", "60")
+	nfcapdLog := filepath.Join(t.TempDir(), "nfcapd.log")
+	nfcapd, err := c.Lab.Start(ctx(t), ext.NS, nfcapdLog, "nfcapd", "-p", "4739", "-w", capDir, "-t", "60")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +90,7 @@ func TestIPFIX(t *testing.T) {
 	udpKey := flowKey{udpLocal, netip.AddrPortFrom(udpServer.IP, 5302), 17}
 	refusedKey := flowKey{refusedLocal, netip.AddrPortFrom(closedPod.IP, 5999), 6}
 	want := []flowKey{tcpKey, tcpKey.reverse(), udpKey, udpKey.reverse(), refusedKey, refusedKey.reverse()}
-	testutil.WaitFor(t, 30*time.Second, "the exporter's records of the three connections", func() (bool, error) {
+	if err := testutil.Poll(30*time.Second, "the exporter's records of the three connections", func() (bool, error) {
 		got := own.sums()
 		for _, k := range want {
 			if got[k].packets == 0 {
@@ -95,7 +98,20 @@ func TestIPFIX(t *testing.T) {
 			}
 		}
 		return true, nil
-	})
+	}); err != nil {
+		var lines []string
+		for _, l := range strings.Split(httpGet(t, c.Nodes[0].NSPath, "127.0.0.1:9101", "/metrics"), "\n") {
+			if strings.HasPrefix(l, "gvs_ipfix") || strings.HasPrefix(l, "gvs_conntrack_created") || strings.HasPrefix(l, "gvs_conntrack_entries{") {
+				lines = append(lines, l)
+			}
+		}
+		ct, _ := c.Ctl(ctx(t), 0, "dump-conntrack")
+		flows, _ := c.Ctl(ctx(t), 0, "dump-flows")
+		nflog, _ := os.ReadFile(nfcapdLog)
+		t.Logf("node 1's connections:\n%s\nflows:\n%s\nnfcapd:\n%s", ct, flows, nflog)
+		t.Fatalf("%v; want %v; the test's collector has %+v from %d messages (%d templates, %d records, %d sets of unknown templates); node 1's metrics:\n%s", err, want, own.sums(),
+			own.messages.Load(), own.templates.Load(), own.records.Load(), own.unknown.Load(), strings.Join(lines, "\n"))
+	}
 	// Stopping nfcapd makes it write its file; then nfdump reads it.
 	if err := nfcapd.Stop(); err != nil {
 		t.Fatal(err)
@@ -218,7 +234,8 @@ func readNfdump(t *testing.T, dir string) map[flowKey]flowSum {
 // ipfixListener is the test's own collector: it decodes what arrives
 // with package ipfix's Decoder and adds up the records.
 type ipfixListener struct {
-	mu   sync.Mutex
+	messages, templates, records, unknown atomic.Int64
+	mu       sync.Mutex
 	recs map[flowKey]flowSum
 }
 
@@ -255,11 +272,15 @@ func listenIPFIX(t *testing.T, nsPath string, addr netip.AddrPort) *ipfixListene
 			if err != nil {
 				return
 			}
+			l.messages.Add(1)
 			m, err := d.Decode(buf[:n])
 			if err != nil {
 				t.Errorf("the exporter sent a message its own decoder refuses: %v", err)
 				continue
 			}
+			l.templates.Add(int64(len(m.Templates)))
+			l.records.Add(int64(len(m.Records)))
+			l.unknown.Add(int64(m.Unknown))
 			l.add(m)
 		}
 	}()
