@@ -235,8 +235,8 @@ func readNfdump(t *testing.T, dir string) map[flowKey]flowSum {
 // with package ipfix's Decoder and adds up the records.
 type ipfixListener struct {
 	messages, templates, records, unknown atomic.Int64
-	mu       sync.Mutex
-	recs map[flowKey]flowSum
+	mu                                    sync.Mutex
+	recs                                  map[flowKey]flowSum
 }
 
 func (l *ipfixListener) sums() map[flowKey]flowSum {
