@@ -137,19 +137,28 @@ func BenchmarkEstablishedHotAccounting(b *testing.B) {
 	loop(b, tr, c, out, CsumVerified, &lookup, trkEst, nil)
 }
 
-// BenchmarkConnectionAccounting is one connection's life with
-// Accounting: committed, reported by Flows, flushed to OnEnd.
-func BenchmarkConnectionAccounting(b *testing.B) {
-	tr, c := newTracker(b, Config{Accounting: true, OnEnd: func(Flow) {}})
-	out, _ := flowPkt(1)
-	var m Meta
-	b.ReportAllocs()
-	i := uint32(0)
-	for b.Loop() {
-		i++
-		setFlow(out, nil, i)
-		m = Meta{}
-		tr.Process(c.Now(), out, CsumVerified, &commit, &m)
-		tr.FlushTuple(0, m.Orig())
+// BenchmarkConnection is one connection's life, committed by its first
+// packet and flushed, without and with Accounting (the flush hands its
+// counts to OnEnd): the per-connection cost of accounting.
+func BenchmarkConnection(b *testing.B) {
+	for _, acct := range []bool{false, true} {
+		b.Run(map[bool]string{false: "accounting=off", true: "accounting=on"}[acct], func(b *testing.B) {
+			cfg := Config{}
+			if acct {
+				cfg = Config{Accounting: true, OnEnd: func(Flow) {}}
+			}
+			tr, c := newTracker(b, cfg)
+			out, _ := flowPkt(1)
+			var m Meta
+			b.ReportAllocs()
+			i := uint32(0)
+			for b.Loop() {
+				i++
+				setFlow(out, nil, i)
+				m = Meta{}
+				tr.Process(c.Now(), out, CsumVerified, &commit, &m)
+				tr.FlushTuple(0, m.Orig())
+			}
+		})
 	}
 }
