@@ -16,7 +16,7 @@ import (
 
 // Defaults of a zero Config.
 const (
-	DefaultActiveTimeout   = 60 * time.Second // OVS's cache_active_timeout default is 0 (off); NetFlow exporters commonly use a minute or more
+	DefaultActiveTimeout   = 60 * time.Second // OVS's cache_active_timeout (ovs-vswitchd.conf.db(5), 0–4200 s) defaults to 0, no aggregation: a record per sampled packet; gvs always aggregates per connection
 	DefaultIdleTimeout     = 15 * time.Second // NetFlow's customary inactive timeout
 	DefaultTemplateRefresh = 60 * time.Second // RFC 7011 section 8.4 leaves it to configuration
 	DefaultQueueLen        = 4096

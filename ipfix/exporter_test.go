@@ -230,3 +230,40 @@ func BenchmarkRecords(b *testing.B) {
 		}
 	}
 }
+
+// TestRecords: a connection without translation uses template 256 and
+// skips a direction without packets; an ICMP query carries its type and
+// code in icmpTypeCodeIPv4 and no ports; start and end are dated by the
+// clock.
+func TestRecords(t *testing.T) {
+	clock := Clock{Wall: time.UnixMilli(1_000_000), Now: conntrack.Time(5 * time.Second)}
+	var out [2]Record
+	tcp := conntrack.Flow{
+		Orig:    conntrack.Tuple{Src: podA, Dst: ext, SrcPort: 40000, DstPort: 80, Proto: conntrack.ProtoTCP},
+		Reply:   conntrack.Tuple{Src: ext, Dst: podA, SrcPort: 80, DstPort: 40000, Proto: conntrack.ProtoTCP},
+		Packets: [2]uint64{1, 0}, Bytes: [2]uint64{60, 0},
+		Start: conntrack.Time(4 * time.Second), Last: conntrack.Time(4*time.Second + 500*time.Millisecond), End: conntrack.FlowIdle,
+	}
+	if n := Records(&tcp, clock, nil, &out); n != 1 {
+		t.Fatalf("%d records, want 1 (the reply direction carried nothing)", n)
+	}
+	want := Record{Src: podA, Dst: ext, SrcPort: 40000, DstPort: 80, Proto: 6, Octets: 60, Packets: 1,
+		StartMs: 999_000, EndMs: 999_500, EndReason: conntrack.FlowIdle, Direction: DirInitiator, SrcVNID: NoVNID, DstVNID: NoVNID}
+	if out[0] != want || out[0].TemplateID() != TemplateFlow {
+		t.Errorf("got %+v\nwant %+v", out[0], want)
+	}
+	icmp := conntrack.Flow{
+		Orig:    conntrack.Tuple{Src: podA, Dst: ext, SrcPort: 8, DstPort: 0, ID: 7, Proto: conntrack.ProtoICMP},
+		Reply:   conntrack.Tuple{Src: ext, Dst: podA, SrcPort: 0, DstPort: 0, ID: 7, Proto: conntrack.ProtoICMP},
+		Packets: [2]uint64{1, 1}, Bytes: [2]uint64{84, 84},
+	}
+	if n := Records(&icmp, clock, resolve, &out); n != 2 {
+		t.Fatalf("%d records, want 2", n)
+	}
+	if out[0].ICMPTypeCode != 8<<8 || out[1].ICMPTypeCode != 0 || out[0].SrcPort != 0 || out[0].DstPort != 0 {
+		t.Errorf("ICMP records %+v", out)
+	}
+	if out[0].SrcPod != "alpha/client" || out[0].SrcVNID != 7 || out[1].DstPod != "alpha/client" || out[1].SrcVNID != NoVNID {
+		t.Errorf("pods: %+v", out)
+	}
+}
