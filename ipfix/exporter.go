@@ -294,18 +294,21 @@ func (e *Exporter) add(t *conntrack.Tracker, f *conntrack.Flow) {
 	for i := range n {
 		e.pace()
 		r := &e.recs[i]
-		for try := 0; ; try++ {
-			mark, set := e.msg.Len(), e.set
+		for {
+			mark, set := e.msg.Mark(), e.set
 			if id := r.TemplateID(); id != e.set {
 				e.msg.StartSet(id)
 				e.set = id
 			}
 			e.msg.SetBytes(AppendRecord(e.msg.Bytes(), r))
-			if e.msg.Len()+SetHeaderLen <= e.cfg.MaxMessage || e.inMsg == 0 || try > 0 {
+			// A record goes in a message of its own if it must (one
+			// larger than MaxMessage: pod names are DNS names, so no
+			// record of gvs's comes near).
+			if e.msg.Len() <= e.cfg.MaxMessage || e.inMsg == 0 {
 				e.inMsg++
 				break
 			}
-			e.msg.Truncate(mark)
+			e.msg.Rewind(mark)
 			e.set = set
 			e.flush()
 		}
@@ -335,6 +338,8 @@ func (e *Exporter) flush() {
 			e.send(b)
 			e.seq += e.inMsg
 			e.records.Add(uint64(e.inMsg))
+		} else {
+			e.dropped.Add(uint64(e.inMsg)) // past 65535 bytes: cannot be sent
 		}
 	}
 	e.begin()

@@ -267,3 +267,69 @@ func TestRecords(t *testing.T) {
 		t.Errorf("pods: %+v", out)
 	}
 }
+
+// TestExporterSplits: records that do not fit in one message of
+// MaxMessage bytes go in several, each within the bound, each decodable,
+// with sequence numbers that count the records sent before it (RFC 7011
+// section 3.1).
+func TestExporterSplits(t *testing.T) {
+	e := newExporter(Config{Collectors: []string{"192.0.2.1:4739"}, MaxMessage: 512, IdleTimeout: -1, ActiveTimeout: -1, Resolve: resolve})
+	client, peer := net.Pipe()
+	t.Cleanup(func() { client.Close(); peer.Close() })
+	e.dest = []collector{{name: "pipe", write: func(b []byte) error { _, err := client.Write(b); return err }}}
+	tr, err := conntrack.New(conntrack.Config{MaxEntries: 64, Accounting: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const flows = 20
+	for i := range flows {
+		f := conntrack.Flow{
+			Orig:    conntrack.Tuple{Src: podA, Dst: ext, SrcPort: uint16(1000 + i), DstPort: 53, Proto: conntrack.ProtoUDP},
+			Reply:   conntrack.Tuple{Src: ext, Dst: node, SrcPort: 53, DstPort: uint16(1000 + i), Proto: conntrack.ProtoUDP},
+			Packets: [2]uint64{1, 1}, Bytes: [2]uint64{100, 100},
+		}
+		if i%2 == 0 {
+			f.NAT = conntrack.NATSrc // alternate the templates
+		}
+		e.OnEnd(f)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx, tr); close(done) }()
+	var d Decoder
+	got := uint32(0)
+	for got < 2*flows {
+		b := make([]byte, 65536)
+		if err := peer.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		n, err := peer.Read(b)
+		if err != nil {
+			t.Fatalf("after %d records: %v", got, err)
+		}
+		if n > 512 {
+			t.Errorf("a message of %d bytes, more than 512", n)
+		}
+		m, err := d.Decode(b[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Header.Seq != got {
+			t.Errorf("sequence number %d after %d records", m.Header.Seq, got)
+		}
+		got += uint32(len(m.Records))
+	}
+	cancel()
+	go func() { // Run's last flush may have nothing; read whatever comes
+		b := make([]byte, 65536)
+		for {
+			if _, err := peer.Read(b); err != nil {
+				return
+			}
+		}
+	}()
+	<-done
+	if got != 2*flows || e.Stats().Records != 2*flows {
+		t.Errorf("%d records read, %d sent; want %d", got, e.Stats().Records, 2*flows)
+	}
+}

@@ -132,9 +132,16 @@ func (m *Message) Bytes() []byte { return m.b }
 // SetBytes takes back the buffer Bytes returned, with a record appended.
 func (m *Message) SetBytes(b []byte) { m.b = b }
 
-// Truncate drops what was appended after the message was n bytes long
-// (Len): a record that made it too long for the path MTU.
-func (m *Message) Truncate(n int) { m.b = m.b[:n] }
+// Mark is a point in a message's building to go back to (Rewind).
+type Mark struct{ n, set int }
+
+// Mark returns the message's state now.
+func (m *Message) Mark() Mark { return Mark{len(m.b), m.set} }
+
+// Rewind takes the message back to mark k, dropping what was appended
+// since (a record that made it too long for the path MTU, and the set a
+// record opened) and reopening the set that was open then.
+func (m *Message) Rewind(k Mark) { m.b, m.set = m.b[:k.n], k.set }
 
 // Finish ends the open set and writes the message length. It returns the
 // message, which shares the buffer given to Begin, or ErrTooLong past
