@@ -188,6 +188,21 @@ type Config struct {
 	// Logger receives rare events (NAT exhaustion, a refused load); nil
 	// discards them.
 	Logger *slog.Logger
+	// Accounting keeps, per connection, packet and byte counts per
+	// direction and the times of its first and latest packets (Linux's
+	// nf_conntrack_acct and timestamp), for flow export: Flows and OnEnd
+	// (acct.go). It takes 88 bytes per entry more, allocated by New, and
+	// per packet a second record written under the entry lock the packet
+	// takes anyway.
+	Accounting bool
+	// OnEnd, with Accounting, receives what a connection counted since
+	// its last report (Flows) when it is removed: expired, closed,
+	// replaced, flushed or evicted. It runs on the goroutine that removed
+	// it — a switch worker's among them, for a packet that found its
+	// connection expired or made room — after the tracker's locks are let
+	// go, so it must return at once without allocating (the flow exporter
+	// queues the Flow, or drops it and counts the drop).
+	OnEnd func(Flow)
 }
 
 // Validate reports the first field of c that is out of range.

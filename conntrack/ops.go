@@ -273,7 +273,7 @@ func (t *Tracker) flushWhere(zone int32) int {
 		if zone >= 0 && uint16(e.k[0][1].Load()>>16) != uint16(zone) {
 			continue
 		}
-		if t.remove(i, g, removeAlways, now) {
+		if t.remove(i, g, removeFlush, now) {
 			removed++
 		}
 	}
@@ -291,7 +291,7 @@ func (t *Tracker) FlushTuple(zone uint16, tup Tuple) error {
 	}
 	now := t.Now()
 	idx, _, gen, ok := t.lookup(k, t.hash(k))
-	if !ok || !t.remove(idx, gen, removeAlways, now) {
+	if !ok || !t.remove(idx, gen, removeFlush, now) {
 		return ErrNotFound
 	}
 	t.stats.flushed.Add(1)

@@ -354,6 +354,11 @@ func (t *Tracker) insert(r *record, now Time) bool {
 	e.mu.Lock()
 	e.expires = now + Time(left)
 	e.mark, e.label, e.class, e.pstate, e.nat, e.flags, e.tcp = r.mark, r.label, r.class, r.pstate, r.nat, r.flags, r.tcp
+	if t.acct != nil {
+		// Counts are not saved: a loaded connection counts from the load,
+		// as if it began then.
+		t.acct[idx] = acct{start: now, last: now, sentAt: now}
+	}
 	e.mu.Unlock()
 	fa, fb := r.fwd.words()
 	e.k[0][0].Store(fa)

@@ -183,6 +183,14 @@ func (t *Tracker) track(now Time, b []byte, pf PacketFlags, a *Action, m *Meta, 
 	return ReasonNone
 }
 
+// boolDir is the direction index of a packet: 1 for the reply direction.
+func boolDir(reply bool) int {
+	if reply {
+		return 1
+	}
+	return 0
+}
+
 // origKey is the key of the original tuple m recorded (OVS's
 // check_orig_tuple), in m's zone.
 func (t *Tracker) origKey(m *Meta) key {
@@ -231,6 +239,9 @@ func (t *Tracker) existing(now Time, b []byte, pf PacketFlags, a *Action, m *Met
 		if reply {
 			e.flags |= flagAssured
 		}
+	}
+	if t.acct != nil && m.State&StateInv == 0 {
+		t.account(idx, boolDir(reply), p.end, now)
 	}
 	if a.NAT.Kind != NATNone && m.State&StateInv == 0 {
 		t.applyNAT(b, pf, p, e, reply, a.Zone, m)
@@ -408,6 +419,9 @@ func (t *Tracker) create(now Time, b []byte, p *pkt, a *Action) (idx, gen uint32
 	}
 	e.class = c
 	e.expires = now + Time(t.timeouts[c])
+	if t.acct != nil {
+		t.acct[idx] = acct{pkts: [2]uint64{1}, bytes: [2]uint64{uint64(p.end)}, start: now, last: now, sentAt: now}
+	}
 	if a.NAT.Kind == NATSrc {
 		e.nat = natSrc
 	} else if a.NAT.Kind == NATDst {

@@ -332,6 +332,10 @@ type Tracker struct {
 
 	frags fragTable
 	stats counters
+
+	acct    []acct     // Config.Accounting: one record per entry, or nil (acct.go)
+	onEnd   func(Flow) // Config.OnEnd
+	flowsMu sync.Mutex // Flows calls take turns
 }
 
 // New returns a tracker configured by cfg, with storage for
@@ -366,6 +370,10 @@ func New(cfg Config) (*Tracker, error) {
 		zoneLimit:   make([]atomic.Int32, 1<<16),
 	}
 	t.entries, t.buckets = t.allocSlab(n, nb)
+	if cfg.Accounting {
+		t.acct = make([]acct, n)
+		t.onEnd = cfg.OnEnd
+	}
 	if t.log == nil {
 		t.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -594,6 +602,7 @@ const (
 	removeAlways    removeMode = iota // flush, force, a TCP connection reopened
 	removeExpired                     // only if it has expired (sweep, lazy expiry)
 	removeEvictable                   // only if expired or of an evictable class (early drop)
+	removeFlush                       // always: Flush, FlushZone, FlushTuple (reported as a forced end)
 )
 
 // remove unlinks and frees entry idx if it still has generation gen and
@@ -625,6 +634,8 @@ func (t *Tracker) remove(idx, gen uint32, mode removeMode, now Time) bool {
 		return false
 	}
 	class, revNode := e.class, e.flags&flagRevNode != 0
+	var f Flow
+	report := t.onEnd != nil && t.flowOf(idx, now, endReason(mode, e.expires <= now), &f)
 	t.beginWrite(bf, br)
 	t.unlinkNode(bf, ref(idx, 0))
 	if revNode {
@@ -636,6 +647,9 @@ func (t *Tracker) remove(idx, gen uint32, mode removeMode, now Time) bool {
 	t.unlockStripes(bf, br)
 	t.stats.byClass[class].Add(-1)
 	t.release(idx, fwd.zone())
+	if report {
+		t.onEnd(f)
+	}
 	return true
 }
 

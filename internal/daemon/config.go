@@ -214,6 +214,10 @@ type Config struct {
 	// CNINetwork names the installed network configuration ("" means
 	// DefaultCNINetwork); its file is CNIConfDir/80-NAME.conflist.
 	CNINetwork string `json:"cniNetwork,omitempty"`
+	// IPFIX exports the node's connections as IPFIX flow records to
+	// collectors (ipfix.go; docs/operations.md, "Flow export"); nil
+	// exports nothing and keeps no per-connection counts.
+	IPFIX *IPFIXConfig `json:"ipfix,omitempty"`
 }
 
 // clone returns a deep copy of c: the daemon keeps one of its own (New),
@@ -227,6 +231,11 @@ func (c *Config) clone() *Config {
 	n.EtcdEndpoints = slices.Clone(c.EtcdEndpoints)
 	n.NAT = clonePtr(c.NAT)
 	n.Offload = clonePtr(c.Offload)
+	if c.IPFIX != nil {
+		x := *c.IPFIX
+		x.Collectors = slices.Clone(x.Collectors)
+		n.IPFIX = &x
+	}
 	return &n
 }
 
@@ -533,6 +542,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if _, _, err := c.egressDNS(); err != nil {
+		return err
+	}
+	if _, err := c.ipfixConfig(); err != nil {
 		return err
 	}
 	if c.FromKubernetes() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gvswitch/gvs/conntrack"
 	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/ipfix"
 )
 
 // The daemon's connection tracker: the switch's ct actions use it (the
@@ -21,12 +22,18 @@ import (
 // restart: Run saves it when it ends and New loads it (conntrackFile),
 // so established connections carry on through a restart or an upgrade.
 
-// newTracker makes the tracker of the configuration's limits.
-func (c *Config) newTracker() (*conntrack.Tracker, error) {
+// newTracker makes the tracker of the configuration's limits; with an
+// exporter (Config.IPFIX) it counts connections and hands the ones that
+// end to it.
+func (c *Config) newTracker(exp *ipfix.Exporter) (*conntrack.Tracker, error) {
 	if c.ConntrackMax < 0 || c.ConntrackZoneLimit < 0 {
 		return nil, fmt.Errorf("conntrackMax %d, conntrackZoneLimit %d: want 0 (the default) or more", c.ConntrackMax, c.ConntrackZoneLimit)
 	}
-	return conntrack.New(conntrack.Config{MaxEntries: c.ConntrackMax, DefaultZoneLimit: c.ConntrackZoneLimit})
+	cc := conntrack.Config{MaxEntries: c.ConntrackMax, DefaultZoneLimit: c.ConntrackZoneLimit}
+	if exp != nil {
+		cc.Accounting, cc.OnEnd = true, exp.OnEnd
+	}
+	return conntrack.New(cc)
 }
 
 // stateDir is the daemon's state directory: Config.StateDir, or with CNI

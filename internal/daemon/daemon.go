@@ -113,6 +113,7 @@ func (d *Daemon) init(n sdn.NodeConfig, projects map[string]uint32, implicitDefa
 	nd.pods = pods.New(pods.Config{Switch: dp.sw, Program: prog, VNIDs: nd.vnids, Queues: dp.podQueues(),
 		Offloads: dp.podOffloads(), OnTAP: dp.usoSeen, FirstPort: sdn.FirstPodPort, Logger: d.log,
 		OnChange: d.cp.podsChanged, Engine: dp.tapIO})
+	dp.podNames.setList(nd.pods.List)
 	return nil
 }
 
@@ -142,6 +143,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	if err := d.setup(ctx); err != nil {
 		return err
+	}
+	if d.dp.exporter != nil {
+		go d.dp.runExporter(ctx, d.dp.sw.Conntrack()) // ipfix.go
 	}
 	errc := make(chan error, 3)
 	if err := d.startCNI(ctx, errc); err != nil {

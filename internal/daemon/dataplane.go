@@ -10,6 +10,7 @@ import (
 
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/sched"
+	"github.com/gvswitch/gvs/ipfix"
 	"github.com/gvswitch/gvs/port"
 	"github.com/gvswitch/gvs/port/busypoll"
 	"github.com/gvswitch/gvs/tap"
@@ -50,15 +51,27 @@ type dataplane struct {
 	// rxBudget bounds the pod queues' receive buffers
 	// (Config.RxBufferBudgetMiB; nil: no bound).
 	rxBudget *port.Budget
+	// exporter sends flow records (Config.IPFIX; nil: off); podNames names
+	// its addresses (ipfix.go).
+	exporter *ipfix.Exporter
+	podNames podIndex
 }
 
 // newDataplane builds the flow table and the switch, with the I/O engine
 // and tuning cfg asks for; it creates no devices.
-func newDataplane(cfg *Config, log *slog.Logger) (*dataplane, error) {
+func newDataplane(cfg *Config, log *slog.Logger) (_ *dataplane, err error) {
 	dp := &dataplane{cfg: cfg, log: log, table: flowtable.New(flowtable.Config{Logger: log}), peers: new(vxlan.Peers)}
 	// The rule program tracks connections in every mode (services: the
 	// replies of requests the host DNATed go back through tun0).
-	ct, err := cfg.newTracker()
+	if err := dp.newExporter(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil && dp.exporter != nil {
+			dp.exporter.Close()
+		}
+	}()
+	ct, err := cfg.newTracker(dp.exporter)
 	if err != nil {
 		return nil, err
 	}

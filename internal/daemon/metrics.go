@@ -178,6 +178,9 @@ func (m *cniMetrics) observe(verb string, took time.Duration, err error) {
 func (d *Daemon) registry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newCollector(d), d.cniMetrics.histogram(), newSubnetCollector(d.node), newCTCollector(d.dp))
+	if d.dp.exporter != nil {
+		reg.MustRegister(newIPFIXCollector(d.dp.exporter))
+	}
 	return reg
 }
 
