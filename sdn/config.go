@@ -226,10 +226,19 @@ func (c NodeConfig) CheckPod(p Pod) error {
 }
 
 // RemoteNode is another node of the cluster: its underlay IP and pod subnet.
+// It may also be a host that is not a node (OpenShift's F5 BIG-IP "ramp",
+// sdn/ramp.go): a subnet tunnelled to an external VTEP.
 type RemoteNode struct {
 	Name   string
 	IP     netip.Addr
 	Subnet netip.Prefix
+	// FixedVNID, when HasFixedVNID is set, is the one VNID traffic to and
+	// from this host carries (the HostSubnet annotation
+	// pod.network.openshift.io/fixed-vnid-host): nodes send to it with
+	// that VNI instead of the source VNID, and accept from it only that
+	// VNI (RampRules). Without it the host is treated as a node.
+	FixedVNID    uint32
+	HasFixedVNID bool
 }
 
 // CheckRemote reports whether n can be added as a peer of this node: IPv4
@@ -247,6 +256,9 @@ func (c NodeConfig) CheckRemote(n RemoteNode) error {
 	}
 	if !c.InCluster(n.Subnet.Addr()) || !c.InCluster(lastAddr(n.Subnet)) {
 		return fmt.Errorf("%w: node %s subnet %v is not inside a cluster network", ErrInvalidConfig, n.Name, n.Subnet)
+	}
+	if n.HasFixedVNID && n.FixedVNID > MaxVNID {
+		return fmt.Errorf("%w: host %s fixed VNID %d exceeds %d", ErrInvalidConfig, n.Name, n.FixedVNID, MaxVNID)
 	}
 	return nil
 }

@@ -321,12 +321,16 @@ func PodRules(cfg NodeConfig, pod Pod) ([]*flowtable.Rule, error) {
 // NodeRules returns the three rules of one remote node, all tagged with
 // NodeCookie(node.IP): table 10 accepts its VXLAN (tun_src), tables 50 (ARP)
 // and 90 (IP) send traffic for its subnet into the tunnel with the source
-// VNID (reg0) as VNI. The node should pass cfg.CheckRemote; an error means it
+// VNID (reg0) as VNI. A host with a fixed VNID (node.HasFixedVNID) gets
+// RampRules instead. The node should pass cfg.CheckRemote; an error means it
 // does not.
 func NodeRules(cfg NodeConfig, node RemoteNode) ([]*flowtable.Rule, error) {
 	ip := node.IP.Unmap()
 	if !ip.Is4() {
 		return nil, fmt.Errorf("%w: node %s IP %v is not IPv4", ErrInvalidConfig, node.Name, node.IP)
+	}
+	if node.HasFixedVNID {
+		return RampRules(cfg, node)
 	}
 	c := NodeCookie(ip)
 	sub := flowtable.NwDstPrefix(node.Subnet.Masked())
