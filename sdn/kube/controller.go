@@ -323,6 +323,9 @@ func (c *controller) rebuild() error {
 	})
 	for _, obj := range hss {
 		hs := obj.(*networkv1.HostSubnet)
+		if networkv1.WantsSubnet(hs) {
+			continue // no subnet yet: syncNode assigns one
+		}
 		if err := c.hold(hs); err != nil {
 			// Left unheld: syncNode replaces it if it is a node's.
 			c.log.Error("master: HostSubnet not usable", "hostsubnet", hs.Name, "subnet", hs.Subnet, "err", err)

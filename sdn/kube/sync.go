@@ -154,11 +154,16 @@ func ignoreConflict(err error) error {
 // HostSubnet of a Node that is gone or was replaced by another of the
 // same name. A HostSubnet without the node-UID annotation was made by
 // hand: for a Node it is adopted (the annotation stamped); without a Node
-// (OpenShift's F5 case) its subnet stays held and it is left alone.
+// (OpenShift's F5 case) its subnet stays held and it is left alone. One
+// that asks for a subnet (the assign-subnet annotation) gets one first
+// (assignSubnet).
 func (c *controller) syncNode(ctx context.Context, name string) error {
 	hss := c.m.net.HostSubnets()
 	node := getObj[corev1.Node](c.nodeInf, name)
 	hs := getObj[networkv1.HostSubnet](c.hsInf, name)
+	if hs != nil && networkv1.WantsSubnet(hs) {
+		return c.assignSubnet(ctx, hs) // a host that is not a node (ramp.go)
+	}
 	if hs != nil && hs.Annotations[networkv1.NodeUIDAnnotation] == "" {
 		if _, ok := c.held[name]; !ok {
 			if err := c.hold(hs); err != nil {

@@ -333,16 +333,25 @@ func (f *Follower) hostSubnet(o any, deleted bool) {
 		f.log.Warn("this node's HostSubnet was deleted", "subnet", f.m.Subnet())
 	case deleted:
 		f.m.RemoveRemote(hs.Name)
-	default:
-		ip, sub, err := parseHostSubnet(hs)
-		switch {
-		case err != nil:
+	case hs.Name == f.cfg.Node:
+		if _, sub, err := parseHostSubnet(hs); err != nil {
 			f.log.Error("HostSubnet", "err", err)
-		case hs.Name == f.cfg.Node:
+		} else {
 			f.m.MoveSubnet(f.ctx, sub)
-		default:
-			f.m.SetRemote(sdn.RemoteNode{Name: hs.Name, IP: ip, Subnet: sub})
 		}
+	case networkv1.WantsSubnet(hs):
+		// A host that is not a node, waiting for gvs-master's subnet.
+	default:
+		rn, err := remoteOf(hs)
+		if err != nil {
+			f.log.Error("HostSubnet refused", "err", err)
+			if errors.Is(err, networkv1.ErrInvalidFixedVNID) {
+				// Its old rules, if any, must not stay: fail closed.
+				f.m.RemoveRemote(hs.Name)
+			}
+			return
+		}
+		f.m.SetRemote(rn)
 	}
 }
 
