@@ -66,6 +66,9 @@ type Node struct {
 	// (after its lease expired) or had before a restart. gvs-master gives
 	// it only if nobody else claims it.
 	Want netip.Prefix `json:"want,omitzero"`
+	// FixedVNID is set on the record of a host that is not a node
+	// (RegisterHost): the one VNID its traffic carries (hosts.go).
+	FixedVNID *uint32 `json:"fixedVNID,omitempty"`
 }
 
 // Subnet is a node's allocated subnet.
@@ -79,6 +82,9 @@ type Subnet struct {
 	// key attached to it, and only gvs-master writes subnets; gvs-master
 	// deletes the record and its claim when the node record expires.
 	Lease int64 `json:"lease,omitempty"`
+	// FixedVNID is the node record's FixedVNID, copied by gvs-master: the
+	// nodes follow subnet records only (hosts.go).
+	FixedVNID *uint32 `json:"fixedVNID,omitempty"`
 }
 
 // Project is a project's record: its VNID and whether it opted in to

@@ -69,10 +69,10 @@ func (r *Registry) AssignSubnet(ctx context.Context, nets []master.ClusterNetwor
 				}
 				continue
 			}
-			if s.IP == n.IP && s.Node == node && s.Lease == nkv.Lease {
+			if s.IP == n.IP && s.Node == node && s.Lease == nkv.Lease && sameVNID(s.FixedVNID, n.FixedVNID) {
 				return s, nil
 			}
-			s.Node, s.IP, s.Lease = node, n.IP, nkv.Lease
+			s.Node, s.IP, s.Lease, s.FixedVNID = node, n.IP, nkv.Lease, n.FixedVNID
 			tr, err := r.c.Txn(ctx).If(
 				clientv3.Compare(clientv3.ModRevision(NodeKey(node)), "=", nkv.ModRevision),
 				clientv3.Compare(clientv3.ModRevision(SubnetKey(node)), "=", skv.ModRevision),
@@ -108,7 +108,7 @@ func (r *Registry) AssignSubnet(ctx context.Context, nets []master.ClusterNetwor
 				return Subnet{}, fmt.Errorf("node %s: %w", node, err)
 			}
 		}
-		s := Subnet{Node: node, IP: n.IP, Subnet: p, Lease: nkv.Lease}
+		s := Subnet{Node: node, IP: n.IP, Subnet: p, Lease: nkv.Lease, FixedVNID: n.FixedVNID}
 		tr, err := r.c.Txn(ctx).If(
 			clientv3.Compare(clientv3.ModRevision(NodeKey(node)), "=", nkv.ModRevision),
 			clientv3.Compare(clientv3.ModRevision(SubnetKey(node)), "=", 0),

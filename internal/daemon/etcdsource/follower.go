@@ -569,7 +569,11 @@ func (a *agent) apply(deleted bool, key string, val []byte, rev int64) {
 			a.log.Warn("bad subnet record", "key", key, "err", err)
 			return
 		}
-		m.SetRemote(sdn.RemoteNode{Name: name, IP: s.IP, Subnet: s.Subnet})
+		rn := sdn.RemoteNode{Name: name, IP: s.IP, Subnet: s.Subnet}
+		if s.FixedVNID != nil { // a host that is not a node (registry.RegisterHost)
+			rn.FixedVNID, rn.HasFixedVNID = *s.FixedVNID, true
+		}
+		m.SetRemote(rn)
 	case strings.HasPrefix(key, registry.ProjectsPrefix):
 		name := strings.TrimPrefix(key, registry.ProjectsPrefix)
 		if deleted {
