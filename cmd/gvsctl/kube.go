@@ -43,6 +43,9 @@ func kubeCmd(ctx context.Context, kubeconfig string, asJSON bool, out io.Writer,
 	if cmd == "nodes" {
 		return k.nodes()
 	}
+	if cmd == "hosts" {
+		return k.hosts(args)
+	}
 	if len(args) == 0 {
 		args = []string{"list"}
 	}

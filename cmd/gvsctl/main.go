@@ -65,6 +65,11 @@ certificate from gvs-master cert admin: --etcd-tls DIR or $GVS_ETCD_TLS):
                           receives its pods' multicast, on every node (Kubernetes: the NetNamespace
                           annotation netnamespace.network.openshift.io/multicast-enabled=true)
   nodes                   registered nodes with their underlay IPs and subnets
+  hosts add NAME IP [--subnet CIDR] [--fixed-vnid VNID]
+                          register a host that is not a node (OpenShift's F5 "ramp"): every node
+                          tunnels its subnet (from gvs-master, or CIDR if free) to IP; with
+                          --fixed-vnid only that VNID (and global pods) reach it, with that VNI
+  hosts delete NAME...    unregister hosts (their subnets are released)
   services list           services (etcd-registry mode): in multitenant mode a pod reaches only
                           its own project's services and those of global projects
   services set NS/NAME CLUSTER-IP PROTO/PORT...
@@ -96,7 +101,9 @@ certificate from gvs-master cert admin: --etcd-tls DIR or $GVS_ETCD_TLS):
   projects are Namespaces with their NetNamespaces; join, isolate and
   make-global write the annotation oc adm pod-network writes and wait for
   gvs-master to apply it; create and delete create and delete Namespaces;
-  nodes lists Nodes with their HostSubnets.
+  nodes lists Nodes with their HostSubnets; hosts add creates a HostSubnet
+  with the assign-subnet (and fixed-vnid-host) annotations, hosts delete
+  deletes it.
 `
 
 func main() {
@@ -134,11 +141,11 @@ func run(args []string, stdout io.Writer) error {
 	c := cli{ctx: ctx, socket: *socket, json: *output == "json", out: stdout}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch cmd {
-	case "projects", "nodes", "services", "policy", "label", "labels", "egress-firewall":
+	case "projects", "nodes", "hosts", "services", "policy", "label", "labels", "egress-firewall":
 		if *kubeconfig != "" && cmd == "services" {
 			return errors.New("services: in Kubernetes mode gvs-switchd follows the API server's Services (kubectl get services)")
 		}
-		if *kubeconfig != "" && cmd != "projects" && cmd != "nodes" {
+		if *kubeconfig != "" && cmd != "projects" && cmd != "nodes" && cmd != "hosts" {
 			return fmt.Errorf("%s: in Kubernetes mode gvs-switchd follows the API server's objects and labels (kubectl apply, kubectl label)", cmd)
 		}
 		if *kubeconfig != "" {

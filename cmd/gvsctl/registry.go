@@ -85,6 +85,8 @@ func registryCmd(ctx context.Context, dc registry.DialConfig, asJSON bool, out i
 		return labelsCmd(ctx, reg, show, out)
 	case "egress-firewall":
 		return egressFirewallCmd(ctx, reg, show, out, args)
+	case "hosts":
+		return hostsCmd(ctx, reg, out, args)
 	}
 	// projects
 	if len(args) == 0 {

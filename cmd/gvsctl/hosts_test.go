@@ -1,0 +1,35 @@
+package main
+
+import (
+	"net/netip"
+	"testing"
+)
+
+func TestParseHostsAdd(t *testing.T) {
+	h, err := parseHostsAdd([]string{"f5", "192.168.0.50", "--subnet", "10.128.100.1/23", "--fixed-vnid", "10"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.name != "f5" || h.ip != netip.MustParseAddr("192.168.0.50") || h.subnet != netip.MustParsePrefix("10.128.100.0/23") || h.fixedVNID == nil || *h.fixedVNID != 10 {
+		t.Errorf("parsed %+v", h)
+	}
+	h, err = parseHostsAdd([]string{"--fixed-vnid=0", "f5", "192.168.0.50"})
+	if err != nil || h.fixedVNID == nil || *h.fixedVNID != 0 || h.subnet.IsValid() {
+		t.Errorf("parsed %+v, %v; want fixed VNID 0, no subnet", h, err)
+	}
+	if h, err = parseHostsAdd([]string{"f5", "192.168.0.50"}); err != nil || h.fixedVNID != nil {
+		t.Errorf("parsed %+v, %v; want no fixed VNID", h, err)
+	}
+	for _, bad := range [][]string{
+		{"f5"},
+		{"f5", "::1"},
+		{"f5", "192.168.0.50", "--fixed-vnid", "16777216"},
+		{"f5", "192.168.0.50", "--fixed-vnid", "-1"},
+		{"f5", "192.168.0.50", "--subnet", "10.128.0.0"},
+		{"f5", "192.168.0.50", "extra"},
+	} {
+		if _, err := parseHostsAdd(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
