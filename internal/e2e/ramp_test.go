@@ -20,7 +20,9 @@ import (
 // TestRampKube: a host that is not a node (OpenShift's F5 BIG-IP "ramp").
 // The lab's external host runs a kernel VXLAN device as the ramp, with an
 // address in the subnet gvs-master assigns to a HostSubnet made with
-// pod.network.openshift.io/assign-subnet (Kubernetes mode, multitenant):
+// pod.network.openshift.io/assign-subnet (Kubernetes mode, multitenant;
+// TestRampRegistry does the first case with `gvsctl hosts add` in etcd
+// mode):
 //
 //   - fixed-vnid-host=alpha's VNID: alpha's pods on both nodes and a global
 //     pod reach the ramp, the ramp reaches them; beta's pods do not, either
@@ -33,13 +35,32 @@ import (
 //   - Deleting the HostSubnet removes the rules from every node.
 func TestRampKube(t *testing.T) {
 	kubetest.Require(t)
-	c := up(t, "rp", cluster.Spec{
+	rampTest(t, "rpk", cluster.ControlPlaneKube, true)
+}
+
+// TestRampRegistry: the ramp with a fixed VNID in etcd registry mode,
+// registered and unregistered with `gvsctl hosts`.
+func TestRampRegistry(t *testing.T) {
+	rampTest(t, "rpe", cluster.ControlPlaneEmbedded, false)
+}
+
+// rampTest brings a two-node multitenant cluster up with controlPlane and
+// runs the ramp's cases: all of them in Kubernetes mode (HostSubnets made
+// through the API), the fixed VNID of a project only with the registry.
+func rampTest(t *testing.T, short, controlPlane string, all bool) {
+	c := up(t, short, cluster.Spec{
 		Lab:          lab.Spec{Nodes: 2, PodsPerNode: 3, Projects: []string{"default", "alpha", "beta"}, External: true},
 		Mode:         "multitenant",
-		ControlPlane: cluster.ControlPlaneKube,
+		ControlPlane: controlPlane,
 	})
-	net, err := networkv1.NewForConfig(c.Kube.Admin())
-	if err != nil {
+	var net *networkv1.Client
+	if c.Kube != nil {
+		var err error
+		if net, err = networkv1.NewForConfig(c.Kube.Admin()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.RefreshVNIDs(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	ext := c.Lab.External
@@ -58,9 +79,30 @@ func TestRampKube(t *testing.T) {
 		_, err := c.Lab.Exec(ctx(t), ns, "ping", "-c", "1", "-W", "1", "-q", to.String())
 		return err == nil
 	}
-	// register makes the ramp's HostSubnet and waits for its subnet.
+	// register makes the ramp's HostSubnet (or registry record) and waits
+	// for its subnet.
 	register := func(name string, fixed string) netip.Prefix {
 		t.Helper()
+		if net == nil {
+			args := []string{"hosts", "add", name, ext.IP.String()}
+			if fixed != "" {
+				args = append(args, "--fixed-vnid", fixed)
+			}
+			out, err := c.RegistryCtl(ctx(t), args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := strings.Fields(string(out))
+			if len(f) != 3 || f[0] != name || f[1] != ext.IP.String() {
+				t.Fatalf("gvsctl hosts add printed %q; want NAME IP SUBNET", out)
+			}
+			sub, err := netip.ParsePrefix(f[2])
+			if err != nil || !c.Spec.ClusterNetwork.Contains(sub.Addr()) {
+				t.Fatalf("%s got subnet %q (%v), not in the cluster network %v", name, f[2], err, c.Spec.ClusterNetwork)
+			}
+			t.Logf("%s (fixed VNID %q) got subnet %v", name, fixed, sub)
+			return sub
+		}
 		a := map[string]string{networkv1.AssignSubnetAnnotation: "true"}
 		if fixed != "" {
 			a[networkv1.FixedVNIDHostAnnotation] = fixed
@@ -136,7 +178,11 @@ func TestRampKube(t *testing.T) {
 	}
 	unregister := func(name string, sub netip.Prefix) {
 		t.Helper()
-		if err := net.HostSubnets().Delete(ctx(t), name, metav1.DeleteOptions{}); err != nil {
+		if net == nil {
+			if out, err := c.RegistryCtl(ctx(t), "hosts", "delete", name); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+		} else if err := net.HostSubnets().Delete(ctx(t), name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		testutil.WaitFor(t, 20*time.Second, name+"'s rules gone from every node", func() (bool, error) {
@@ -198,6 +244,9 @@ func TestRampKube(t *testing.T) {
 		refused("alpha → deleted ramp", alpha1.NS, addr.Addr())
 	})
 
+	if !all {
+		return
+	}
 	t.Run("fixed VNID 0 is global", func(t *testing.T) {
 		sub := register("f5-global", "0")
 		addr := rampAddr(sub)
