@@ -301,7 +301,11 @@ func printShow(w io.Writer, r control.ShowResult) {
 		fmt.Fprintf(w, "  vxlan0: %s\n", r.Tunnel)
 	}
 	for _, rm := range r.Remotes {
-		fmt.Fprintf(w, "  remote %s %s subnet %s\n", rm.Name, rm.IP, rm.Subnet)
+		fmt.Fprintf(w, "  remote %s %s subnet %s", rm.Name, rm.IP, rm.Subnet)
+		if rm.FixedVNID != nil {
+			fmt.Fprintf(w, " fixed VNID %d (not a node)", *rm.FixedVNID)
+		}
+		fmt.Fprintln(w)
 	}
 	if g := r.Registry; g != nil {
 		switch {

@@ -61,6 +61,9 @@ type Remote struct {
 	Name   string `json:"name"`
 	IP     string `json:"ip"`
 	Subnet string `json:"subnet"`
+	// FixedVNID is set for a host that is not a node with a fixed VNID
+	// (OpenShift's F5 ramp): the one VNI to and from it.
+	FixedVNID *uint32 `json:"fixedVNID,omitempty"`
 }
 
 // Port is one row of "dump-ports".

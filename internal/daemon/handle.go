@@ -57,7 +57,12 @@ func (d *Daemon) handle(_ context.Context, req control.Request) (any, error) {
 func (d *Daemon) show() control.ShowResult {
 	var remotes []control.Remote
 	for _, r := range d.node.prog.Remotes() {
-		remotes = append(remotes, control.Remote{Name: r.Name, IP: r.IP.String(), Subnet: r.Subnet.String()})
+		rm := control.Remote{Name: r.Name, IP: r.IP.String(), Subnet: r.Subnet.String()}
+		if r.HasFixedVNID {
+			v := r.FixedVNID
+			rm.FixedVNID = &v
+		}
+		remotes = append(remotes, rm)
 	}
 	npods := d.node.pods.Len()
 	node := d.node.prog.Node()

@@ -29,7 +29,8 @@ import (
 //     way. The ramp speaking with beta's VNI reaches nobody, and an
 //     underlay address that is not the registered one reaches nobody
 //     (table 10).
-//   - fixed-vnid-host=0: the ramp is global both ways.
+//   - fixed-vnid-host=0: the ramp is global both ways (registered with
+//     gvsctl --kubeconfig hosts add).
 //   - no fixed VNID: the ramp is a node; its device's VNI is the project
 //     it speaks as (alpha here): alpha reaches it, beta does not.
 //   - Deleting the HostSubnet removes the rules from every node.
@@ -79,16 +80,26 @@ func rampTest(t *testing.T, short, controlPlane string, all bool) {
 		_, err := c.Lab.Exec(ctx(t), ns, "ping", "-c", "1", "-W", "1", "-q", to.String())
 		return err == nil
 	}
+	// Hosts are registered with gvsctl hosts: with the registry always, in
+	// Kubernetes mode (gvsctl --kubeconfig) those named "*-ctl"; the other
+	// HostSubnets are made through the API.
+	viaGvsctl := func(name string) bool { return net == nil || strings.HasSuffix(name, "-ctl") }
+	hostsCtl := func(args ...string) ([]byte, error) {
+		if net == nil {
+			return c.RegistryCtl(ctx(t), append([]string{"hosts"}, args...)...)
+		}
+		return c.KubeCtl(ctx(t), append([]string{"hosts"}, args...)...)
+	}
 	// register makes the ramp's HostSubnet (or registry record) and waits
 	// for its subnet.
 	register := func(name string, fixed string) netip.Prefix {
 		t.Helper()
-		if net == nil {
-			args := []string{"hosts", "add", name, ext.IP.String()}
+		if viaGvsctl(name) {
+			args := []string{"add", name, ext.IP.String()}
 			if fixed != "" {
 				args = append(args, "--fixed-vnid", fixed)
 			}
-			out, err := c.RegistryCtl(ctx(t), args...)
+			out, err := hostsCtl(args...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -181,8 +192,8 @@ func rampTest(t *testing.T, short, controlPlane string, all bool) {
 	}
 	unregister := func(name string, sub netip.Prefix) {
 		t.Helper()
-		if net == nil {
-			if out, err := c.RegistryCtl(ctx(t), "hosts", "delete", name); err != nil {
+		if viaGvsctl(name) {
+			if out, err := hostsCtl("delete", name); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
 		} else if err := net.HostSubnets().Delete(ctx(t), name, metav1.DeleteOptions{}); err != nil {
@@ -208,6 +219,9 @@ func rampTest(t *testing.T, short, controlPlane string, all bool) {
 				out := ctl(t, c, i, "dump-flows", "table=90")
 				return strings.Contains(out, sub.String()) && strings.Contains(out, want), nil
 			})
+		}
+		if out := ctl(t, c, 1, "show"); !strings.Contains(out, fmt.Sprintf("subnet %s fixed VNID %d (not a node)", sub, alpha1.VNID)) {
+			t.Errorf("gvsctl show on n2 does not show the ramp's fixed VNID:\n%s", out)
 		}
 		reach("alpha on n1 → ramp", alpha1.NS, addr.Addr())
 		reach("alpha on n2 → ramp", alpha2.NS, addr.Addr())
@@ -251,14 +265,14 @@ func rampTest(t *testing.T, short, controlPlane string, all bool) {
 		return
 	}
 	t.Run("fixed VNID 0 is global", func(t *testing.T) {
-		sub := register("f5-global", "0")
+		sub := register("f5-global-ctl", "0")
 		addr := rampAddr(sub)
 		device(0, ext.IP, addr)
 		reach("beta on n2 → global ramp", beta2.NS, addr.Addr())
 		reach("alpha on n1 → global ramp", alpha1.NS, addr.Addr())
 		reach("global ramp → beta on n1", ext.NS, beta1.IP)
 		reach("global ramp → alpha on n2", ext.NS, alpha2.IP)
-		unregister("f5-global", sub)
+		unregister("f5-global-ctl", sub)
 	})
 
 	t.Run("no fixed VNID: a node", func(t *testing.T) {
