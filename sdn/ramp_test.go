@@ -125,3 +125,27 @@ func TestRampRulesRefuse(t *testing.T) {
 		t.Errorf("CheckRemote of a VNID past MaxVNID: %v", err)
 	}
 }
+
+// TestRampNoMulticast: the whole program's table 111 copies multicast to
+// the nodes, not to a host with a fixed VNID (a project's multicast would
+// reach it with the project's VNI); a host without one is a node and gets
+// a copy.
+func TestRampNoMulticast(t *testing.T) {
+	cfg := sampleNode(ModeMultitenant)
+	for _, fixed := range []bool{true, false} {
+		nodes := append(sampleNodes(), RemoteNode{Name: "f5", IP: ipRamp, Subnet: rampSubnet, FixedVNID: 10, HasFixedVNID: fixed})
+		rules, err := Program(cfg, samplePods(), nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fanout string
+		for _, r := range Text(rules) {
+			if strings.HasPrefix(r, "table=111, priority=100,") {
+				fanout = r
+			}
+		}
+		if !strings.Contains(fanout, ipNode2.String()+"->tun_dst") || strings.Contains(fanout, ipRamp.String()+"->tun_dst") == fixed {
+			t.Errorf("fixed VNID %v: table 111 %q", fixed, fanout)
+		}
+	}
+}

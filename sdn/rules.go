@@ -453,7 +453,9 @@ func Program(cfg NodeConfig, pods []Pod, nodes []RemoteNode) ([]*flowtable.Rule,
 	var ips []netip.Addr
 	for _, n := range ns {
 		add(NodeRules(cfg, n))
-		ips = append(ips, n.IP)
+		if !n.HasFixedVNID { // a host that is not a node gets no multicast (ramp.go)
+			ips = append(ips, n.IP)
+		}
 	}
 	add(MulticastFanoutRules(cfg, ips))
 	if err := errors.Join(errs...); err != nil {

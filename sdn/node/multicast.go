@@ -129,11 +129,14 @@ func (p *Program) fanoutUpdate(remotes []netip.Addr) ([]flowtable.Filter, []*flo
 }
 
 // remoteIPs returns the addresses of the remote nodes, with add added and
-// drop left out (either may be invalid). p.mu is held.
+// drop left out (either may be invalid). Hosts with a fixed VNID (not
+// nodes: OpenShift's F5 ramp, sdn/ramp.go) are left out: a project's
+// multicast would reach them with its own VNI, past the one VNID they may
+// hear. p.mu is held.
 func (p *Program) remoteIPs(add, drop netip.Addr) []netip.Addr {
 	out := make([]netip.Addr, 0, len(p.remotes)+1)
-	for ip := range p.remotes {
-		if ip != drop && ip != add {
+	for ip, rn := range p.remotes {
+		if ip != drop && ip != add && !rn.HasFixedVNID {
 			out = append(out, ip)
 		}
 	}

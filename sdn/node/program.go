@@ -145,7 +145,11 @@ func (p *Program) AddRemote(rn sdn.RemoteNode) error {
 	var dels []flowtable.Filter
 	var fan []*flowtable.Rule
 	if err == nil {
-		dels, fan, err = p.fanoutUpdate(p.remoteIPs(rn.IP, netip.Addr{}))
+		add, drop := rn.IP, netip.Addr{}
+		if rn.HasFixedVNID { // a host that is not a node gets no multicast (sdn/ramp.go)
+			add, drop = drop, add
+		}
+		dels, fan, err = p.fanoutUpdate(p.remoteIPs(add, drop))
 	}
 	if err == nil {
 		dels = append(dels, cookieFilter(sdn.NodeCookie(rn.IP)))
@@ -514,7 +518,7 @@ func (p *Program) ChangeSubnet(sub netip.Prefix) (Withdrawal, error) {
 		if sub.IsValid() && rn.Subnet.Overlaps(sub) {
 			dels = append(dels, cookieFilter(sdn.NodeCookie(ip)))
 			w.Remotes = append(w.Remotes, ip)
-		} else {
+		} else if !rn.HasFixedVNID { // a host that is not a node gets no multicast
 			kept = append(kept, ip)
 		}
 	}

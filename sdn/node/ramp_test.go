@@ -2,16 +2,32 @@ package node_test
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/gvswitch/gvs/sdn"
 )
 
 // TestRampRemote: a host with a fixed VNID is a remote like a node (its
-// VXLAN accepted, its rules under its node cookie); a change of its fixed
-// VNID, or to none, replaces its rules; removing it removes them all.
+// VXLAN accepted, its rules under its node cookie) but gets no copy of
+// multicast (table 111: a project's multicast would reach it with its own
+// VNI); a change of its fixed VNID, or to none, replaces its rules;
+// removing it removes them all.
 func TestRampRemote(t *testing.T) {
 	p, table, peers := newProgram(t, nil)
+	node2 := netip.MustParseAddr("192.168.0.2")
+	if err := p.AddRemote(sdn.RemoteNode{Name: "n2", IP: node2, Subnet: netip.MustParsePrefix("10.128.2.0/23")}); err != nil {
+		t.Fatal(err)
+	}
+	fanout := func() string {
+		var out []string
+		for _, r := range table.Rules() {
+			if r.Cookie == sdn.MulticastFanoutCookie {
+				out = append(out, r.String())
+			}
+		}
+		return strings.Join(out, "\n")
+	}
 	ip := netip.MustParseAddr("192.168.0.50")
 	ramp := sdn.RemoteNode{Name: "f5", IP: ip, Subnet: netip.MustParsePrefix("10.130.0.0/23"), FixedVNID: 12, HasFixedVNID: true}
 	c := sdn.NodeCookie(ip)
@@ -49,6 +65,10 @@ func TestRampRemote(t *testing.T) {
 		}
 		if !peers.ips[ip] {
 			t.Errorf("%s: the host's VXLAN is not accepted", s.what)
+		}
+		f := fanout()
+		if !strings.Contains(f, node2.String()+"->tun_dst") || strings.Contains(f, ip.String()+"->tun_dst") != !s.rn.HasFixedVNID {
+			t.Errorf("%s: table 111 (the host gets multicast only without a fixed VNID):\n%s", s.what, f)
 		}
 	}
 	if err := p.RemoveRemote(ip); err != nil {
