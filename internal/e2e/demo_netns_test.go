@@ -18,7 +18,7 @@ import (
 
 // TestDemoNetns runs make demo's steps (the etcd mode) on a prefix of its
 // own, checks what the demo observed (who reaches whom, the Service, NAT
-// egress, throughput, live isolation), and that Down leaves no namespace,
+// egress, throughput, multicast per project, live isolation), and that Down leaves no namespace,
 // process or state directory behind.
 func TestDemoNetns(t *testing.T) {
 	t.Parallel() // its lab is its own (internal/e2e/doc.go)
@@ -80,10 +80,39 @@ func TestDemoNetns(t *testing.T) {
 	if !res.ControlPlaneRefused {
 		t.Errorf("a tenant pod got an answer from the registry")
 	}
+	mc := res.Multicast
+	if !mc.OffBefore || !mc.Disabled {
+		t.Errorf("multicast: received before the opt-in or after the opt-out: %+v", mc)
+	}
+	sameOther := false
+	for _, p := range mc.Received {
+		if p.Project != mc.Sender.Project {
+			t.Errorf("multicast: %s (%s) received %s's (%s)", p.Name, p.Project, mc.Sender.Name, mc.Sender.Project)
+		}
+		if p.Node != mc.Sender.Node {
+			sameOther = true
+		}
+	}
+	if !sameOther {
+		t.Errorf("multicast: no pod of %s on the other node received: %+v", mc.Sender.Project, mc.Received)
+	}
+	otherProject := 0
+	for _, p := range mc.NotReceived {
+		if p.Project == mc.Sender.Project {
+			t.Errorf("multicast: %s (%s) did not receive", p.Name, p.Project)
+		} else {
+			otherProject++
+		}
+	}
+	if otherProject == 0 {
+		t.Errorf("multicast: no receiver of another project to stay quiet: %+v", mc.NotReceived)
+	}
 	if iso := res.Isolation; !iso.BlockedBefore || !iso.Joined || !iso.Isolated {
 		t.Errorf("live isolation: %+v", iso)
 	}
-	for _, s := range []string{"demo: all checks passed", "Tear it down with:  " + filepath.Join(binDir, "gvs-demo") + " down -prefix " + prefix} {
+	for _, s := range []string{"demo: all checks passed",
+		"n2-p2 (alpha) on n2: received", "n2-p3 (beta) on n2: nothing (another project)",
+		"gvsctl projects disable-multicast alpha (the demo leaves multicast off)", "Tear it down with:  " + filepath.Join(binDir, "gvs-demo") + " down -prefix " + prefix} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("the output lacks %q", s)
 		}

@@ -16,9 +16,13 @@
 //  7. NetworkPolicy changing the matrix (netpol mode);
 //  8. a Service of alpha: reached from alpha, refused to beta;
 //  9. an egress firewall in alpha (kube modes);
-//  10. isolation changed live with gvsctl projects join and isolate (not in
+//  10. multicast per project: an alpha pod's datagrams to a group reach the
+//     alpha pod on the other node once alpha is opted in (gvsctl projects
+//     enable-multicast), never a pod of another project; then off again
+//     (etcd and kube modes);
+//  11. isolation changed live with gvsctl projects join and isolate (not in
 //     netpol mode, which refuses renumbering projects, as OpenShift);
-//  11. print the commands to look around and how to tear it down.
+//  12. print the commands to look around and how to tear it down.
 //
 // Up returns what it observed (Result) and leaves the cluster running; its
 // processes are recorded in the lab's state directory, so they outlive the
@@ -148,6 +152,8 @@ type Result struct {
 	Policy cluster.Matrix
 	// EgressFirewall is the egress firewall step (kube modes).
 	EgressFirewall EgressFirewallResult
+	// Multicast is the multicast step (etcd and kube modes).
+	Multicast MulticastResult
 	// Isolation is the live isolation step (etcd and kube modes).
 	Isolation IsolationResult
 	// Problems lists where what the demo saw differs from what gvs promises;
@@ -289,7 +295,12 @@ func Up(ctx context.Context, cfg Config) (Result, error) {
 	if kube {
 		r.egressFirewall(ctx)
 	}
-	if !netpol { // networkpolicy mode refuses renumbering projects, as OpenShift
+	if !netpol {
+		// netpol mode is about NetworkPolicy; multicast in that mode
+		// (ingress policies do not apply to it, as in OpenShift SDN)
+		// is internal/e2e/multicast_test.go's.
+		r.multicast(ctx)
+		// networkpolicy mode refuses renumbering projects, as OpenShift
 		r.liveIsolation(ctx)
 	}
 	r.lookAround(kube, a, b)
