@@ -280,3 +280,21 @@ func PodMAC(ip netip.Addr) net.HardwareAddr {
 	m := packet.PodMAC(ip.As4())
 	return net.HardwareAddr(m[:])
 }
+
+// InterfaceWith returns the interface that holds addr in the calling
+// thread's namespace (inside Do, the namespace Do entered).
+func InterfaceWith(addr netip.Addr) (*net.Interface, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	for i := range ifs {
+		as, _ := ifs[i].Addrs()
+		for _, a := range as {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(addr.AsSlice()) {
+				return &ifs[i], nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("no interface has %v", addr)
+}

@@ -275,24 +275,6 @@ func (r *mcastReceiver) count(payload string) int {
 	return r.got[payload]
 }
 
-// podInterface returns the interface holding addr in the calling thread's
-// namespace.
-func podInterface(addr netip.Addr) (*net.Interface, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil, err
-	}
-	for i := range ifs {
-		as, _ := ifs[i].Addrs()
-		for _, a := range as {
-			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(addr.AsSlice()) {
-				return &ifs[i], nil
-			}
-		}
-	}
-	return nil, fmt.Errorf("no interface has %v", addr)
-}
-
 // joinGroup opens a socket in pod p's namespace that joins mcastGroup on
 // the pod's interface (IP_ADD_MEMBERSHIP) and records what it receives
 // until the test ends.
@@ -300,7 +282,7 @@ func joinGroup(t *testing.T, p cluster.Pod) *mcastReceiver {
 	t.Helper()
 	r := &mcastReceiver{got: map[string]int{}}
 	err := nstest.Do(p.NS, func() error {
-		ifi, err := podInterface(p.IP)
+		ifi, err := netconf.InterfaceWith(p.IP)
 		if err != nil {
 			return err
 		}
@@ -346,7 +328,7 @@ func mcastSend(t *testing.T, p cluster.Pod, payload string) {
 	mcastSendersMu.Unlock()
 	if conn == nil {
 		err := nstest.Do(p.NS, func() error {
-			ifi, err := podInterface(p.IP)
+			ifi, err := netconf.InterfaceWith(p.IP)
 			if err != nil {
 				return err
 			}

@@ -217,7 +217,7 @@ func joinGroup(p cluster.Pod) (*mcastReceiver, error) {
 	x := &mcastReceiver{got: map[string]int{}, done: make(chan struct{})}
 	group := &net.UDPAddr{IP: MulticastGroup.Addr().AsSlice(), Port: int(MulticastGroup.Port())}
 	err := netconf.Do(p.NSPath, func() error {
-		ifi, err := interfaceOf(p.IP)
+		ifi, err := netconf.InterfaceWith(p.IP)
 		if err != nil {
 			return err
 		}
@@ -275,7 +275,7 @@ func (x *mcastReceiver) heard(prefix string) bool { return x.count(prefix) > 0 }
 func mcastSender(p cluster.Pod) (*net.UDPConn, error) {
 	var conn *net.UDPConn
 	err := netconf.Do(p.NSPath, func() error {
-		ifi, err := interfaceOf(p.IP)
+		ifi, err := netconf.InterfaceWith(p.IP)
 		if err != nil {
 			return err
 		}
@@ -293,22 +293,4 @@ func mcastSender(p cluster.Pod) (*net.UDPConn, error) {
 		return nil, fmt.Errorf("%s: sending socket: %w", p.Name, err)
 	}
 	return conn, nil
-}
-
-// interfaceOf returns the interface holding addr in the calling thread's
-// namespace.
-func interfaceOf(addr netip.Addr) (*net.Interface, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil, err
-	}
-	for i := range ifs {
-		as, _ := ifs[i].Addrs()
-		for _, a := range as {
-			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(addr.AsSlice()) {
-				return &ifs[i], nil
-			}
-		}
-	}
-	return nil, fmt.Errorf("no interface has %v", addr)
 }
