@@ -141,7 +141,7 @@ func TestBandwidthValidate(t *testing.T) {
 	if err := (Bandwidth{Rate: 1}).Validate(); err != nil {
 		t.Error(err)
 	}
-	if got := (Bandwidth{Rate: 6_250_000}).withDefaults().Burst; got != 625_000 {
+	if got := (Bandwidth{Rate: 6_250_000}).WithDefaults(false).Burst; got != 625_000 {
 		t.Errorf("default burst at 50 Mbit/s: %d bytes, want 625000 (100 ms)", got)
 	}
 }
@@ -306,7 +306,7 @@ func TestSetPortLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, ok := sw.PortLimit(4)
-	if !ok || st.Limit.Egress.Burst != DefaultBurst(2e6) || st.QueuedBytesLimit != DefaultQueue(1e6) {
+	if !ok || st.Limit.Egress.Burst != DefaultPoliceBurst(2e6) || st.Limit.Ingress.Burst != DefaultBurst(1e6) || st.QueuedBytesLimit != DefaultQueue(1e6) {
 		t.Errorf("limit %+v, want default burst and queue", st)
 	}
 	if err := sw.SetPortLimit(4, Limit{}); err != nil {

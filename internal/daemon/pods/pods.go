@@ -441,11 +441,7 @@ func limitOf(s Spec) *vswitch.Limit {
 		return nil
 	}
 	l := s.Limit
-	for _, b := range []*vswitch.Bandwidth{&l.Ingress, &l.Egress} {
-		if b.Rate > 0 && b.Burst == 0 {
-			b.Burst = vswitch.DefaultBurst(b.Rate)
-		}
-	}
+	l.Ingress, l.Egress = l.Ingress.WithDefaults(false), l.Egress.WithDefaults(true)
 	return &l
 }
 
