@@ -8,9 +8,9 @@ package vswitch
 // bytes per second for d nanoseconds adds exactly d × rate tokens: nothing
 // is lost to rounding however often the bucket is refilled (a bucket that
 // refilled in whole bytes every 100 ns at 50 Mbit/s would credit nothing).
-// The elapsed time is capped at the time that fills the bucket from its
-// lowest level, so d × rate never overflows (MaxBurst and MaxRate bound
-// both factors).
+// An elapsed time that fills the bucket is not multiplied at all, so
+// d × rate never exceeds the room left in the bucket (at most two bursts
+// and a frame: MaxBurst keeps that within int64).
 //
 // A frame passes when the bucket holds its cost, or when the bucket is full:
 // a frame larger than the whole burst (a 64 KiB TCP super-frame under a
@@ -20,8 +20,7 @@ package vswitch
 type tokenBucket struct {
 	rate   int64 // bytes per second, 1..MaxRate
 	burst  int64 // capacity in nanobytes
-	fill   int64 // nanoseconds that refill the bucket from its lowest level
-	tokens int64 // nanobytes; down to burst - maxFrameCost
+	tokens int64 // nanobytes; down to -burst (takeDebt) or burst - maxFrameCost (take)
 	last   int64 // the time of the last refill
 }
 
@@ -45,7 +44,6 @@ const (
 func newTokenBucket(rate, burst uint64, now int64) tokenBucket {
 	b := tokenBucket{rate: int64(rate), burst: int64(burst) * nsPerSec, last: now}
 	b.tokens = b.burst
-	b.fill = (b.burst+maxFrameBytes*nsPerSec)/b.rate + 1
 	return b
 }
 
@@ -58,11 +56,12 @@ func (b *tokenBucket) refill(now int64) {
 		return
 	}
 	b.last = now
-	if d >= b.fill {
+	room := b.burst - b.tokens // at most 2 bursts and a frame: no overflow
+	if d > room/b.rate {
 		b.tokens = b.burst
 		return
 	}
-	b.tokens = min(b.tokens+d*b.rate, b.burst)
+	b.tokens += d * b.rate // at most room
 }
 
 // take refills the bucket to now and takes size bytes from it if the
@@ -75,6 +74,28 @@ func (b *tokenBucket) take(size int, now int64) bool {
 		return true
 	}
 	return false
+}
+
+// takeDebt refills the bucket to now and takes size bytes from it if that
+// leaves it no deeper in debt than one burst; it reports whether it did.
+// The caller then waits (debt) before it reads more frames.
+func (b *tokenBucket) takeDebt(size int, now int64) bool {
+	b.refill(now)
+	c := int64(min(max(size, 0), maxFrameBytes)) * nsPerSec
+	if b.tokens-c >= -b.burst {
+		b.tokens -= c
+		return true
+	}
+	return false
+}
+
+// debt is how many nanoseconds after the last refill the bucket is out of
+// debt (0: it is not in debt).
+func (b *tokenBucket) debt() int64 {
+	if b.tokens >= 0 {
+		return 0
+	}
+	return (-b.tokens + b.rate - 1) / b.rate
 }
 
 // wait is how many nanoseconds after the last refill a frame of size bytes

@@ -4,9 +4,10 @@ package vswitch
 // annotations and the CNI bandwidth capability ask for:
 //
 //  1. From the port (the pod sends, Limit.Egress): the port's workers take
-//     each batch's frames from a token bucket before the pipeline runs
-//     (policing, as OVS's ingress_policing_rate); a frame the bucket cannot
-//     pay for is dropped (DropPoliced).
+//     each batch's frames from a token bucket before the pipeline runs,
+//     into debt if need be, and then read nothing until the debt is paid
+//     (policer: the pod's own queues hold the rest); a frame that would
+//     put the bucket more than a burst in debt is dropped (DropPoliced).
 //  2. Toward the port (the pod receives, Limit.Ingress): flush hands the
 //     frames for the port to its shaper. While nothing waits in the
 //     shaper's queue and the bucket pays, a frame is written at once, by
@@ -48,13 +49,9 @@ func DefaultBurst(rate uint64) uint64 {
 	return min(max(rate/10, 128<<10), MaxBurst)
 }
 
-// DefaultPoliceBurst is the burst of an egress (policed) limit that names
-// none: one second at the rate (OVS's default is 0.8 s), at least 128 KiB.
-// A policer has no queue: when it drops a TCP sender's retransmission
-// too, the sender waits for its retransmission timeout (200 ms at least)
-// with nothing to send, and a bucket smaller than that idle time at the
-// rate overflows meanwhile and loses the time for good. With 100 ms, a
-// 50 Mbit/s TCP sender measured 25 Mbit/s; with 1 s, the rate.
+// DefaultPoliceBurst is the burst of an egress limit (policer) that names
+// none: one second at the rate (OVS's default for its policer is 0.8 s),
+// at least 128 KiB.
 func DefaultPoliceBurst(rate uint64) uint64 {
 	return min(max(rate, 128<<10), MaxBurst)
 }
@@ -99,7 +96,8 @@ type Limit struct {
 	// dropped.
 	Ingress Bandwidth
 	// Egress limits the frames the switch reads from the port (what a pod
-	// sends): they are policed, dropped above the rate and burst.
+	// sends): the switch reads no faster than the rate allows, after a
+	// burst, and drops a batch's frames beyond a burst of debt (policer).
 	Egress Bandwidth
 }
 
@@ -107,8 +105,10 @@ type Limit struct {
 func (l Limit) IsZero() bool { return l.Ingress.Rate == 0 && l.Egress.Rate == 0 }
 
 // LimitCounters count what one direction of a limit did to the frames.
-// Delayed frames were queued by the shaper; they are among Passed once
-// written, or among Dropped when the port goes before (Ingress only).
+// Ingress: delayed frames were queued by the shaper; they are among Passed
+// once written, or among Dropped when the port goes before. Egress:
+// delayed frames passed into debt, and the port's reading paused after
+// them; they are among Passed.
 type LimitCounters struct {
 	PassedFrames, PassedBytes   uint64
 	DelayedFrames, DelayedBytes uint64
@@ -124,6 +124,17 @@ type LimitStats struct {
 }
 
 // policer is the egress limit of a port, shared by its queues' workers.
+// It holds the pod back rather than dropping what the pod sends: a frame
+// read while the bucket is empty still passes, putting the bucket in debt
+// (counted as delayed), and the port's workers read nothing more until the
+// debt is paid (pause), so the frames wait in the pod's own queues (its
+// qdisc, the TAP's queue) and its TCP slows down as before a slow link,
+// without losses. Only a frame that would put the bucket more than one
+// burst in debt is dropped (DropPoliced); a sender that fills its queues
+// faster than the rate loses its frames in its own kernel, as on a full
+// link. (A policer that dropped at once made a 50 Mbit/s TCP sender reach
+// 18 to 25 Mbit/s: its retransmissions were dropped too, and it idled
+// through retransmission timeouts.)
 type policer struct {
 	mu sync.Mutex
 	b  tokenBucket
@@ -135,18 +146,32 @@ type policer struct {
 func (p *policer) police(meta []port.Meta, dropped []bool, now int64) {
 	p.mu.Lock()
 	for i := range meta {
-		size := meta[i].Size
-		ok := p.b.take(size, now)
+		size := uint64(max(meta[i].Size, 0))
+		ok := p.b.takeDebt(meta[i].Size, now)
 		dropped[i] = !ok
-		if ok {
-			p.c.PassedFrames++
-			p.c.PassedBytes += uint64(max(size, 0))
-		} else {
+		switch {
+		case !ok:
 			p.c.DroppedFrames++
-			p.c.DroppedBytes += uint64(max(size, 0))
+			p.c.DroppedBytes += size
+		case p.b.tokens < 0:
+			p.c.DelayedFrames++
+			p.c.DelayedBytes += size
+			fallthrough
+		default:
+			p.c.PassedFrames++
+			p.c.PassedBytes += size
 		}
 	}
 	p.mu.Unlock()
+}
+
+// pause is how long the port's workers wait before they read again: until
+// the bucket is out of debt.
+func (p *policer) pause(now int64) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.b.refill(now)
+	return time.Duration(p.b.debt())
 }
 
 func (p *policer) counters() LimitCounters {

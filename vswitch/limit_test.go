@@ -1,6 +1,7 @@
 package vswitch
 
 import (
+	"context"
 	"errors"
 	"math"
 	"sync"
@@ -116,13 +117,18 @@ func TestTokenBucketTimeOverflow(t *testing.T) {
 	if b.last != math.MaxInt64 || b.tokens != before {
 		t.Errorf("a clock going back changed the bucket: last %d, tokens %d", b.last, b.tokens)
 	}
-	// Just below the fill time, d × rate is at its largest.
-	b2 := newTokenBucket(MaxRate, MaxBurst, 0)
-	b2.take(maxFrameBytes, 0)
-	b2.tokens = b2.burst - maxFrameBytes*nsPerSec
-	b2.refill(b2.fill - 1)
-	if b2.tokens < 0 || b2.tokens > b2.burst {
-		t.Errorf("refill at fill-1: %d tokens, want 0..%d", b2.tokens, b2.burst)
+	// A bucket a burst in debt, refilled just short of full: d × rate
+	// is at its largest.
+	b2 := newTokenBucket(1, MaxBurst, 0)
+	for b2.takeDebt(maxFrameBytes, 0) {
+	}
+	room := b2.burst - b2.tokens
+	b2.refill(room / b2.rate)
+	if b2.tokens < -b2.burst || b2.tokens > b2.burst {
+		t.Errorf("refill of a bucket in debt: %d tokens, want -%d..%d", b2.tokens, b2.burst, b2.burst)
+	}
+	if b2.refill(room/b2.rate + 1); b2.tokens != b2.burst {
+		t.Errorf("refilled past full: %d tokens, want %d", b2.tokens, b2.burst)
 	}
 	small := newTokenBucket(1, 1, 0)
 	small.take(maxFrameBytes, 0)
@@ -147,7 +153,9 @@ func TestBandwidthValidate(t *testing.T) {
 }
 
 // TestPolicer: a port limited to a tiny rate and a burst of three frames
-// passes three frames of a batch and drops the others as policed.
+// passes three frames of a batch, three more into debt (delayed), drops the
+// others as policed, and then holds its reader back until the debt is
+// paid.
 func TestPolicer(t *testing.T) {
 	w, out := benchWorker(t)
 	size := w.meta[0].Size
@@ -158,14 +166,23 @@ func TestPolicer(t *testing.T) {
 	}
 	w.process(len(w.bufs))
 	st, ok := e.limitStats()
-	if !ok || st.Egress.PassedFrames != 3 || st.Egress.DroppedFrames != uint64(len(w.bufs)-3) {
-		t.Fatalf("limit stats %+v, want 3 passed, %d dropped", st, len(w.bufs)-3)
+	if !ok || st.Egress.PassedFrames != 6 || st.Egress.DelayedFrames != 3 || st.Egress.DroppedFrames != uint64(len(w.bufs)-6) {
+		t.Fatalf("limit stats %+v, want 6 passed (3 delayed), %d dropped", st, len(w.bufs)-6)
 	}
-	if got := w.s.Stats().Drops[DropPoliced]; got != uint64(len(w.bufs)-3) {
-		t.Errorf("policed drops %d, want %d", got, len(w.bufs)-3)
+	if got := w.s.Stats().Drops[DropPoliced]; got != uint64(len(w.bufs)-6) {
+		t.Errorf("policed drops %d, want %d", got, len(w.bufs)-6)
 	}
-	if out.n != 2 { // frames 0 and 2 go to port 4; frame 1 to the tunnel
-		t.Errorf("%d frames written to port 4, want 2", out.n)
+	if out.n != 3 { // frames 0, 2 and 4 go to port 4; the odd ones to the tunnel
+		t.Errorf("%d frames written to port 4, want 3", out.n)
+	}
+	// In debt by 3 frames at 1 B/s: the reader waits (here: until ctx ends).
+	if d := e.limit.Load().pol.pause(w.s.now()); d < time.Duration(3*size-1)*time.Second {
+		t.Errorf("pause %v, want about %d s", d, 3*size)
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if w.holdBack(cctx, e.limit.Load().pol) {
+		t.Error("holdBack let the reader read while in debt")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/packet"
@@ -60,6 +61,7 @@ type worker struct {
 	// policed marks the frames of the batch the port's egress limit
 	// drops (limit.go).
 	policed []bool
+	hold    *time.Timer // holdBack's, made when first needed
 }
 
 func (s *Switch) newWorker(e *portEntry, q Port) *worker {
@@ -99,6 +101,11 @@ func (s *Switch) worker(ctx context.Context, e *portEntry, qi int, wg *sync.Wait
 	trim := s.cfg.TrimIdle > 0
 	for {
 		s.park(ctx, q) // pause.go
+		if pl := e.limit.Load(); pl != nil && pl.pol != nil {
+			if !w.holdBack(ctx, pl.pol) {
+				return
+			}
+		}
 		n, err := q.Read(w.bufs, w.meta, Headroom)
 		if n > 0 {
 			n = min(n, len(w.bufs))
@@ -124,6 +131,27 @@ func (s *Switch) worker(ctx context.Context, e *portEntry, qi int, wg *sync.Wait
 			}
 			return
 		}
+	}
+}
+
+// holdBack waits until the port's egress limit lets its worker read again
+// (policer). It reports false when ctx ended meanwhile.
+func (w *worker) holdBack(ctx context.Context, p *policer) bool {
+	d := p.pause(w.s.now())
+	if d <= 0 {
+		return true
+	}
+	if w.hold == nil {
+		w.hold = time.NewTimer(d)
+	} else {
+		w.hold.Reset(d)
+	}
+	select {
+	case <-w.hold.C:
+		return true
+	case <-ctx.Done():
+		w.hold.Stop()
+		return false
 	}
 }
 

@@ -74,7 +74,7 @@ func newCollector(d *Daemon) *collector {
 			"io_uring rings the TAP queues (pods' and tun0's) hold now, by direction (a receive ring holds an OS thread too); absent without io_uring.",
 			[]string{"direction"}, nil),
 		limitFrames: prometheus.NewDesc("gvs_pod_bandwidth_frames_total",
-			"Frames of a pod with a bandwidth limit, by direction (ingress: toward the pod, shaped; egress: from the pod, policed) and result: passed, delayed (queued by the shaper; counted again as passed or dropped), dropped.",
+			"Frames of a pod with a bandwidth limit, by direction (ingress: toward the pod, shaped; egress: from the pod, held back) and result: passed, delayed (ingress: queued, counted again as passed or dropped; egress: passed into debt, reading paused after them), dropped.",
 			[]string{"port", "namespace", "pod", "direction", "result"}, nil),
 		limitBytes: prometheus.NewDesc("gvs_pod_bandwidth_bytes_total",
 			"Bytes of the frames gvs_pod_bandwidth_frames_total counts.",
@@ -113,9 +113,6 @@ func (c *collector) collectLimit(ch chan<- prometheus.Metric, port string, pod P
 			frames, bytes uint64
 		}{{"passed", d.lc.PassedFrames, d.lc.PassedBytes}, {"delayed", d.lc.DelayedFrames, d.lc.DelayedBytes},
 			{"dropped", d.lc.DroppedFrames, d.lc.DroppedBytes}} {
-			if r.result == "delayed" && d.dir == "egress" {
-				continue // policing delays nothing
-			}
 			ch <- prometheus.MustNewConstMetric(c.limitFrames, prometheus.CounterValue, float64(r.frames), append(l, r.result)...)
 			ch <- prometheus.MustNewConstMetric(c.limitBytes, prometheus.CounterValue, float64(r.bytes), append(l, r.result)...)
 		}

@@ -113,6 +113,9 @@ func testBandwidth(t *testing.T, short, mode string) {
 		if err := json.Unmarshal(out, &r); err != nil {
 			t.Fatalf("iperf3's report: %v\n%s", err, out)
 		}
+		if r.End.SumReceived.BitsPerSecond == 0 {
+			t.Logf("iperf3 reported nothing received:\n%s", out)
+		}
 		return r.End.SumReceived.BitsPerSecond
 	}
 	within := func(what string, got float64) {
