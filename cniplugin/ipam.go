@@ -27,6 +27,10 @@ type Lease struct {
 	PodName string    `json:"podName,omitempty"`
 	Network string    `json:"network,omitempty"`
 	Created time.Time `json:"created"`
+	// Bandwidth is the pod's bandwidth limit from the runtime (CNI
+	// runtimeConfig.bandwidth), nil without one; kept with the lease so
+	// that a restarted daemon applies it again.
+	Bandwidth *Bandwidth `json:"bandwidth,omitempty"`
 }
 
 // Key is the attachment's identity: container ID and interface name.

@@ -23,6 +23,11 @@ type NetConf struct {
 	types.NetConf
 	// Socket is gvs-switchd's CNI socket (default DefaultSocket).
 	Socket string `json:"socket,omitempty"`
+	// RuntimeConfig holds the capability arguments gvs takes from the
+	// runtime: bandwidth.
+	RuntimeConfig struct {
+		Bandwidth *Bandwidth `json:"bandwidth,omitempty"`
+	} `json:"runtimeConfig,omitempty"`
 }
 
 // ParseNetConf decodes and validates a network configuration. Its errors

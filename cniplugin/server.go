@@ -242,13 +242,20 @@ func (s *Server) add(ctx context.Context, conf *NetConf, req *Request) (json.Raw
 		return nil, types.NewError(ErrCodeInterfaceExists, "interface already exists",
 			fmt.Sprintf("container %s already has %s with address %s; DEL it before adding it again", req.ContainerID, req.IfName, l.IP))
 	}
+	bw := conf.RuntimeConfig.Bandwidth
+	if err := bw.Validate(); err != nil {
+		return nil, err // before anything is allocated: nothing to undo
+	}
+	if bw.IsZero() {
+		bw = nil
+	}
 	args := ParseArgs(req.Args)
 	project := args["K8S_POD_NAMESPACE"]
 	if project == "" {
 		project = "default"
 	}
 	l, err := s.ipam.Allocate(Lease{ContainerID: req.ContainerID, IfName: req.IfName, Netns: req.Netns,
-		Project: project, PodName: args["K8S_POD_NAME"], Network: conf.Name})
+		Project: project, PodName: args["K8S_POD_NAME"], Network: conf.Name, Bandwidth: bw})
 	if err != nil {
 		if errors.Is(err, ErrSubnetExhausted) {
 			return nil, types.NewError(ErrCodeSubnetExhausted, "node subnet exhausted",

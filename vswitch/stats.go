@@ -25,6 +25,8 @@ const (
 	DropTooManyCT                        // a pipeline run met more than flowtable.MaxCT ct actions
 	DropNoConntrack                      // the rules reached a ct action, and the switch has no tracker (Config.Conntrack)
 	DropRecirc                           // recirculated more than flowtable.MaxRecirc times (ct(table=N) loops)
+	DropPoliced                          // above the egress bandwidth limit of the port it came from (SetPortLimit)
+	DropShaperQueue                      // toward a port with an ingress limit whose queue was full (SetPortLimit)
 	NumDropReasons
 )
 
@@ -32,7 +34,7 @@ const (
 var DropReasonNames = [NumDropReasons]string{
 	"table_miss", "action_drop", "loop", "too_many_outputs", "malformed",
 	"no_port", "no_tunnel_dst", "no_buffer", "tx_error", "gso",
-	"too_many_ct", "no_conntrack", "recirc_depth",
+	"too_many_ct", "no_conntrack", "recirc_depth", "policed", "shaper_queue",
 }
 
 // String returns the reason's label value.

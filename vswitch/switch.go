@@ -154,6 +154,7 @@ type Switch struct {
 	slabs      slabs         // the workers' frame buffers (slab.go)
 	pause      pauser        // under mu (pause.go)
 	pausing    atomic.Bool   // pause.gate != nil, read by the workers
+	epoch      time.Time     // the bandwidth limits' clock starts here (limit.go)
 }
 
 type portMap map[uint32]*portEntry
@@ -167,7 +168,10 @@ type portEntry struct {
 	framer  Framer    // queue 0 as a Framer, or nil (capture.go)
 	workers []*worker // one per queue, made before they start
 	stats   portCounters
-	capture atomic.Pointer[Capture] // nil unless a capture runs (capture.go)
+	capture atomic.Pointer[Capture]   // nil unless a capture runs (capture.go)
+	limit   atomic.Pointer[portLimit] // nil unless the port has a bandwidth limit (limit.go)
+	limitMu sync.Mutex                // serializes limit changes
+	stopped bool                      // under limitMu: the port is being removed
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when every queue's worker has returned
 }
@@ -197,7 +201,7 @@ func New(cfg Config) (*Switch, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Switch{cfg: cfg, log: log}
+	s := &Switch{cfg: cfg, log: log, epoch: time.Now()}
 	s.ports.Store(&portMap{})
 	if cfg.Conntrack == nil && cfg.Table.Snapshot().HasConntrack() {
 		log.Warn("the flow table has ct actions but the switch has no connection tracker: their packets are dropped (no_conntrack)")
@@ -334,6 +338,7 @@ func (s *Switch) RemovePort(no uint32) error {
 
 func (s *Switch) stop(e *portEntry) error {
 	e.cancel()
+	e.endLimit()     // no more delayed writes to the queues closed next
 	err := e.close() // unblocks the worker's Read
 	<-e.done
 	e.endCapture()
@@ -375,6 +380,9 @@ type PortInfo struct {
 	Tunnel bool // the port's Caps have Tunnel
 	Queues int  // the number of queues, each read by a worker
 	Stats  PortStats
+	// Limit is the port's bandwidth limit and its counters, nil without
+	// one (SetPortLimit).
+	Limit *LimitStats
 }
 
 // Ports lists the attached ports, in no particular order.
@@ -382,7 +390,11 @@ func (s *Switch) Ports() []PortInfo {
 	m := *s.ports.Load()
 	out := make([]PortInfo, 0, len(m))
 	for _, e := range m {
-		out = append(out, PortInfo{No: e.no, Name: e.name(), Tunnel: e.caps.Tunnel, Queues: len(e.q), Stats: e.stats.snapshot()})
+		pi := PortInfo{No: e.no, Name: e.name(), Tunnel: e.caps.Tunnel, Queues: len(e.q), Stats: e.stats.snapshot()}
+		if ls, ok := e.limitStats(); ok {
+			pi.Limit = &ls
+		}
+		out = append(out, pi)
 	}
 	return out
 }

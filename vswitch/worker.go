@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/packet"
@@ -57,19 +58,24 @@ type worker struct {
 	// when the port's workers have ended.
 	slab *slab
 	ct   ctWorker // connection tracking (conntrack.go)
+	// policed marks the frames of the batch the port's egress limit
+	// drops (limit.go).
+	policed []bool
+	hold    *time.Timer // holdBack's, made when first needed
 }
 
 func (s *Switch) newWorker(e *portEntry, q Port) *worker {
 	n := max(q.BatchSize(), 1)
 	sl := s.slabs.get(n+spareBuffers, Headroom+s.frameSize())
 	w := &worker{
-		s:     s,
-		in:    e,
-		q:     q,
-		bufs:  append([][]byte(nil), sl.bufs[:n]...),
-		meta:  make([]port.Meta, n),
-		spare: append([][]byte(nil), sl.bufs[n:]...),
-		slab:  sl,
+		s:       s,
+		in:      e,
+		q:       q,
+		bufs:    append([][]byte(nil), sl.bufs[:n]...),
+		meta:    make([]port.Meta, n),
+		policed: make([]bool, n),
+		spare:   append([][]byte(nil), sl.bufs[n:]...),
+		slab:    sl,
 	}
 	w.buf0 = &w.bufs[0][0]
 	if s.cfg.CacheSize > 0 {
@@ -95,6 +101,11 @@ func (s *Switch) worker(ctx context.Context, e *portEntry, qi int, wg *sync.Wait
 	trim := s.cfg.TrimIdle > 0
 	for {
 		s.park(ctx, q) // pause.go
+		if pl := e.limit.Load(); pl != nil && pl.pol != nil {
+			if !w.holdBack(ctx, pl.pol) {
+				return
+			}
+		}
 		n, err := q.Read(w.bufs, w.meta, Headroom)
 		if n > 0 {
 			n = min(n, len(w.bufs))
@@ -123,6 +134,27 @@ func (s *Switch) worker(ctx context.Context, e *portEntry, qi int, wg *sync.Wait
 	}
 }
 
+// holdBack waits until the port's egress limit lets its worker read again
+// (policer). It reports false when ctx ended meanwhile.
+func (w *worker) holdBack(ctx context.Context, p *policer) bool {
+	d := p.pause(w.s.now())
+	if d <= 0 {
+		return true
+	}
+	if w.hold == nil {
+		w.hold = time.NewTimer(d)
+	} else {
+		w.hold.Reset(d)
+	}
+	select {
+	case <-w.hold.C:
+		return true
+	case <-ctx.Done():
+		w.hold.Stop()
+		return false
+	}
+}
+
 // process runs one batch of n frames through the pipeline and writes the
 // results.
 func (w *worker) process(n int) {
@@ -136,12 +168,22 @@ func (w *worker) process(n int) {
 	if w.ct.t != nil && snap.HasConntrack() {
 		w.prefetch(n)
 	}
+	pl := in.limit.Load()
+	if pl != nil && pl.pol != nil {
+		pl.pol.police(w.meta[:n], w.policed[:n], s.now())
+	} else {
+		pl = nil
+	}
 	var rxBytes uint64
 	for i := 0; i < n; i++ {
 		m := &w.meta[i]
 		size := m.Size
 		if size < 0 || size > len(w.bufs[i])-Headroom {
 			w.drop(DropMalformed) // a port that broke the Read contract
+			continue
+		}
+		if pl != nil && w.policed[i] {
+			w.drop(DropPoliced)
 			continue
 		}
 		rxBytes += uint64(size)
@@ -348,6 +390,16 @@ func (w *worker) flush() {
 		if c := p.e.capture.Load(); c != nil {
 			c.tx(w, p)
 		}
+		if pl := p.e.limit.Load(); pl != nil && pl.sh != nil {
+			if lost := pl.sh.admit(p, w.s.now()); lost > 0 {
+				p.e.stats.txDrops.n.Add(uint64(lost))
+				w.s.drops[DropShaperQueue].n.Add(uint64(lost))
+			}
+			if len(p.bufs) == 0 {
+				w.resetPending(p)
+				continue
+			}
+		}
 		n, err := p.e.q[p.qi].Write(p.bufs, p.meta, Headroom)
 		n = max(min(n, len(p.bufs)), 0)
 		p.e.stats.txPackets.n.Add(uint64(n))
@@ -364,16 +416,21 @@ func (w *worker) flush() {
 				w.s.txErrorLog(p.e, err)
 			}
 		}
-		for k := range p.bufs {
-			p.bufs[k] = nil
-		}
-		p.bufs = p.bufs[:0]
-		p.meta = p.meta[:0]
-		p.bytes = 0
-		p.e, p.qi = nil, 0
+		w.resetPending(p)
 	}
 	w.nPend = 0
 	w.nSpare = 0
+}
+
+// resetPending empties p for the next batch.
+func (w *worker) resetPending(p *pending) {
+	for k := range p.bufs {
+		p.bufs[k] = nil
+	}
+	p.bufs = p.bufs[:0]
+	p.meta = p.meta[:0]
+	p.bytes = 0
+	p.e, p.qi = nil, 0
 }
 
 // sparseFirst orders the batch's destinations by their bytes, fewest

@@ -48,7 +48,7 @@ func (c *Config) validateCNIInstall() error {
 const PortmapPluginType = "portmap"
 
 // CNIConfList is the network configuration list gvs-switchd installs: gvs,
-// for a socket path as the host sees it, and when portmap is true the
+// for a socket path as the host sees it, with the bandwidth capability, and when portmap is true the
 // portmap plug-in chained after it with the portMappings capability (the
 // kubelet then passes each pod's hostPorts to it).
 //
@@ -63,7 +63,10 @@ func CNIConfList(network, socket string, portmap bool) []byte {
 		Socket       string          `json:"socket,omitempty"`
 		Capabilities map[string]bool `json:"capabilities,omitempty"`
 	}
-	plugins := []plugin{{Type: CNIPluginType, Socket: socket}}
+	// gvs takes the bandwidth capability: the runtime passes each pod's
+	// kubernetes.io/ingress-bandwidth and egress-bandwidth annotations as
+	// runtimeConfig.bandwidth (cniplugin.Bandwidth).
+	plugins := []plugin{{Type: CNIPluginType, Socket: socket, Capabilities: map[string]bool{"bandwidth": true}}}
 	if portmap {
 		plugins = append(plugins, plugin{Type: PortmapPluginType, Capabilities: map[string]bool{"portMappings": true}})
 	}

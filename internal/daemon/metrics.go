@@ -33,6 +33,7 @@ type collector struct {
 	certExpiry, bufferReleases                               *prometheus.Desc
 	rxBufferBytes, rxBufferBudget, rxBufferDenials           *prometheus.Desc
 	rings                                                    *prometheus.Desc
+	limitFrames, limitBytes, limitRate                       *prometheus.Desc
 }
 
 func newCollector(d *Daemon) *collector {
@@ -72,6 +73,15 @@ func newCollector(d *Daemon) *collector {
 		rings: prometheus.NewDesc("gvs_io_uring_rings",
 			"io_uring rings the TAP queues (pods' and tun0's) hold now, by direction (a receive ring holds an OS thread too); absent without io_uring.",
 			[]string{"direction"}, nil),
+		limitFrames: prometheus.NewDesc("gvs_pod_bandwidth_frames_total",
+			"Frames of a pod with a bandwidth limit, by direction (ingress: toward the pod, shaped; egress: from the pod, held back) and result: passed, delayed (ingress: queued, counted again as passed or dropped; egress: passed into debt, reading paused after them), dropped.",
+			[]string{"port", "namespace", "pod", "direction", "result"}, nil),
+		limitBytes: prometheus.NewDesc("gvs_pod_bandwidth_bytes_total",
+			"Bytes of the frames gvs_pod_bandwidth_frames_total counts.",
+			[]string{"port", "namespace", "pod", "direction", "result"}, nil),
+		limitRate: prometheus.NewDesc("gvs_pod_bandwidth_limit_bytes_per_second",
+			"A pod's bandwidth limit by direction; absent for a direction without one.",
+			[]string{"port", "namespace", "pod", "direction"}, nil),
 		certExpiry: prometheus.NewDesc("gvs_registry_certificate_expiry_timestamp_seconds",
 			"When the certificate the node last presented to etcd expires (Unix time): alert well before it.", nil, nil),
 	}
@@ -81,8 +91,31 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.rxPackets, c.rxBytes, c.txPackets, c.txBytes, c.rxDrops, c.txDrops,
 		c.drops, c.tableDrops, c.rules, c.lookups, c.cacheHits, c.misses, c.peers, c.pods, c.buildInfo,
 		c.tunnelDrops, c.captured, c.captureDrops, c.captures, c.certExpiry, c.bufferReleases,
-		c.rxBufferBytes, c.rxBufferBudget, c.rxBufferDenials, c.rings} {
+		c.rxBufferBytes, c.rxBufferBudget, c.rxBufferDenials, c.rings, c.limitFrames, c.limitBytes, c.limitRate} {
 		ch <- d
+	}
+}
+
+// collectLimit exports a limited pod port's counters.
+func (c *collector) collectLimit(ch chan<- prometheus.Metric, port string, pod Pod, ls *vswitch.LimitStats) {
+	for _, d := range []struct {
+		dir string
+		bw  vswitch.Bandwidth
+		lc  vswitch.LimitCounters
+	}{{"ingress", ls.Limit.Ingress, ls.Ingress}, {"egress", ls.Limit.Egress, ls.Egress}} {
+		if d.bw.Rate == 0 {
+			continue
+		}
+		l := []string{port, pod.Project, pod.Name, d.dir}
+		ch <- prometheus.MustNewConstMetric(c.limitRate, prometheus.GaugeValue, float64(d.bw.Rate), l...)
+		for _, r := range []struct {
+			result        string
+			frames, bytes uint64
+		}{{"passed", d.lc.PassedFrames, d.lc.PassedBytes}, {"delayed", d.lc.DelayedFrames, d.lc.DelayedBytes},
+			{"dropped", d.lc.DroppedFrames, d.lc.DroppedBytes}} {
+			ch <- prometheus.MustNewConstMetric(c.limitFrames, prometheus.CounterValue, float64(r.frames), append(l, r.result)...)
+			ch <- prometheus.MustNewConstMetric(c.limitBytes, prometheus.CounterValue, float64(r.bytes), append(l, r.result)...)
+		}
 	}
 }
 
@@ -90,7 +123,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
+	var podOf map[uint32]Pod // by port, made when a port has a limit
 	for _, p := range c.d.dp.sw.Ports() {
+		if p.Limit != nil {
+			if podOf == nil {
+				podOf = map[uint32]Pod{}
+				for _, pod := range c.d.Pods() {
+					podOf[pod.Port] = pod
+				}
+			}
+			c.collectLimit(ch, strconv.FormatUint(uint64(p.No), 10), podOf[p.No], p.Limit)
+		}
 		l := []string{strconv.FormatUint(uint64(p.No), 10), p.Name}
 		counter(c.rxPackets, p.Stats.RxPackets, l...)
 		counter(c.rxBytes, p.Stats.RxBytes, l...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -46,7 +47,30 @@ func specOf(l cniplugin.Lease) Spec {
 		}
 	}
 	return Spec{Name: name, Project: l.Project, Netns: l.Netns, IP: l.IP, IfName: l.IfName,
-		ContainerID: l.ContainerID, Port: l.Port}
+		ContainerID: l.ContainerID, Port: l.Port, Limit: LimitOf(l.Bandwidth)}
+}
+
+// LimitOf is the switch's limit for the CNI bandwidth arguments b (bits
+// per second and bits, validated by cniplugin.Bandwidth.Validate): bytes
+// per second and bytes. A burst of 2³¹-1 bits or more is what runtimes
+// pass for a pod annotation, which has no burst (the kubelet's
+// math.MaxInt32, containerd's math.MaxUint32: "no limit"); taken
+// literally it would let the first 256 MiB through at line rate, so it is
+// the default burst instead (vswitch.DefaultBurst), as is a burst of 0.
+func LimitOf(b *cniplugin.Bandwidth) vswitch.Limit {
+	if b == nil {
+		return vswitch.Limit{}
+	}
+	burst := func(bits uint64) uint64 {
+		if bits >= math.MaxInt32 {
+			return 0
+		}
+		return bits / 8
+	}
+	return vswitch.Limit{
+		Ingress: vswitch.Bandwidth{Rate: b.IngressRate / 8, Burst: burst(b.IngressBurst)},
+		Egress:  vswitch.Bandwidth{Rate: b.EgressRate / 8, Burst: burst(b.EgressBurst)},
+	}
 }
 
 // CNIRoutes are a pod's routes as the CNI result lists them.

@@ -213,13 +213,16 @@ func (m *Manager) adopt(ctx context.Context, s Spec, nsPath string, dev *tap.Dev
 			_ = m.cfg.Switch.RemovePort(port) // closes dev
 		}
 	}()
+	if err := m.setLimit(port, s.Limit); err != nil {
+		return err
+	}
 	sp, err := m.cfg.Program.AddPod(sdn.Pod{Name: s.Name, Namespace: s.Project, IP: s.IP, Port: port})
 	if err != nil {
 		return err
 	}
 	mac := packet.PodMAC(s.IP.As4())
 	p := &Pod{Name: s.Name, Project: s.Project, Netns: nsPath, IP: s.IP, MAC: net.HardwareAddr(mac[:]).String(),
-		Port: port, VNID: sp.VNID, ContainerID: s.ContainerID, IfName: s.IfName, dev: dev, extra: extra}
+		Port: port, VNID: sp.VNID, ContainerID: s.ContainerID, IfName: s.IfName, Limit: limitOf(s), dev: dev, extra: extra}
 	m.record(key, p)
 	attached = true
 	m.log.Info("pod re-attached, interface kept", "pod", p.Name, "project", p.Project, "ip", p.IP, "port", p.Port, "vnid", p.VNID)

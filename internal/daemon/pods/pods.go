@@ -45,6 +45,8 @@ var (
 // Switch is what the Manager needs of the switch.
 type Switch interface {
 	AddPortQueues(no uint32, queues []vswitch.Port) error
+	// SetPortLimit sets a port's bandwidth limit (vswitch.Switch).
+	SetPortLimit(no uint32, l vswitch.Limit) error
 	RemovePort(no uint32) error
 	Ports() []vswitch.PortInfo
 }
@@ -108,6 +110,9 @@ type Spec struct {
 	ContainerID string
 	// Port is the switch port (0: the next free one).
 	Port uint32
+	// Limit is the pod's bandwidth limit (zero: none), set on its switch
+	// port before it carries a frame of the pod's.
+	Limit vswitch.Limit
 }
 
 // Key is the pod's key: "CONTAINERID/IFNAME" for a CNI pod, else its name.
@@ -130,6 +135,9 @@ type Pod struct {
 	// ContainerID and IfName identify a pod attached by CNI.
 	ContainerID string `json:"containerID,omitempty"`
 	IfName      string `json:"ifName,omitempty"`
+	// Limit is the pod's bandwidth limit, in bytes per second and bytes
+	// (defaults filled in by the switch), nil without one.
+	Limit *vswitch.Limit `json:"limit,omitempty"`
 
 	dev   *tap.Device   // the pod's TAP (the switch owns it)
 	extra []*tap.Device // its other queues (multi-queue)
@@ -379,6 +387,11 @@ func (m *Manager) Add(ctx context.Context, s Spec, dev *tap.Device) (_ Pod, err 
 			_ = m.cfg.Switch.RemovePort(port) // closes the TAP, which deletes the link
 		}
 	}()
+	// The limit is on the port before the pod has an address or rules:
+	// no frame of the pod's passes unlimited.
+	if err := m.setLimit(port, s.Limit); err != nil {
+		return Pod{}, err
+	}
 	err = netconf.ConfigureLink(nsPath, netconf.LinkConfig{
 		Name: tapName, NewName: s.IfName, MAC: hw, MTU: node.MTU,
 		Addrs:  []netip.Prefix{netip.PrefixFrom(s.IP, node.Subnet.Bits())},
@@ -401,7 +414,7 @@ func (m *Manager) Add(ctx context.Context, s Spec, dev *tap.Device) (_ Pod, err 
 		return Pod{}, err
 	}
 	p := &Pod{Name: s.Name, Project: s.Project, Netns: nsPath, IP: s.IP, MAC: hw.String(), Port: port, VNID: sp.VNID,
-		ContainerID: s.ContainerID, IfName: s.IfName, dev: podDev, extra: podExtra}
+		ContainerID: s.ContainerID, IfName: s.IfName, Limit: limitOf(s), dev: podDev, extra: podExtra}
 	if s.ContainerID == "" {
 		p.IfName = "" // as configured: static pods are keyed by name
 	}
@@ -409,6 +422,27 @@ func (m *Manager) Add(ctx context.Context, s Spec, dev *tap.Device) (_ Pod, err 
 	attached = true
 	m.log.Info("pod attached", "pod", p.Name, "project", p.Project, "ip", p.IP, "port", p.Port, "vnid", p.VNID)
 	return *p, nil
+}
+
+// setLimit sets a new pod port's bandwidth limit, if it has one.
+func (m *Manager) setLimit(port uint32, l vswitch.Limit) error {
+	if l.IsZero() {
+		return nil
+	}
+	if err := m.cfg.Switch.SetPortLimit(port, l); err != nil {
+		return fmt.Errorf("bandwidth limit: %w", err)
+	}
+	return nil
+}
+
+// limitOf is the Pod's record of s's limit, with default bursts.
+func limitOf(s Spec) *vswitch.Limit {
+	if s.Limit.IsZero() {
+		return nil
+	}
+	l := s.Limit
+	l.Ingress, l.Egress = l.Ingress.WithDefaults(false), l.Egress.WithDefaults(true)
+	return &l
 }
 
 // capGSO caps gso_max_segs of the pod's interface so that its TCP
