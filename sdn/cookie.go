@@ -18,6 +18,7 @@ import (
 //	0x6_AABBCCDD  a local pod's NetworkPolicy egress rules (table 27), by its IPv4
 //	0x7_AABBCCDD  a service, keyed by its ClusterIP (multitenant table 60)
 //	0x8_00VVVVVV  a VNID's egress firewall (table 100)
+//	0x9_00VVVVVV  a VNID's egress IP route (tables 0 and 101)
 //
 // The rules of SetupRules carry cookie 0. Cookies never collide across
 // classes, and within a class they are unique because the keys are.
@@ -30,6 +31,7 @@ const (
 	cookieClassEgress   uint64 = 6 << 32
 	cookieClassService  uint64 = 7 << 32
 	cookieClassEgressFW uint64 = 8 << 32
+	cookieClassEgressIP uint64 = 9 << 32
 )
 
 // PodCookie returns the cookie of the rules of the pod with address ip.

@@ -14,7 +14,7 @@ import (
 // version note in table 253. It must change whenever the rules produced by
 // the generators change: the golden test pins the hash of the program's
 // text (Text) to it.
-const RuleVersion = 6
+const RuleVersion = 7
 
 // The tables of the rule program (docs/openshift-rules.md).
 const (
@@ -275,7 +275,18 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 	b.Add(TableEgressDNS, 200, 0, match{flowtable.UDP(), flowtable.NwDst(cfg.NodeIP), flowtable.TpDst(53)}, outputTun0())
 	b.Add(TableEgressDNS, 0, 0, nil, gotoTable(TableEgressFW))
 	b.Add(TableEgressFW, 0, 0, nil, gotoTable(TableEgressIP))
-	b.Add(TableEgressIP, 0, 0, nil, outputTun0())
+	// Table 101: egress IPs (EgressIPRules) per VNID; the default is NAT
+	// egress through tun0, addressed to tun0's own MAC whatever the pod
+	// addressed: only the egress IP rules use the egress MACs the host
+	// marks for source NAT (sdn/egressip.go). In networkpolicy mode, where
+	// all IP is tracked, replies of connections that came from outside
+	// through the host (a NodePort not masqueraded) go back to it, not to
+	// the project's egress IP.
+	if mode == ModeNetworkPolicy {
+		b.Add(TableEgressIP, 150, 0, match{ip, flowtable.CtState(conntrack.StateTrk|conntrack.StateRpl, 0)},
+			flowtable.SetFieldMAC(flowtable.FieldEthDst, GatewayMAC(cfg)), outputTun0())
+	}
+	b.Add(TableEgressIP, 0, 0, nil, flowtable.SetFieldMAC(flowtable.FieldEthDst, GatewayMAC(cfg)), outputTun0())
 
 	// Tables 110, 111, 120: multicast, dropped unless a VNID opts in
 	// (MulticastRules); table 111 copies it to every remote node

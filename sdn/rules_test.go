@@ -246,7 +246,7 @@ var (
 		`(tun_src|tun_dst)=\d+\.\d+\.\d+\.\d+|` +
 		`(dl_src|dl_dst|arp_sha)=([0-9a-f]{2}:){5}[0-9a-f]{2}|` +
 		`(tp_dst|udp_dst|nw_proto|arp_op)=\d+|` +
-		`reg[0-7]=\d+|reg[0-7]=0x[0-9a-f]+/0x[0-9a-f]+|tun_id=\d+)$`)
+		`reg[0-7]=\d+|reg[0-7]=0x[0-9a-f]+/0x[0-9a-f]+|tun_id=\d+|tun_id=0x[0-9a-f]+)$`)
 	actionRE = regexp.MustCompile(`^(output:\d+|output:NXM_NX_REG2\[\]|goto_table:\d+|drop|` +
 		`load:0x[0-9a-f]+->NXM_NX_REG[0-7]\[(\d+)?\]|load:0x[0-9a-f]+->NXM_NX_TUN_ID\[0\.\.31\]|` +
 		`move:NXM_NX_TUN_ID\[0\.\.31\]->NXM_NX_REG0\[\]|move:NXM_NX_REG0\[\]->NXM_NX_TUN_ID\[0\.\.31\]|` +

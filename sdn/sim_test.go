@@ -32,11 +32,15 @@ type simOutput struct {
 	port   uint32
 	tunID  uint32
 	tunDst netip.Addr
+	ethDst string // set_field to eth_dst, if any
 }
 
 func (o simOutput) String() string {
 	if o.port == PortVXLAN {
 		return fmt.Sprintf("vxlan(vni=%d,dst=%v)", o.tunID, o.tunDst)
+	}
+	if strings.HasPrefix(o.ethDst, "0a:59:") { // an egress MAC (egressip.go)
+		return "port" + strconv.Itoa(int(o.port)) + "(" + o.ethDst + ")"
 	}
 	return "port" + strconv.Itoa(int(o.port))
 }
@@ -60,6 +64,7 @@ type simState struct {
 	regs   [8]uint32
 	tunID  uint32
 	tunDst netip.Addr
+	ethDst string
 	// ct_state and ct_mark after the last ct action (trk: there was one).
 	trk, rpl, rel bool
 	mark          uint32
@@ -121,6 +126,9 @@ func (st *simState) matches(m string) bool {
 		return netip.MustParsePrefix(val).Contains(addr)
 	case "arp_sha":
 		return p.arp && FormatMAC(p.arpSha) == val
+	case "tun_id":
+		n, _ := strconv.ParseUint(val, 0, 32)
+		return p.inPort == PortVXLAN && p.tunID == uint32(n)
 	case "tp_dst", "udp_dst":
 		n, _ := strconv.Atoi(val)
 		return !p.arp && p.tpDst == uint16(n)
@@ -191,6 +199,7 @@ func (s *simulator) run(p simPacket) []simOutput {
 			case a == "move:NXM_NX_REG0[]->NXM_NX_TUN_ID[0..31]":
 				st.tunID = st.regs[0]
 			case strings.HasPrefix(a, "set_field:") && strings.HasSuffix(a, "->eth_dst"):
+				st.ethDst = strings.TrimSuffix(strings.TrimPrefix(a, "set_field:"), "->eth_dst")
 			case strings.HasPrefix(a, "set_field:"):
 				v, _, _ := strings.Cut(strings.TrimPrefix(a, "set_field:"), "->")
 				st.tunDst = netip.MustParseAddr(v)
@@ -201,7 +210,7 @@ func (s *simulator) run(p simPacket) []simOutput {
 					port = uint32(n)
 				}
 				if port != p.inPort {
-					out = append(out, simOutput{port: port, tunID: st.tunID, tunDst: st.tunDst})
+					out = append(out, simOutput{port: port, tunID: st.tunID, tunDst: st.tunDst, ethDst: st.ethDst})
 				}
 			}
 		}

@@ -40,6 +40,9 @@ func ServeNamed(ctx context.Context, l net.Listener, name string, log *slog.Logg
 	}
 	return accept.Loop(ctx, l, func(c net.Conn) {
 		defer c.Close()
+		if log != nil {
+			log.Info("tcp client", "remote", c.RemoteAddr()) // the egress IP tests read who connected
+		}
 		if err := serveConn(c, name); err != nil && log != nil {
 			log.Warn("tcp client", "remote", c.RemoteAddr(), "err", err)
 		}

@@ -46,6 +46,9 @@ func kubeCmd(ctx context.Context, kubeconfig string, asJSON bool, out io.Writer,
 	if cmd == "hosts" {
 		return k.hosts(args)
 	}
+	if cmd == "egress-ip" {
+		return k.egressIP(args)
+	}
 	if len(args) == 0 {
 		args = []string{"list"}
 	}

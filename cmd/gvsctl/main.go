@@ -70,6 +70,19 @@ certificate from gvs-master cert admin: --etcd-tls DIR or $GVS_ETCD_TLS):
                           tunnels its subnet (from gvs-master, or CIDR if free) to IP; with
                           --fixed-vnid only that VNID (and global pods) reach it, with that VNI
   hosts delete NAME...    unregister hosts (their subnets are released)
+  egress-ip [list]        where each project's egress IPs live: node and state (serving, standby,
+                          unassigned, node-gone, conflict, invalid); also with --kubeconfig
+  egress-ip project P [IP...]
+                          set project P's egress IPs, in order (none: remove them); the first one a
+                          reachable node hosts serves; with --kubeconfig: the NetNamespace's egressIPs
+  egress-ip node N [IP...]
+                          set the egress IPs node N hosts (none: remove them); with --kubeconfig:
+                          the HostSubnet's egressIPs
+  egress-ip cidrs N [CIDR...]
+                          the ranges gvs-master may assign projects' egress IPs to node N from
+                          (OpenShift's egressCIDRs; etcd registry only): an egress IP no node names
+                          goes to a live node whose CIDRs contain it, and moves when that node's
+                          lease expires
   services list           services (etcd-registry mode): in multitenant mode a pod reaches only
                           its own project's services and those of global projects
   services set NS/NAME CLUSTER-IP PROTO/PORT...
@@ -141,11 +154,11 @@ func run(args []string, stdout io.Writer) error {
 	c := cli{ctx: ctx, socket: *socket, json: *output == "json", out: stdout}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch cmd {
-	case "projects", "nodes", "hosts", "services", "policy", "label", "labels", "egress-firewall":
+	case "projects", "nodes", "hosts", "services", "policy", "label", "labels", "egress-firewall", "egress-ip":
 		if *kubeconfig != "" && cmd == "services" {
 			return errors.New("services: in Kubernetes mode gvs-switchd follows the API server's Services (kubectl get services)")
 		}
-		if *kubeconfig != "" && cmd != "projects" && cmd != "nodes" && cmd != "hosts" {
+		if *kubeconfig != "" && cmd != "projects" && cmd != "nodes" && cmd != "hosts" && cmd != "egress-ip" {
 			return fmt.Errorf("%s: in Kubernetes mode gvs-switchd follows the API server's objects and labels (kubectl apply, kubectl label)", cmd)
 		}
 		if *kubeconfig != "" {

@@ -87,6 +87,8 @@ func registryCmd(ctx context.Context, dc registry.DialConfig, asJSON bool, out i
 		return egressFirewallCmd(ctx, reg, show, out, args)
 	case "hosts":
 		return hostsCmd(ctx, reg, out, args)
+	case "egress-ip":
+		return egressIPCmd(ctx, reg, show, out, args)
 	}
 	// projects
 	if len(args) == 0 {

@@ -147,6 +147,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if d.dp.exporter != nil {
 		go d.dp.runExporter(ctx, d.dp.sw.Conntrack()) // ipfix.go
 	}
+	defer func() {
+		if !d.up.handedOff.Load() {
+			d.node.releaseEgressHost() // a successor keeps them (egressip.go)
+		}
+	}()
 	errc := make(chan error, 3)
 	if err := d.startCNI(ctx, errc); err != nil {
 		return err
@@ -237,6 +242,9 @@ func (d *Daemon) setup(ctx context.Context) error {
 		if err := nat.EnsureMasquerade(n.ClusterNetworks); err != nil {
 			return fmt.Errorf("NAT egress: %w", err)
 		}
+	}
+	if err := d.node.startEgressHost(); err != nil {
+		d.log.Error("egress IPs: the host side is not installed; their traffic is dropped until it is", "err", err)
 	}
 	for _, p := range d.cfg.Peers {
 		rn, err := p.remote()

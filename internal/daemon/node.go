@@ -28,8 +28,9 @@ type nodeState struct {
 	pods  *pods.Manager
 	vnids *vnidWaiter
 
-	labels labels           // namespace and pod labels (labels.go)
-	egress *egressFirewalls // egress firewalls (egressfw.go)
+	labels  labels           // namespace and pod labels (labels.go)
+	egress  *egressFirewalls // egress firewalls (egressfw.go)
+	eipHost egressHost       // the egress IPs this node hosts (egressip.go)
 
 	// mu guards the CNI address manager and the subnet history.
 	mu     sync.Mutex

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"net/netip"
 
 	"github.com/gvswitch/gvs/sdn"
@@ -25,7 +26,7 @@ func (n *nodeState) SetProjectVNID(project string, vnid uint32) error {
 	for _, p := range moved {
 		n.log.Info("pod re-tagged", "pod", p.Name, "project", project, "from", p.VNID, "to", vnid)
 	}
-	return err
+	return errors.Join(err, n.syncEgressHost(false)) // an egress IP follows its project's VNID
 }
 
 // SetMulticast opts a project in to multicast or out (sdn/node

@@ -74,6 +74,7 @@ type Program struct {
 	polText  map[netip.Addr]string                  // a local pod's installed policy rules, as text
 	fw       map[string]map[string][]sdn.EgressRule // egress firewalls by namespace and object (egressfw.go)
 	mcast    map[string]bool                        // projects opted in to multicast (multicast.go)
+	eip      map[string][]sdn.EgressIPHost          // egress IPs by project (egressip.go)
 	changed  chan struct{}                          // closed and replaced when projects change
 }
 
@@ -85,7 +86,8 @@ func New(cfg Config) (*Program, error) {
 	p := &Program{table: cfg.Table, peers: cfg.Peers, node: cfg.Node,
 		remotes: map[netip.Addr]sdn.RemoteNode{}, pods: map[netip.Addr]sdn.Pod{}, vnids: map[uint32]int{},
 		projects: map[string]uint32{}, services: map[string]sdn.Service{}, changed: make(chan struct{}),
-		polText: map[netip.Addr]string{}, fw: map[string]map[string][]sdn.EgressRule{}, mcast: map[string]bool{}}
+		polText: map[netip.Addr]string{}, fw: map[string]map[string][]sdn.EgressRule{}, mcast: map[string]bool{},
+		eip: map[string][]sdn.EgressIPHost{}}
 	if cfg.Node.Mode.Canonical() == sdn.ModeNetworkPolicy {
 		p.pol = netpol.NewCluster()
 		for name, v := range cfg.Projects {
@@ -255,6 +257,7 @@ func (p *Program) SetProjectVNID(project string, vnid uint32) ([]sdn.Pod, error)
 			err = errors.Join(err, p.renderEgressVNID(vnid))
 		}
 	}
+	err = errors.Join(err, p.rerenderEgressIP(project, known, old, vnid))
 	if p.policyMode() && (!known || old != vnid) {
 		// Namespace selectors name VNIDs: every local pod's rules may
 		// change (a VNID changes rarely: at creation).

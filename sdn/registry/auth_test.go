@@ -186,6 +186,12 @@ func TestPermissions(t *testing.T) {
 						return n1.SetPodLabels(ctx, "alpha", "a", registry.PodLabels{Labels: map[string]string{"role": "db"}})
 					},
 					"the VNID cursor": func() error { _, err := c.Put(ctx, registry.VNIDCursor, "10"); return err },
+					"an egress IP for itself": func() error {
+						return n1.SetNodeEgressIPs(ctx, "n1", []netip.Addr{netip.MustParseAddr("192.168.0.50")})
+					},
+					"a project's egress IPs": func() error {
+						return n1.SetProjectEgressIPs(ctx, "alpha", []netip.Addr{netip.MustParseAddr("192.168.0.50")})
+					},
 					"deleting the configuration": func() error {
 						_, err := c.Delete(ctx, registry.ConfigKey)
 						return err

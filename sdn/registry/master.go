@@ -110,6 +110,7 @@ func (m *Master) follow(ctx context.Context, log *slog.Logger) error {
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		m.answer(ctx, log, string(kv.Key))
 	}
+	m.assignEgress(ctx, log)
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wc := m.Reg.c.Watch(wctx, Prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
@@ -137,6 +138,9 @@ func (m *Master) follow(ctx context.Context, log *slog.Logger) error {
 				m.assign(ctx, log, name)
 			case strings.HasPrefix(key, RequestsPrefix) && ev.Type == clientv3.EventTypePut:
 				m.answer(ctx, log, key)
+			case strings.HasPrefix(key, SubnetsPrefix),
+				strings.HasPrefix(key, ProjectEgressPrefix), strings.HasPrefix(key, NodeEgressPrefix):
+				m.assignEgress(ctx, log) // a node came or went, or an egress record changed
 			}
 		}
 	}
@@ -199,4 +203,17 @@ func (r *Registry) RequestProject(ctx context.Context, node, project string) err
 		return fmt.Errorf("request project %s: %w", project, err)
 	}
 	return nil
+}
+
+// assignEgress runs the automatic egress IP assignment (AssignEgress). A
+// node is live while its subnet record is there: gvs-master deletes it
+// when the node's lease expires, so an egress IP moves off a node that
+// stopped within the lease TTL.
+func (m *Master) assignEgress(ctx context.Context, log *slog.Logger) {
+	got, err := m.Reg.AssignEgress(ctx)
+	if err != nil {
+		log.Error("egress IP assignment", "err", err)
+		return
+	}
+	log.Debug("egress IPs assigned", "count", len(got))
 }

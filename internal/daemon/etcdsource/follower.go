@@ -56,6 +56,9 @@ type agent struct {
 	// known holds the keys applied and not deleted since, for resync to
 	// find what was deleted meanwhile.
 	known map[string]bool
+	// egress holds each node's egress IPs: its own record's and gvs-master's
+	// assignment, by key (applyEgressIPs).
+	egress map[string][]netip.Addr
 	// nsLabels are the namespace labels records (policies.go).
 	nsLabels map[string]map[string]string
 	// synced is closed after the first full listing (WaitForSync).
@@ -68,7 +71,7 @@ type agent struct {
 
 func newAgent(cli *clientv3.Client, node registry.Node, ttl int64, d source.Sink, log *slog.Logger) *agent {
 	return &agent{d: d, cli: cli, reg: registry.New(cli), log: log, node: node, ttl: ttl,
-		known: map[string]bool{}, nsLabels: map[string]map[string]string{}, synced: make(chan struct{}),
+		known: map[string]bool{}, egress: map[string][]netip.Addr{}, nsLabels: map[string]map[string]string{}, synced: make(chan struct{}),
 		podsChanged: make(chan struct{}, 1)}
 }
 
@@ -513,6 +516,7 @@ func (a *agent) resync(ctx context.Context) (int64, error) {
 		clientv3.OpGet(registry.ServicesPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(registry.PoliciesPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(registry.EgressFirewallsPrefix, clientv3.WithPrefix()),
+		clientv3.OpGet(registry.EgressIPsPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(registry.NamespaceLabelsPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(registry.PodLabelsPrefix, clientv3.WithPrefix()),
 		clientv3.OpGet(registry.PodsPrefix, clientv3.WithPrefix()),
@@ -590,6 +594,8 @@ func (a *agent) apply(deleted bool, key string, val []byte, rev int64) {
 		a.sendNamespace(name) // a project is a namespace
 	case strings.HasPrefix(key, registry.ServicesPrefix):
 		a.applyService(m, deleted, key, val)
+	case strings.HasPrefix(key, registry.EgressIPsPrefix):
+		a.applyEgressIPs(m, deleted, key, val)
 	default:
 		a.applyPolicyState(m, deleted, key, val, rev)
 	}
@@ -624,4 +630,42 @@ func subnetString(p netip.Prefix) string {
 		return "(none)"
 	}
 	return p.String()
+}
+
+// applyEgressIPs hands a project's or a node's egress IP record to the
+// Mirror; a.fmu is held. A record it cannot read names no egress IP that
+// anyone serves: a project's outbound traffic is then dropped, not
+// masqueraded (its entry stays, as an invalid address).
+func (a *agent) applyEgressIPs(m *source.Mirror, deleted bool, key string, val []byte) {
+	var rec registry.EgressIPs
+	var ips []netip.Addr
+	if !deleted {
+		err := json.Unmarshal(val, &rec)
+		if err == nil {
+			ips, err = source.ParseEgressIPs(rec.IPs)
+		}
+		if err != nil {
+			a.log.Warn("bad egress IP record", "key", key, "err", err)
+			if len(ips) == 0 {
+				ips = []netip.Addr{{}}
+			}
+		}
+	}
+	if p, ok := strings.CutPrefix(key, registry.ProjectEgressPrefix); ok {
+		m.SetProjectEgressIPs(p, ips)
+		return
+	}
+	node, ok := strings.CutPrefix(key, registry.NodeEgressPrefix)
+	if !ok {
+		if node, ok = strings.CutPrefix(key, registry.AssignedEgressPrefix); !ok {
+			return
+		}
+	}
+	if len(ips) == 0 {
+		delete(a.egress, key)
+	} else {
+		a.egress[key] = ips
+	}
+	all := slices.Concat(a.egress[registry.NodeEgressPrefix+node], a.egress[registry.AssignedEgressPrefix+node])
+	m.SetNodeEgressIPs(node, all)
 }

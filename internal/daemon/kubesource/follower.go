@@ -326,6 +326,15 @@ func (f *Follower) hostSubnet(o any, deleted bool) {
 	if !ok {
 		return
 	}
+	if deleted {
+		f.m.SetNodeEgressIPs(hs.Name, nil)
+	} else {
+		ips, err := source.ParseEgressIPs(hs.EgressIPs)
+		if err != nil {
+			f.log.Error("HostSubnet "+hs.Name, "err", err)
+		}
+		f.m.SetNodeEgressIPs(hs.Name, ips)
+	}
 	switch {
 	case hs.Name == f.cfg.Node && deleted:
 		// gvs-master releases it with the Node; keep forwarding on it
@@ -361,14 +370,21 @@ func (f *Follower) netNamespace(o any) {
 	if nn, ok := unwrap(o).(*networkv1.NetNamespace); ok {
 		f.m.SetProjectVNID(nn.NetName, nn.NetID)
 		f.m.SetProjectMulticast(nn.NetName, nn.Annotations[networkv1.MulticastEnabledAnnotation] == "true")
+		ips, err := source.ParseEgressIPs(nn.EgressIPs)
+		if err != nil {
+			f.log.Error("NetNamespace "+nn.Name, "err", err)
+		}
+		f.m.SetProjectEgressIPs(nn.NetName, ips)
 	}
 }
 
 // netNamespaceDeleted opts a deleted NetNamespace's project out of
-// multicast; its VNID stays (its pods go with its Namespace).
+// multicast and forgets its egress IPs; its VNID stays (its pods go with
+// its Namespace).
 func (f *Follower) netNamespaceDeleted(o any) {
 	if nn, ok := unwrap(o).(*networkv1.NetNamespace); ok {
 		f.m.SetProjectMulticast(nn.NetName, false)
+		f.m.SetProjectEgressIPs(nn.NetName, nil)
 	}
 }
 

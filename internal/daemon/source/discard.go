@@ -56,3 +56,6 @@ func (Discard) DeleteEgressFirewall(string, string) error { return nil }
 
 // SetMulticast forgets the opt-in.
 func (Discard) SetMulticast(string, bool) error { return nil }
+
+// SetEgressIPs forgets the egress IPs.
+func (Discard) SetEgressIPs(string, []sdn.EgressIPHost) error { return nil }

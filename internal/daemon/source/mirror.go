@@ -59,6 +59,10 @@ type Mirror struct {
 	byNode   map[string]map[string]bool // node → keys of the pods it claims an address for
 	sentPods map[string]string          // namespace/name → pod last sent (as text)
 	sentNS   map[string]string          // namespace → labels last sent (as text)
+
+	projEgress map[string][]netip.Addr       // project → its egress IPs (egressip.go)
+	nodeEgress map[string][]netip.Addr       // node → the egress IPs it hosts
+	sentEgress map[string][]sdn.EgressIPHost // project → egress IPs last sent
 }
 
 // MirrorConfig says whose state a Mirror keeps.
@@ -91,7 +95,8 @@ func NewMirror(sink Sink, cfg MirrorConfig) *Mirror {
 	m := &Mirror{sink: sink, node: cfg.Node, log: cfg.Logger, subnet: cfg.Subnet,
 		remotes: map[string]sdn.RemoteNode{}, refused: map[string]sdn.RemoteNode{}, projects: map[string]uint32{},
 		mcast: map[string]bool{}, pods: map[string]*podState{}, byNode: map[string]map[string]bool{},
-		sentPods: map[string]string{}, sentNS: map[string]string{}}
+		sentPods: map[string]string{}, sentNS: map[string]string{},
+		projEgress: map[string][]netip.Addr{}, nodeEgress: map[string][]netip.Addr{}, sentEgress: map[string][]sdn.EgressIPHost{}}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
@@ -146,6 +151,7 @@ func (m *Mirror) MoveSubnet(ctx context.Context, to netip.Prefix) {
 	}
 	m.recheckNode(m.node)
 	m.retryRefused()
+	m.syncEgress()
 }
 
 // SetRemote adds a remote node, or updates it (a new address or subnet).
@@ -153,6 +159,7 @@ func (m *Mirror) SetRemote(rn sdn.RemoteNode) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.setRemote(rn)
+	m.syncEgress()
 }
 
 // RemoveRemote removes a remote node by name; an unknown one is no error.
@@ -168,6 +175,7 @@ func (m *Mirror) RemoveRemote(name string) {
 	m.log.Info("remote node removed", "node", name, "ip", old.IP, "subnet", old.Subnet)
 	m.recheckNode(name)
 	m.retryRefused()
+	m.syncEgress()
 }
 
 // setRemote is SetRemote; m.mu is held.

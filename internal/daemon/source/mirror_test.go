@@ -27,6 +27,7 @@ type fakeNode struct {
 	pods     map[string]Pod
 	services map[string]sdn.Service
 	egress   map[string][]EgressRule
+	eips     map[string][]sdn.EgressIPHost
 	calls    []string
 	// refuse makes AddRemote fail for these node names, SetService for
 	// these service names; failChange makes that many ChangeSubnet calls
@@ -37,7 +38,7 @@ type fakeNode struct {
 
 func newFakeNode(subnet string) *fakeNode {
 	return &fakeNode{subnet: prefix(subnet), remotes: map[netip.Addr]sdn.RemoteNode{}, pods: map[string]Pod{},
-		services: map[string]sdn.Service{}, egress: map[string][]EgressRule{}, refuse: map[string]bool{}}
+		services: map[string]sdn.Service{}, egress: map[string][]EgressRule{}, eips: map[string][]sdn.EgressIPHost{}, refuse: map[string]bool{}}
 }
 
 func (f *fakeNode) call(format string, args ...any) {
@@ -118,6 +119,15 @@ func (f *fakeNode) DeleteEgressFirewall(ns, name string) error {
 
 func (f *fakeNode) SetMulticast(project string, on bool) error {
 	f.call("multicast %s %v", project, on)
+	return nil
+}
+
+func (f *fakeNode) SetEgressIPs(project string, hosts []sdn.EgressIPHost) error {
+	if hosts == nil {
+		delete(f.eips, project)
+	} else {
+		f.eips[project] = hosts
+	}
 	return nil
 }
 

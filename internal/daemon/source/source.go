@@ -29,6 +29,7 @@ type Sink interface {
 	ServiceSink
 	EgressFirewallSink
 	MulticastSink
+	EgressIPSink
 }
 
 // MulticastSink takes the projects' multicast opt-ins (OpenShift's
