@@ -32,7 +32,7 @@ func (d *Daemon) startCapture(req *control.CaptureRequest) (control.Stream, erro
 	if req == nil {
 		return nil, errors.New("capture: no parameters")
 	}
-	no, name, err := d.resolvePort(req.Port)
+	no, name, err := resolvePort(req.Port, d.dp.sw.Ports(), d.Pods())
 	if err != nil {
 		return nil, err
 	}
@@ -53,11 +53,6 @@ func (d *Daemon) startCapture(req *control.CaptureRequest) (control.Stream, erro
 	}
 	return &captureStream{c: c, req: *req, writeTimeout: streamWriteTimeout,
 		start: control.CaptureStart{Port: no, Name: name, Dir: dir.String(), Snaplen: snap}}, nil
-}
-
-// resolvePort finds a port by number, port name or pod name.
-func (d *Daemon) resolvePort(s string) (uint32, string, error) {
-	return resolvePort(s, d.dp.sw.Ports(), d.Pods())
 }
 
 // resolvePort finds a port by number, port name or the name of one of pods.
