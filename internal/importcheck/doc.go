@@ -5,7 +5,8 @@
 // benchmark harness nor the experiments, and no package imports one of a
 // higher layer (layers in importcheck_test.go); nothing outside
 // experiments/ imports it, not even a test, so the experiments can go
-// without touching anything else. One more rule of the tree sits here too:
+// without touching anything else. Two more rules of the tree sit here too:
 // every time.Sleep in a test carries a comment saying what it paces or
-// waits out (sleeps_test.go).
+// waits out (sleeps_test.go), and internal/daemon.Daemon keeps to at most 25
+// methods (daemon_test.go).
 package importcheck
