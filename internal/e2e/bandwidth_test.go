@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/gvswitch/gvs/internal/kubetest"
+	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/lab"
 	"github.com/gvswitch/gvs/lab/cluster"
 )
@@ -86,20 +88,22 @@ func testBandwidth(t *testing.T, short, mode string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Stop() })
+	// iperf3 buffers its "listening" line when its output is a file:
+	// ask the server's namespace for the listening socket instead.
+	err = testutil.Poll(10*time.Second, "iperf3 to listen on 5203", func() (bool, error) {
+		out, err := nsExec(t, server.NS, "ss", "-Hltn", "sport = :5203")
+		return err == nil && len(bytes.TrimSpace(out)) > 0, fmt.Errorf("ss: %v %q", err, out)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	measure := func(ns string, reverse bool) float64 {
 		t.Helper()
 		argv := []string{"iperf3", "-c", server.IP.String(), "-p", "5203", "-t", "6", "-O", "1", "-J"}
 		if reverse {
 			argv = append(argv, "-R") // the server sends: the pod receives
 		}
-		var out []byte
-		for try := 0; ; try++ { // the server may not listen yet on the first try
-			out, err = nsExec(t, ns, argv...)
-			if err == nil || try == 5 {
-				break
-			}
-			time.Sleep(200 * time.Millisecond) // pacing: the server's listener comes up in its own time
-		}
+		out, err := nsExec(t, ns, argv...)
 		if err != nil {
 			t.Fatalf("iperf3 in %s: %v\n%s", ns, err, out)
 		}
