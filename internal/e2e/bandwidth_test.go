@@ -83,23 +83,33 @@ func testBandwidth(t *testing.T, short, mode string) {
 		t.Errorf("a refused ADD left something: %+v, %d leases (before %+v, %d)", s, leaseFiles(t, c), before, leases)
 	}
 
-	srv, err := c.Lab.Start(ctx(t), server.NS, filepath.Join(t.TempDir(), "iperf.log"), "iperf3", "-s", "-p", "5203")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	// iperf3 buffers its "listening" line when its output is a file:
-	// ask the server's namespace for the listening socket instead.
-	err = testutil.Poll(10*time.Second, "iperf3 to listen on 5203", func() (bool, error) {
-		out, err := nsExec(t, server.NS, "ss", "-Hltn", "sport = :5203")
-		return err == nil && len(bytes.TrimSpace(out)) > 0, fmt.Errorf("ss: %v %q", err, out)
-	})
-	if err != nil {
-		t.Fatal(err)
+	// One iperf3 server per measurement, each on a port of its own: a
+	// server that has just finished a test refuses the next client for a
+	// moment ("the server is busy running a test").
+	port := 5202
+	listen := func() string {
+		t.Helper()
+		port++
+		p := fmt.Sprint(port)
+		srv, err := c.Lab.Start(ctx(t), server.NS, filepath.Join(t.TempDir(), "iperf-"+p+".log"), "iperf3", "-s", "-1", "-p", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Stop() })
+		// iperf3 buffers its "listening" line when its output is a file:
+		// ask the server's namespace for the listening socket instead.
+		err = testutil.Poll(10*time.Second, "iperf3 to listen on "+p, func() (bool, error) {
+			out, err := nsExec(t, server.NS, "ss", "-Hltn", "sport = :"+p)
+			return err == nil && len(bytes.TrimSpace(out)) > 0, fmt.Errorf("ss: %v %q", err, out)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
 	measure := func(ns string, reverse bool) float64 {
 		t.Helper()
-		argv := []string{"iperf3", "-c", server.IP.String(), "-p", "5203", "-t", "6", "-O", "1", "-J"}
+		argv := []string{"iperf3", "-c", server.IP.String(), "-p", listen(), "-t", "6", "-O", "1", "-J"}
 		if reverse {
 			argv = append(argv, "-R") // the server sends: the pod receives
 		}
