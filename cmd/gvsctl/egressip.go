@@ -76,6 +76,12 @@ func egressIPRows(projects, nodes map[string][]string, live map[string]bool) []e
 
 func printEgressIPRows(out io.Writer, rows []egressIPRow) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	writeEgressIPRows(tw, rows)
+	tw.Flush()
+}
+
+// writeEgressIPRows writes the table's header and rows (a node of "" as "-").
+func writeEgressIPRows(tw io.Writer, rows []egressIPRow) {
 	fmt.Fprintln(tw, "PROJECT\tEGRESS IP\tNODE\tSTATE")
 	for _, r := range rows {
 		node := r.Node
@@ -84,7 +90,6 @@ func printEgressIPRows(out io.Writer, rows []egressIPRow) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Project, r.EgressIP, node, r.State)
 	}
-	tw.Flush()
 }
 
 // parseEgressArgs reads "project|node NAME [IP...]".
@@ -201,14 +206,5 @@ func (k kubeCtl) egressIP(args []string) error {
 		}
 	}
 	rows := egressIPRows(projects, nodes, live)
-	return k.show(rows, func(tw *tabwriter.Writer) {
-		fmt.Fprintln(tw, "PROJECT\tEGRESS IP\tNODE\tSTATE")
-		for _, r := range rows {
-			node := r.Node
-			if node == "" {
-				node = "-"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Project, r.EgressIP, node, r.State)
-		}
-	})
+	return k.show(rows, func(tw *tabwriter.Writer) { writeEgressIPRows(tw, rows) })
 }
