@@ -8,6 +8,7 @@ import (
 
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/sdn/why"
 	vswitch "github.com/gvswitch/gvs/vswitch"
 	"github.com/gvswitch/gvs/vxlan"
 )
@@ -162,23 +163,11 @@ func (d *Daemon) trace(desc string) (control.TraceResult, error) {
 	tr := d.dp.table.Snapshot().TraceWith(f, opts)
 	node := d.node.nodeConfig()
 	res := control.TraceResult{Node: node.NodeName, Trace: tr, Text: tr.String()}
-	for _, o := range tr.Outputs() {
-		if o.Port != uint32(1) || o.TunDst == ([4]byte{}) {
-			continue
-		}
-		dst := netip.AddrFrom4(o.TunDst)
-		rn, ok := d.node.prog.Remote(dst)
-		name := dst.String()
-		if ok {
-			name = rn.Name
-		}
-		next := f
-		next.InPort = 1
-		next.TunID = o.TunID
-		next.TunSrc = node.NodeIP.As4()
-		next.TunDst = [4]byte{}
-		next.Regs = [8]uint32{}
-		res.Next = append(res.Next, control.NextHop{Node: name, NodeIP: dst.String(), Packet: flowtable.FormatFields(next)})
-	}
+	// Outputs into the tunnel, of every pass (a ct action's recirculation
+	// may be the pass that outputs).
+	res.Next = why.NextHops(tr, f, node.NodeIP, func(ip netip.Addr) (string, bool) {
+		rn, ok := d.node.prog.Remote(ip)
+		return rn.Name, ok
+	})
 	return res, nil
 }

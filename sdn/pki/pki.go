@@ -39,6 +39,11 @@ const (
 	AdminUser = "admin"
 	// nodePrefix starts every node identity.
 	nodePrefix = "node:"
+	// AdminOrganization is the organization (O) of the administrator
+	// certificates gvs-master cert admin issues: services other than etcd
+	// (the nodes' trace endpoints, sdn/why) know an administrator by it,
+	// since only etcd holds the users' roles.
+	AdminOrganization = "gvs-admins"
 )
 
 // NodeUser is the identity of node name: "node:" + name.
