@@ -96,8 +96,8 @@ spec:
 				break
 			}
 		}
-		if a.Allowed || !strings.HasPrefix(a.Reason, "dropped by the NetworkPolicy ingress rules of alpha/") ||
-			!strings.Contains(a.Reason, "(table 80, node "+n2.Name+")") {
+		if want := "dropped by NetworkPolicy alpha/web-from-beta in table 80 on node " + n2.Name + ": it selects alpha/"; a.Allowed ||
+			!strings.HasPrefix(a.Reason, want) || !strings.HasSuffix(a.Reason, "allows no tcp/8080 from beta/"+beta1.Name) {
 			t.Errorf("beta n1 → alpha n2 tcp/8080: allowed=%v %q, want dropped by alpha's policy on %s", a.Allowed, a.Reason, n2.Name)
 		}
 		if a = askWhy(t, c, n1.NS, beta1, alpha2, "tcp/80"); !a.Allowed {
