@@ -11,16 +11,28 @@ import (
 	"github.com/gvswitch/gvs/sdn/why"
 )
 
+// traceCertRetry is how often serveTrace checks again a node certificate
+// it cannot serve with.
+const traceCertRetry = time.Minute
+
 // serveTrace serves the node's read-only trace endpoint (sdn/why: "trace"
 // and "pods" over mutual TLS, for administrators and gvs-master) on addr
 // until ctx ends. The endpoint is an operator's tool, not part of
 // forwarding: when it cannot serve (a node certificate without server
 // usage, the address taken), it says so in the log and the daemon runs on.
+// A certificate without server usage is checked again every
+// traceCertRetry, so that replacing it (gvs-master cert node) starts the
+// endpoint without a restart.
 func (d *Daemon) serveTrace(ctx context.Context, addr string) {
 	cfg, err := why.ServerConfig(d.cfg.EtcdTLS, d.log)
-	if err != nil {
-		d.log.Warn("trace endpoint: not serving", "addr", addr, "err", err)
-		return
+	for err != nil {
+		d.log.Warn("trace endpoint: not serving", "addr", addr, "err", err, "retry", traceCertRetry)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(traceCertRetry):
+		}
+		cfg, err = why.ServerConfig(d.cfg.EtcdTLS, d.log)
 	}
 	var l net.Listener
 	for tries := 0; ; tries++ {

@@ -27,6 +27,7 @@ import (
 // another CA's is tested in sdn/why.)
 func TestWhy(t *testing.T) {
 	needRoot(t)
+	t.Parallel() // its labs are its own (internal/e2e/doc.go)
 	t.Run("multitenant", func(t *testing.T) {
 		c := up(t, "wy", cluster.Spec{
 			Lab:          lab.Spec{Nodes: 2, PodsPerNode: 3, Projects: []string{"default", "alpha", "beta"}, External: true},

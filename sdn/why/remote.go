@@ -13,10 +13,12 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gvswitch/gvs/internal/control"
 	"github.com/gvswitch/gvs/sdn/pki"
+	"github.com/gvswitch/gvs/sdn/registry"
 )
 
 // The remote trace endpoint (etcd-registry mode).
@@ -148,6 +150,28 @@ type Remote struct {
 	// Dial, when set, opens the connection to an endpoint instead of TCP
 	// (tests use in-memory pipes); TLS runs over what it returns.
 	Dial func(ctx context.Context, addr netip.AddrPort) (net.Conn, error)
+
+	// sessions resumes TLS sessions (per node name) when r.TLS has no
+	// cache of its own: a matrix makes two calls per pair.
+	once     sync.Once
+	sessions tls.ClientSessionCache
+}
+
+// NodesOf maps the registry's nodes to their trace endpoints (their
+// underlay address, port), leaving out the hosts that are not nodes (they
+// run no gvs-switchd): Remote.Nodes for gvsctl why and gvs-master.
+func NodesOf(nodes []registry.Node, port uint16) map[string]netip.AddrPort {
+	if port == 0 {
+		port = DefaultPort
+	}
+	m := map[string]netip.AddrPort{}
+	for _, n := range nodes {
+		if n.FixedVNID != nil || !n.IP.IsValid() {
+			continue
+		}
+		m[n.Name] = netip.AddrPortFrom(n.IP, port)
+	}
+	return m
 }
 
 // Trace runs packet on node through its trace endpoint (Tracer).
@@ -201,6 +225,10 @@ func (r *Remote) clientConfig(node string) (*tls.Config, error) {
 		return nil, errors.New("why: Remote needs a TLS client identity trusting the cluster CA")
 	}
 	c := r.TLS.Clone()
+	if c.ClientSessionCache == nil {
+		r.once.Do(func() { r.sessions = tls.NewLRUClientSessionCache(256) })
+		c.ClientSessionCache = r.sessions
+	}
 	c.MinVersion = tls.VersionTLS13
 	c.ServerName = node
 	c.InsecureSkipVerify = false
