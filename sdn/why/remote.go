@@ -28,7 +28,8 @@ import (
 // 1.3 with both ends authenticated:
 //
 //   - the node presents its node certificate (common name node:NAME, DNS
-//     name NAME, server usage: gvs-master cert node issues it so); the
+//     name pki.NodeServerName(NAME), server usage: gvs-master cert node
+//     issues it so); the
 //     client verifies it against the cluster CA and checks the common name
 //     is the node it meant to reach (Remote), before its own certificate
 //     is sent;
@@ -217,7 +218,8 @@ func refused(node string, c *tls.Conn, err error) error {
 
 // clientConfig is r.TLS for a connection to node: TLS 1.3 (the client's
 // certificate goes out only after the server's is verified), the server
-// name node (its certificate's DNS name), and the common name checked to
+// name pki.NodeServerName(node) (its certificate's DNS name), and the
+// common name checked to
 // be that node's identity, so that another certificate of the CA (another
 // node's, etcd's) cannot stand in for it.
 func (r *Remote) clientConfig(node string) (*tls.Config, error) {
@@ -230,7 +232,7 @@ func (r *Remote) clientConfig(node string) (*tls.Config, error) {
 		c.ClientSessionCache = r.sessions
 	}
 	c.MinVersion = tls.VersionTLS13
-	c.ServerName = node
+	c.ServerName = pki.NodeServerName(node)
 	c.InsecureSkipVerify = false
 	want := pki.NodeUser(node)
 	c.VerifyConnection = func(cs tls.ConnectionState) error {
