@@ -170,13 +170,13 @@ func (d *Daemon) trace(desc string) (control.TraceResult, error) {
 		rn, ok := d.node.prog.Remote(ip)
 		return rn.Name, ok
 	})
-	res.Policies = d.tracePolicies(tr)
+	res.Policies = tracePolicies(tr, d.node.prog.PoliciesOf)
 	return res, nil
 }
 
 // tracePolicies names the NetworkPolicies behind the NetworkPolicy rules
 // (ingress and egress cookies) a trace met.
-func (d *Daemon) tracePolicies(tr flowtable.Trace) []control.PolicyRules {
+func tracePolicies(tr flowtable.Trace, policiesOf func(netip.Addr) (ingress, egress []string)) []control.PolicyRules {
 	passes := []flowtable.TracePass{tr.TracePass}
 	for _, r := range tr.Recirc {
 		passes = append(passes, r.TracePass)
@@ -191,7 +191,7 @@ func (d *Daemon) tracePolicies(tr flowtable.Trace) []control.PolicyRules {
 			}
 			seen[st.Cookie] = true
 			ip, _ := sdn.CookiePod(st.Cookie)
-			in, eg := d.node.prog.PoliciesOf(ip)
+			in, eg := policiesOf(ip)
 			pols := in
 			if class == "egress" {
 				pols = eg
