@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gvswitch/gvs/lab"
 	"github.com/gvswitch/gvs/lab/cluster"
@@ -173,7 +174,9 @@ func sameEverywhere(t *testing.T, c *cluster.Cluster, from, to cluster.Pod, targ
 // icmp (the tables) says what a ping (the data path) does.
 func matrixMatchesPings(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
+	start := time.Now()
 	out, err := whyCtl(t, c, c.Nodes[0].NS, pki.Files{}, "-o", "json", "why", "--matrix", "icmp")
+	took := time.Since(start)
 	if err != nil {
 		t.Fatalf("gvsctl why --matrix: %v\n%s", err, out)
 	}
@@ -214,7 +217,7 @@ func matrixMatchesPings(t *testing.T, c *cluster.Cluster) {
 	if yes == 0 || no == 0 {
 		t.Errorf("the matrix has %d allowed and %d refused pairs; want both", yes, no)
 	}
-	t.Logf("gvsctl why --matrix icmp agrees with ping on %d allowed and %d refused pairs", yes, no)
+	t.Logf("gvsctl why --matrix icmp (%d pods, %v) agrees with ping on %d allowed and %d refused pairs", len(m.Pods), took.Round(time.Millisecond), yes, no)
 }
 
 // refusals: a node's certificate (what a compromised node holds) gets
