@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
 )
@@ -156,6 +157,31 @@ type Remote struct {
 	// cache of its own: a matrix makes two calls per pair.
 	once     sync.Once
 	sessions tls.ClientSessionCache
+}
+
+// NodesOfHostSubnets maps the HostSubnets of a Kubernetes cluster to
+// their nodes' trace endpoints (HostIP, port), leaving out the hosts that
+// are not nodes (a fixed-vnid-host annotation, valid or not) and those
+// without an address: Remote.Nodes in Kubernetes mode, where the nodes
+// serve their endpoints with a certificate of the gvs cluster CA given to
+// them as files (traceTLS).
+func NodesOfHostSubnets(hss []networkv1.HostSubnet, port uint16) map[string]netip.AddrPort {
+	if port == 0 {
+		port = DefaultPort
+	}
+	m := map[string]netip.AddrPort{}
+	for i := range hss {
+		hs := &hss[i]
+		if _, host, _ := networkv1.FixedVNID(hs); host {
+			continue
+		}
+		ip, err := netip.ParseAddr(hs.HostIP)
+		if err != nil {
+			continue
+		}
+		m[hs.Name] = netip.AddrPortFrom(ip, port)
+	}
+	return m
 }
 
 // NodesOf maps the registry's nodes to their trace endpoints (their
