@@ -42,12 +42,17 @@ import (
 //   - the endpoint answers only the read-only commands of ReadOnly
 //     ("trace", "pods"); every other command is refused.
 //
-// What is not done: a Kubernetes-mode Tracer (no cluster CA there; the
-// plan is a serving certificate plus TokenReview/SubjectAccessReview of a
-// bearer token, docs/security.md), administrators' certificates issued
-// before they carried pki.AdminOrganization (refused, which fails
-// closed: issue them again), and revocation of a stolen
-// administrator certificate before it expires (the CA has no CRL).
+// In Kubernetes mode the same endpoint serves with a certificate of a gvs
+// cluster CA the operator gives each node as files (gvs-master cert node,
+// the daemon's traceTLS), and NodesOfHostSubnets finds the nodes.
+//
+// What is not done: a Kubernetes-native identity for the endpoint (each
+// node's serving certificate from the CSR API, clients authenticated by
+// delegated authentication and authorized with a SubjectAccessReview:
+// docs/security.md), administrators' certificates issued before they
+// carried pki.AdminOrganization (refused, which fails closed: issue them
+// again), and revocation of a stolen administrator certificate before it
+// expires (the CA has no CRL).
 
 // DefaultPort is the TCP port of a node's trace endpoint.
 const DefaultPort = 9447

@@ -21,8 +21,9 @@
 // gvsctl why and gvs-master's console both use Ask and Matrix, so they say
 // the same thing. Remote is the Tracer of the etcd-registry mode: every
 // gvs-switchd serves its traces read-only on a mutual-TLS endpoint that
-// admits only the administrator and gvs-master (remote.go,
-// docs/security.md). A Tracer for the Kubernetes mode is not written yet.
+// admits only administrators and gvs-master (remote.go,
+// docs/security.md); in Kubernetes mode too, where the nodes get their
+// certificates of the gvs cluster CA as files.
 package why
 
 import (
