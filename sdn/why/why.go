@@ -180,7 +180,7 @@ type Step struct {
 	Did string `json:"did"`
 }
 
-// String renders the step on one line: "node b table 80 (cookie 0x…): RULE → DID".
+// String renders the step on one line: "node b table 80: RULE → DID".
 func (s Step) String() string {
 	r := s.Rule
 	if r == "" {
