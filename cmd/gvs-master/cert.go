@@ -102,7 +102,7 @@ func ensureMasterPKI(fc fileConfig, log *slog.Logger) (masterFiles, error) {
 		{&f.server, serverName, srvReq},
 		{&f.peer, peerName, peerReq},
 		{&f.master, pki.MasterUser, pki.Request{CommonName: pki.MasterUser, Usage: pki.ClientAuth}},
-		{nil, pki.AdminUser, pki.Request{CommonName: pki.AdminUser, Usage: pki.ClientAuth}},
+		{nil, pki.AdminUser, pki.Request{CommonName: pki.AdminUser, Usage: pki.ClientAuth, Organization: []string{pki.AdminOrganization}}},
 	} {
 		files, issued, err := ensure(d, ca, x.name, x.req)
 		if err != nil {
@@ -140,7 +140,7 @@ func ensureClientPKI(fc fileConfig) (pki.Files, error) {
 	if err != nil {
 		return pki.Files{}, err
 	}
-	if _, _, err := ensure(d, ca, pki.AdminUser, pki.Request{CommonName: pki.AdminUser, Usage: pki.ClientAuth}); err != nil {
+	if _, _, err := ensure(d, ca, pki.AdminUser, pki.Request{CommonName: pki.AdminUser, Usage: pki.ClientAuth, Organization: []string{pki.AdminOrganization}}); err != nil {
 		return pki.Files{}, err
 	}
 	f, _, err := ensure(d, ca, pki.MasterUser, pki.Request{CommonName: pki.MasterUser, Usage: pki.ClientAuth})
@@ -270,10 +270,15 @@ func certCmd(args []string, out io.Writer) error {
 		if !master.ValidNodeName(name) {
 			return fmt.Errorf("%w: %q", master.ErrInvalidNodeName, name)
 		}
-		req.CommonName, req.Usage = pki.NodeUser(name), pki.ClientAuth
+		// A client of etcd, and the server of the node's trace endpoint
+		// (sdn/why), which clients verify by pki.NodeServerName.
+		req.CommonName, req.Usage, req.DNSNames = pki.NodeUser(name), pki.ClientAuth|pki.ServerAuth, []string{pki.NodeServerName(name)}
 		authorize = func(r *registry.Registry, ctx context.Context) error { return r.AuthorizeNode(ctx, name) }
 	case "admin":
-		req.CommonName, req.Usage = name, pki.ClientAuth
+		if _, isNode := pki.NodeOf(name); isNode || name == pki.MasterUser {
+			return fmt.Errorf("%q is not an administrator's name", name)
+		}
+		req.CommonName, req.Usage, req.Organization = name, pki.ClientAuth, []string{pki.AdminOrganization}
 		if name != pki.AdminUser {
 			authorize = func(r *registry.Registry, ctx context.Context) error { return r.AuthorizeAdmin(ctx, name) }
 		}

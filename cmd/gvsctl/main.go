@@ -109,6 +109,14 @@ certificate from gvs-master cert admin: --etcd-tls DIR or $GVS_ETCD_TLS):
                           list egress firewalls
   egress-firewall delete -n NS NAME... | -f FILE
                           delete egress firewalls
+  why POD-A POD-B [PROTO/PORT]
+                          can POD-A (NAMESPACE/NAME or address) open a connection to POD-B on
+                          tcp/PORT, udp/PORT or icmp (default)? Traces the first packet through
+                          the real tables of both pods' nodes, on their trace endpoints (port
+                          9447, administrators only: --trace-tls DIR or --etcd-tls), and names the
+                          rule that decided; with --kubeconfig the nodes come from the HostSubnets
+  why --matrix [PROTO/PORT]
+                          the same for every ordered pair of running pods
 
   With --kubeconfig FILE the same commands work on a Kubernetes API server:
   projects are Namespaces with their NetNamespaces; join, isolate and
@@ -137,6 +145,7 @@ func run(args []string, stdout io.Writer) error {
 	etcdCert := fs.String("etcd-cert", os.Getenv("GVS_ETCD_CERT"), "etcd client certificate, overrides -etcd-tls ($GVS_ETCD_CERT)")
 	etcdKey := fs.String("etcd-key", os.Getenv("GVS_ETCD_KEY"), "etcd client key, overrides -etcd-tls ($GVS_ETCD_KEY)")
 	etcdInsecure := fs.Bool("etcd-insecure", os.Getenv("GVS_ETCD_INSECURE") == "1", "allow a plain-text etcd (lab use only; $GVS_ETCD_INSECURE=1)")
+	traceTLS := fs.String("trace-tls", os.Getenv("GVS_TRACE_TLS"), "directory with ca.crt, tls.crt, tls.key: an administrator's certificate of the gvs cluster CA for the nodes' trace endpoints (gvsctl why; default: the etcd identity; $GVS_TRACE_TLS)")
 	kubeconfig := fs.String("kubeconfig", "", "Kubernetes mode: projects and nodes from this API server's NetNamespaces and HostSubnets")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
@@ -154,7 +163,17 @@ func run(args []string, stdout io.Writer) error {
 	c := cli{ctx: ctx, socket: *socket, json: *output == "json", out: stdout}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch cmd {
-	case "projects", "nodes", "hosts", "services", "policy", "label", "labels", "egress-firewall", "egress-ip":
+	case "projects", "nodes", "hosts", "services", "policy", "label", "labels", "egress-firewall", "egress-ip", "why":
+		if *kubeconfig != "" && cmd == "why" {
+			// The nodes serve their trace endpoints with certificates of the
+			// gvs cluster CA given to them as files (traceTLS): there is no
+			// Kubernetes-native identity for it yet (docs/security.md).
+			var id pki.Files
+			if *traceTLS != "" {
+				id = pki.Dir(*traceTLS).Files("tls")
+			}
+			return whyCmd(ctx, kubeNodes(*kubeconfig), id, c.json, c.out, rest)
+		}
 		if *kubeconfig != "" && cmd == "services" {
 			return errors.New("services: in Kubernetes mode gvs-switchd follows the API server's Services (kubectl get services)")
 		}
@@ -175,6 +194,13 @@ func run(args []string, stdout io.Writer) error {
 			if *o.v != "" {
 				*o.dst = *o.v
 			}
+		}
+		if cmd == "why" {
+			id := dc.TLS
+			if *traceTLS != "" {
+				id = pki.Dir(*traceTLS).Files("tls")
+			}
+			return whyCmd(ctx, registryNodes(dc), id, c.json, c.out, rest)
 		}
 		return registryCmd(ctx, dc, c.json, c.out, cmd, rest)
 	case "capture":

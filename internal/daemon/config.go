@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"os/user"
@@ -22,6 +23,7 @@ import (
 	"github.com/gvswitch/gvs/sdn/master"
 	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
+	"github.com/gvswitch/gvs/sdn/why"
 	"github.com/gvswitch/gvs/tap/uring"
 	"github.com/gvswitch/gvs/vxlan"
 )
@@ -60,6 +62,20 @@ type Config struct {
 	// MetricsAddr is where /metrics listens, in the node's namespace;
 	// "" means 127.0.0.1:9101, "off" disables it.
 	MetricsAddr string `json:"metricsAddr,omitempty"`
+	// TraceAddr is where the node's read-only trace endpoint listens
+	// (sdn/why: gvsctl why and gvs-master's console trace this node's
+	// tables through it, over mutual TLS with the node's certificate,
+	// admitting only administrators and gvs-master). "" means nodeIP:9447
+	// when the node has a certificate for it (TraceTLS, or etcdTLS when
+	// it follows the registry), and no endpoint otherwise; "off" disables
+	// it. Without a certificate of the gvs cluster CA there is none.
+	TraceAddr string `json:"traceAddr,omitempty"`
+	// TraceTLS names the node's certificate for the trace endpoint
+	// (gvs-master cert node NAME, issued by the gvs cluster CA, whose
+	// ca.crt is also the CA the clients' certificates must come from).
+	// Default: etcdTLS. In Kubernetes mode, where the node has no etcd
+	// identity, it is how the endpoint is enabled (docs/operations.md).
+	TraceTLS pki.Files `json:"traceTLS,omitzero"`
 	// NAT installs the nftables masquerade rule for egress (default true).
 	NAT *bool `json:"nat,omitempty"`
 	// Offload turns on the data-path offloads (default true): TSO on pod
@@ -422,6 +438,28 @@ func (c *Config) socketPolicy() (accept.PeerPolicy, error) {
 	return accept.PeerPolicy{Group: gid}, nil
 }
 
+// traceAddr returns where the trace endpoint listens, "" for nowhere
+// (TraceAddr).
+func (c *Config) traceAddr() string {
+	switch {
+	case c.TraceAddr == "off" || c.traceTLS().IsZero():
+		return ""
+	case c.TraceAddr != "":
+		return c.TraceAddr
+	case c.NodeIP != "" && (c.FromRegistry() || !c.TraceTLS.IsZero()):
+		return net.JoinHostPort(c.NodeIP, strconv.Itoa(why.DefaultPort))
+	}
+	return ""
+}
+
+// traceTLS returns the trace endpoint's certificate files (TraceTLS).
+func (c *Config) traceTLS() pki.Files {
+	if !c.TraceTLS.IsZero() {
+		return c.TraceTLS
+	}
+	return c.EtcdTLS
+}
+
 // dialConfig is how the node reaches etcd.
 func (c *Config) dialConfig(log *slog.Logger) registry.DialConfig {
 	return registry.DialConfig{Endpoints: c.EtcdEndpoints, TLS: c.EtcdTLS, Insecure: c.EtcdInsecure, Logger: log}
@@ -546,6 +584,14 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.ipfixConfig(); err != nil {
 		return err
+	}
+	if c.TraceAddr != "" && c.TraceAddr != "off" {
+		if c.traceTLS().IsZero() {
+			return errors.New("traceAddr needs traceTLS or etcdTLS: the trace endpoint serves with the node's certificate of the cluster CA")
+		}
+		if _, _, err := net.SplitHostPort(c.TraceAddr); err != nil {
+			return fmt.Errorf("traceAddr: %w", err)
+		}
 	}
 	if c.FromKubernetes() {
 		if c.FromRegistry() {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/sdn"
+	"github.com/gvswitch/gvs/sdn/why"
 	vswitch "github.com/gvswitch/gvs/vswitch"
 	"github.com/gvswitch/gvs/vxlan"
 )
@@ -162,23 +164,40 @@ func (d *Daemon) trace(desc string) (control.TraceResult, error) {
 	tr := d.dp.table.Snapshot().TraceWith(f, opts)
 	node := d.node.nodeConfig()
 	res := control.TraceResult{Node: node.NodeName, Trace: tr, Text: tr.String()}
-	for _, o := range tr.Outputs() {
-		if o.Port != uint32(1) || o.TunDst == ([4]byte{}) {
-			continue
-		}
-		dst := netip.AddrFrom4(o.TunDst)
-		rn, ok := d.node.prog.Remote(dst)
-		name := dst.String()
-		if ok {
-			name = rn.Name
-		}
-		next := f
-		next.InPort = 1
-		next.TunID = o.TunID
-		next.TunSrc = node.NodeIP.As4()
-		next.TunDst = [4]byte{}
-		next.Regs = [8]uint32{}
-		res.Next = append(res.Next, control.NextHop{Node: name, NodeIP: dst.String(), Packet: flowtable.FormatFields(next)})
-	}
+	// Outputs into the tunnel, of every pass (a ct action's recirculation
+	// may be the pass that outputs).
+	res.Next = why.NextHops(tr, f, node.NodeIP, func(ip netip.Addr) (string, bool) {
+		rn, ok := d.node.prog.Remote(ip)
+		return rn.Name, ok
+	})
+	res.Policies = tracePolicies(tr, d.node.prog.PoliciesOf)
 	return res, nil
+}
+
+// tracePolicies names the NetworkPolicies behind the NetworkPolicy rules
+// (ingress and egress cookies) a trace met.
+func tracePolicies(tr flowtable.Trace, policiesOf func(netip.Addr) (ingress, egress []string)) []control.PolicyRules {
+	passes := []flowtable.TracePass{tr.TracePass}
+	for _, r := range tr.Recirc {
+		passes = append(passes, r.TracePass)
+	}
+	var out []control.PolicyRules
+	seen := map[uint64]bool{}
+	for _, p := range passes {
+		for _, st := range p.Steps {
+			class := sdn.CookieClass(st.Cookie)
+			if seen[st.Cookie] || (class != "ingress" && class != "egress") {
+				continue
+			}
+			seen[st.Cookie] = true
+			ip, _ := sdn.CookiePod(st.Cookie)
+			in, eg := policiesOf(ip)
+			pols := in
+			if class == "egress" {
+				pols = eg
+			}
+			out = append(out, control.PolicyRules{Cookie: st.Cookie, Pod: ip.String(), Direction: class, Policies: pols})
+		}
+	}
+	return out
 }

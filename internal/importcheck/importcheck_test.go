@@ -71,7 +71,7 @@ var layer = map[string]int{
 	"tap": 2, "tap/uring": 2, "vxlan": 2, "vswitch": 2, "internal/control": 2,
 	"sdn": 3, "cniplugin": 3,
 	"sdn/master": 4, "sdn/gateway": 4, "sdn/netpol": 4,
-	"sdn/node": 5, "sdn/kube": 5, "sdn/registry": 5, "sdn/registry/embedded": 5,
+	"sdn/node": 5, "sdn/kube": 5, "sdn/why": 5, "sdn/registry": 5, "sdn/registry/embedded": 5,
 	"internal/daemon/source":     6,
 	"internal/daemon/etcdsource": 7, "internal/daemon/kubesource": 7, "internal/daemon/pods": 7,
 	"internal/daemon": 8,
