@@ -80,9 +80,10 @@ certificate from gvs-master cert admin: --etcd-tls DIR or $GVS_ETCD_TLS):
                           the HostSubnet's egressIPs
   egress-ip cidrs N [CIDR...]
                           the ranges gvs-master may assign projects' egress IPs to node N from
-                          (OpenShift's egressCIDRs; etcd registry only): an egress IP no node names
-                          goes to a live node whose CIDRs contain it, and moves when that node's
-                          lease expires
+                          (OpenShift's egressCIDRs; with --kubeconfig: the HostSubnet's egressCIDRs):
+                          an egress IP no node names by hand goes to a reachable node whose CIDRs
+                          contain it, and moves when that node's lease expires (etcd) or its tun0
+                          stops answering gvs-master's probe (Kubernetes)
   services list           services (etcd-registry mode): in multitenant mode a pod reaches only
                           its own project's services and those of global projects
   services set NS/NAME CLUSTER-IP PROTO/PORT...
