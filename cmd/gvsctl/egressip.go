@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/gvswitch/gvs/sdn/registry"
 )
@@ -173,16 +174,18 @@ func (k kubeCtl) egressIP(args []string) error {
 		if err != nil {
 			return err
 		}
-		hs, err := k.net.HostSubnets().Get(k.ctx, args[1])
-		if err != nil {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error { // gvs-master may update it meanwhile
+			hs, err := k.net.HostSubnets().Get(k.ctx, args[1])
+			if err != nil {
+				return err
+			}
+			hs.EgressCIDRs = nil
+			for _, c := range cidrs {
+				hs.EgressCIDRs = append(hs.EgressCIDRs, c.String())
+			}
+			_, err = k.net.HostSubnets().Update(k.ctx, hs)
 			return err
-		}
-		hs.EgressCIDRs = nil
-		for _, c := range cidrs {
-			hs.EgressCIDRs = append(hs.EgressCIDRs, c.String())
-		}
-		_, err = k.net.HostSubnets().Update(k.ctx, hs)
-		return err
+		})
 	}
 	if len(args) > 0 && args[0] != "list" {
 		kind, name, ips, err := parseEgressArgs(args)
@@ -193,22 +196,24 @@ func (k kubeCtl) egressIP(args []string) error {
 		for _, ip := range ips {
 			ss = append(ss, ip.String())
 		}
-		if kind == "project" {
-			nn, err := k.net.NetNamespaces().Get(k.ctx, name)
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error { // gvs-master may update it meanwhile
+			if kind == "project" {
+				nn, err := k.net.NetNamespaces().Get(k.ctx, name)
+				if err != nil {
+					return err
+				}
+				nn.EgressIPs = ss
+				_, err = k.net.NetNamespaces().Update(k.ctx, nn)
+				return err
+			}
+			hs, err := k.net.HostSubnets().Get(k.ctx, name)
 			if err != nil {
 				return err
 			}
-			nn.EgressIPs = ss
-			_, err = k.net.NetNamespaces().Update(k.ctx, nn)
+			hs.EgressIPs = ss
+			_, err = k.net.HostSubnets().Update(k.ctx, hs)
 			return err
-		}
-		hs, err := k.net.HostSubnets().Get(k.ctx, name)
-		if err != nil {
-			return err
-		}
-		hs.EgressIPs = ss
-		_, err = k.net.HostSubnets().Update(k.ctx, hs)
-		return err
+		})
 	}
 	nns, err := k.net.NetNamespaces().List(k.ctx, metav1.ListOptions{})
 	if err != nil {
