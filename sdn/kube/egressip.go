@@ -20,9 +20,11 @@ import (
 // (openshift/sdn pkg/network/master/egressip.go):
 //
 //  1. A HostSubnet with egressCIDRs lets gvs-master place egress IPs on its
-//     node; its egressIPs are then gvs-master's to write. A HostSubnet
-//     without egressCIDRs keeps the egressIPs an administrator gives it
-//     (manual), and those are never placed elsewhere.
+//     node; its egressIPs are then gvs-master's to write (and it records
+//     them in AssignedEgressIPsAnnotation). A HostSubnet without
+//     egressCIDRs keeps the egressIPs an administrator gives it (manual),
+//     and those are never placed elsewhere; what gvs-master had placed on
+//     it before its egressCIDRs were removed is taken off.
 //  2. Every EgressCheckInterval the leader probes each such node's SDN
 //     address (its tun0, the gateway of its subnet) over the pod network
 //     (master.ProbeNode: a TCP connection to port 9, refused = live).
@@ -37,6 +39,12 @@ import (
 //
 // Only gvs-master's account may write HostSubnets (deploy/rbac.yaml): a
 // node's credentials cannot move an egress IP to their node.
+
+// AssignedEgressIPsAnnotation, on a HostSubnet, lists (comma-separated)
+// the egressIPs gvs-master placed there from its egressCIDRs. When the
+// HostSubnet loses its egressCIDRs those are taken off it (and placed
+// elsewhere); the other egressIPs stay, as manual ones.
+const AssignedEgressIPsAnnotation = "network.gvs.io/assigned-egress-ips"
 
 // egressState is the reachability the prober found, shared between the
 // prober goroutine and the worker.
@@ -158,15 +166,22 @@ func (c *controller) syncEgress(ctx context.Context) error {
 	var manual []netip.Addr
 	nodes := map[string]master.EgressNode{}
 	prev := map[netip.Addr]string{}
-	hss := map[string]*networkv1.HostSubnet{}
+	hss := map[string]*networkv1.HostSubnet{} // the HostSubnets gvs-master writes
+	leftover := map[string][]string{}         // a former egress node's egressIPs without gvs-master's
 	for _, o := range c.hsInf.GetStore().List() {
 		hs, ok := o.(*networkv1.HostSubnet)
 		if !ok {
 			continue
 		}
 		cidrs := master.ParsePrefixes(hs.EgressCIDRs)
+		placed := splitList(hs.Annotations[AssignedEgressIPsAnnotation])
 		if len(cidrs) == 0 {
-			manual = append(manual, master.ParseAddrs(hs.EgressIPs)...)
+			// Manual, except what gvs-master placed while it had CIDRs.
+			kept := slices.DeleteFunc(slices.Clone(hs.EgressIPs), func(ip string) bool { return slices.Contains(placed, ip) })
+			manual = append(manual, master.ParseAddrs(kept)...)
+			if len(placed) > 0 {
+				hss[hs.Name], leftover[hs.Name] = hs, kept
+			}
 			continue
 		}
 		hss[hs.Name] = hs
@@ -181,13 +196,26 @@ func (c *controller) syncEgress(ctx context.Context) error {
 	for _, adding := range []bool{false, true} {
 		for _, name := range slices.Sorted(maps.Keys(hss)) {
 			hs, want := hss[name], master.FormatAddrs(plan[name])
-			if slices.Equal(hs.EgressIPs, want) || adding != hasNew(hs.EgressIPs, want) {
+			mark := strings.Join(want, ",")
+			if kept, ok := leftover[name]; ok {
+				want, mark = kept, ""
+			}
+			if slices.Equal(hs.EgressIPs, want) && hs.Annotations[AssignedEgressIPsAnnotation] == mark ||
+				adding != hasNew(hs.EgressIPs, want) {
 				continue
 			}
 			upd := hs.DeepCopy()
-			upd.EgressIPs = want
-			if len(want) == 0 {
-				upd.EgressIPs = nil
+			upd.EgressIPs = nil
+			if len(want) > 0 {
+				upd.EgressIPs = want
+			}
+			if mark == "" {
+				delete(upd.Annotations, AssignedEgressIPsAnnotation)
+			} else {
+				if upd.Annotations == nil {
+					upd.Annotations = map[string]string{}
+				}
+				upd.Annotations[AssignedEgressIPsAnnotation] = mark
 			}
 			if _, err := c.m.net.HostSubnets().Update(ctx, upd); err != nil {
 				errs = append(errs, err)
@@ -197,6 +225,14 @@ func (c *controller) syncEgress(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// splitList reads a comma-separated annotation value.
+func splitList(v string) []string {
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
 }
 
 // hasNew reports whether want names an address have does not.
