@@ -1,6 +1,7 @@
 package cniplugin
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -46,5 +47,52 @@ func TestServerBandwidth(t *testing.T) {
 		if attached {
 			t.Errorf("%s: refused, but attached", bad)
 		}
+	}
+}
+
+// TestServerPodBandwidth: with a PodBandwidth source (Kubernetes: the
+// Pod's annotations), ADD without bandwidth arguments takes the pod's
+// limit; arguments win over it; the source's error fails ADD before
+// anything is leased.
+func TestServerPodBandwidth(t *testing.T) {
+	var asked []string
+	s, _, sock := newTestServerWith(t, "10.128.0.0/29", func(c *ServerConfig) {
+		c.PodBandwidth = func(_ context.Context, ns, name, _ string) (*Bandwidth, error) {
+			asked = append(asked, ns+"/"+name)
+			switch name {
+			case "bad":
+				return nil, types.NewError(types.ErrInvalidNetworkConfig, "invalid pod bandwidth annotation", "fast")
+			case "none":
+				return nil, nil
+			}
+			return &Bandwidth{EgressRate: 10_000_000}, nil
+		}
+	})
+	if r := call(t, sock, "ADD", "annotated", testConf); r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	if l, _ := s.IPAM().Get("annotated", "eth0"); l.Bandwidth == nil || *l.Bandwidth != (Bandwidth{EgressRate: 10_000_000}) {
+		t.Errorf("the pod's limit: lease bandwidth %+v", l.Bandwidth)
+	}
+	args := `{"cniVersion":"1.1.0","name":"pods","type":"gvs","runtimeConfig":{"bandwidth":{"egressRate":20000000}}}`
+	if r := call(t, sock, "ADD", "both", args); r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	if l, _ := s.IPAM().Get("both", "eth0"); l.Bandwidth == nil || l.Bandwidth.EgressRate != 20_000_000 {
+		t.Errorf("arguments and annotations: lease bandwidth %+v, want the arguments'", l.Bandwidth)
+	}
+	if r := call(t, sock, "ADD", "none", testConf); r.Error != nil {
+		t.Fatal(r.Error)
+	} else if l, _ := s.IPAM().Get("none", "eth0"); l.Bandwidth != nil {
+		t.Errorf("no limit: lease bandwidth %+v", l.Bandwidth)
+	}
+	if r := call(t, sock, "ADD", "bad", testConf); code(r) != types.ErrInvalidNetworkConfig {
+		t.Errorf("an invalid annotation: %+v, want code 7", r.Error)
+	}
+	if _, leased := s.IPAM().Get("bad", "eth0"); leased {
+		t.Errorf("refused, but leased")
+	}
+	if want := []string{"alpha/annotated", "alpha/none", "alpha/bad"}; strings.Join(asked, " ") != strings.Join(want, " ") {
+		t.Errorf("the source was asked for %v, want %v (not when arguments came)", asked, want)
 	}
 }

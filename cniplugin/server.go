@@ -67,6 +67,7 @@ type Server struct {
 	log  *slog.Logger
 	// Observe, if set, is called with each request's verb and duration.
 	observe func(cmd string, d time.Duration, err error)
+	podBW   func(ctx context.Context, namespace, name, uid string) (*Bandwidth, error)
 
 	mu    sync.Mutex
 	locks map[string]*keyLock
@@ -84,6 +85,15 @@ type ServerConfig struct {
 	Logger  *slog.Logger
 	// Observe, if set, is called after each request (metrics).
 	Observe func(cmd string, d time.Duration, err error)
+	// PodBandwidth, if set, returns the bandwidth limit the control plane
+	// stores for a pod (Kubernetes: the Pod object's
+	// kubernetes.io/ingress-bandwidth and egress-bandwidth annotations, as
+	// OpenShift SDN reads them). ADD asks it only when the runtime passed
+	// no bandwidth arguments: the runtime read the same annotations, and
+	// what it passes with the ADD is what the reference plug-in obeys. nil
+	// and no error: no limit; an error fails ADD (code 7 for a value that
+	// is not a limit, 11 for a lookup that failed).
+	PodBandwidth func(ctx context.Context, namespace, name, uid string) (*Bandwidth, error)
 }
 
 // NewServer returns a Server.
@@ -92,7 +102,7 @@ func NewServer(cfg ServerConfig) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{ipam: cfg.IPAM, be: cfg.Backend, log: log, observe: cfg.Observe, locks: map[string]*keyLock{}}
+	return &Server{ipam: cfg.IPAM, be: cfg.Backend, log: log, observe: cfg.Observe, podBW: cfg.PodBandwidth, locks: map[string]*keyLock{}}
 }
 
 // IPAM returns the server's IPAM.
@@ -253,6 +263,15 @@ func (s *Server) add(ctx context.Context, conf *NetConf, req *Request) (json.Raw
 	project := args["K8S_POD_NAMESPACE"]
 	if project == "" {
 		project = "default"
+	}
+	if bw == nil && s.podBW != nil && args["K8S_POD_NAME"] != "" {
+		var err error
+		if bw, err = s.podBW(ctx, project, args["K8S_POD_NAME"], args["K8S_POD_UID"]); err != nil {
+			return nil, err // before anything is allocated: nothing to undo
+		}
+		if bw.IsZero() {
+			bw = nil
+		}
 	}
 	l, err := s.ipam.Allocate(Lease{ContainerID: req.ContainerID, IfName: req.IfName, Netns: req.Netns,
 		Project: project, PodName: args["K8S_POD_NAME"], Network: conf.Name, Bandwidth: bw})

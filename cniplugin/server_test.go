@@ -60,12 +60,23 @@ func (f *fakeBackend) Check(_ context.Context, l Lease) error {
 
 func newTestServer(t *testing.T, subnet string) (*Server, *fakeBackend, string) {
 	t.Helper()
+	return newTestServerWith(t, subnet, nil)
+}
+
+// newTestServerWith is newTestServer with set, if not nil, changing the
+// configuration first.
+func newTestServerWith(t *testing.T, subnet string, set func(*ServerConfig)) (*Server, *fakeBackend, string) {
+	t.Helper()
 	m, err := OpenIPAM(t.TempDir(), netip.MustParsePrefix(subnet), 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fb := &fakeBackend{attached: map[string]Lease{}}
-	s := NewServer(ServerConfig{IPAM: m, Backend: fb})
+	cfg := ServerConfig{IPAM: m, Backend: fb}
+	if set != nil {
+		set(&cfg)
+	}
+	s := NewServer(cfg)
 	sock := filepath.Join(t.TempDir(), "cni.sock")
 	l, err := Listen(sock)
 	if err != nil {

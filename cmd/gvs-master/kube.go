@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"time"
 
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/kube"
+	"github.com/gvswitch/gvs/sdn/master"
 	"github.com/gvswitch/gvs/sdn/registry"
 )
 
@@ -21,6 +23,7 @@ type kubeFlags struct {
 	leaseNamespace *string
 	identity       *string
 	mtu            *uint
+	egressCheck    *time.Duration
 }
 
 func addKubeFlags(fs *flag.FlagSet) *kubeFlags {
@@ -34,6 +37,8 @@ func addKubeFlags(fs *flag.FlagSet) *kubeFlags {
 		leaseNamespace: fs.String("lease-namespace", ns, "Kubernetes mode: namespace of the leader-election Lease "+kube.DefaultLeaseName+" ($POD_NAMESPACE)"),
 		identity:       fs.String("identity", "", "Kubernetes mode: this replica's name in the Lease (default: host name and a random suffix)"),
 		mtu:            fs.Uint("mtu", 0, "Kubernetes mode: overlay MTU published in the ClusterNetwork (default: unset)"),
+		egressCheck: fs.Duration("egress-check-interval", master.DefaultEgressCheckInterval,
+			"Kubernetes mode: how often to probe the nodes with egressCIDRs (TCP to their tun0 address, port 9) and move egress IPs off one that does not answer; negative: no check"),
 	}
 }
 
@@ -56,10 +61,11 @@ func runKube(ctx context.Context, log *slog.Logger, c registry.Config, k *kubeFl
 	m, err := kube.NewMaster(kube.MasterConfig{
 		Network: kube.Network{ClusterNetworks: c.ClusterNetworks, ServiceNetwork: svc, Mode: mode,
 			VXLANPort: c.VXLANPort, MTU: uint32(*k.mtu), GlobalProjects: c.GlobalProjects},
-		REST:           rc,
-		LeaseNamespace: *k.leaseNamespace,
-		Identity:       *k.identity,
-		Log:            log,
+		REST:                rc,
+		LeaseNamespace:      *k.leaseNamespace,
+		Identity:            *k.identity,
+		Log:                 log,
+		EgressCheckInterval: *k.egressCheck,
 	})
 	if err != nil {
 		return err

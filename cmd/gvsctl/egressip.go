@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/gvswitch/gvs/sdn/registry"
 )
@@ -107,16 +108,25 @@ func parseEgressArgs(args []string) (kind, name string, ips []netip.Addr, err er
 	return args[0], args[1], ips, nil
 }
 
+// parseEgressCIDRs reads the CIDRs of "cidrs N [CIDR...]", masked.
+func parseEgressCIDRs(args []string) ([]netip.Prefix, error) {
+	var cidrs []netip.Prefix
+	for _, s := range args {
+		p, err := netip.ParsePrefix(s)
+		if err != nil || !p.Addr().Is4() {
+			return nil, fmt.Errorf("egress CIDR %q is not an IPv4 network", s)
+		}
+		cidrs = append(cidrs, p.Masked())
+	}
+	return cidrs, nil
+}
+
 // egressIPCmd runs gvsctl egress-ip against the etcd registry.
 func egressIPCmd(ctx context.Context, reg *registry.Registry, show func(any, func()) error, out io.Writer, args []string) error {
 	if len(args) > 1 && args[0] == "cidrs" {
-		var cidrs []netip.Prefix
-		for _, s := range args[2:] {
-			p, err := netip.ParsePrefix(s)
-			if err != nil || !p.Addr().Is4() {
-				return fmt.Errorf("egress CIDR %q is not an IPv4 network", s)
-			}
-			cidrs = append(cidrs, p.Masked())
+		cidrs, err := parseEgressCIDRs(args[2:])
+		if err != nil {
+			return err
 		}
 		return reg.SetNodeEgressCIDRs(ctx, args[1], cidrs)
 	}
@@ -159,6 +169,24 @@ func egressIPCmd(ctx context.Context, reg *registry.Registry, show func(any, fun
 // egressIP runs gvsctl egress-ip against the API server: NetNamespace and
 // HostSubnet egressIPs.
 func (k kubeCtl) egressIP(args []string) error {
+	if len(args) > 1 && args[0] == "cidrs" {
+		cidrs, err := parseEgressCIDRs(args[2:])
+		if err != nil {
+			return err
+		}
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error { // gvs-master may update it meanwhile
+			hs, err := k.net.HostSubnets().Get(k.ctx, args[1])
+			if err != nil {
+				return err
+			}
+			hs.EgressCIDRs = nil
+			for _, c := range cidrs {
+				hs.EgressCIDRs = append(hs.EgressCIDRs, c.String())
+			}
+			_, err = k.net.HostSubnets().Update(k.ctx, hs)
+			return err
+		})
+	}
 	if len(args) > 0 && args[0] != "list" {
 		kind, name, ips, err := parseEgressArgs(args)
 		if err != nil {
@@ -168,22 +196,24 @@ func (k kubeCtl) egressIP(args []string) error {
 		for _, ip := range ips {
 			ss = append(ss, ip.String())
 		}
-		if kind == "project" {
-			nn, err := k.net.NetNamespaces().Get(k.ctx, name)
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error { // gvs-master may update it meanwhile
+			if kind == "project" {
+				nn, err := k.net.NetNamespaces().Get(k.ctx, name)
+				if err != nil {
+					return err
+				}
+				nn.EgressIPs = ss
+				_, err = k.net.NetNamespaces().Update(k.ctx, nn)
+				return err
+			}
+			hs, err := k.net.HostSubnets().Get(k.ctx, name)
 			if err != nil {
 				return err
 			}
-			nn.EgressIPs = ss
-			_, err = k.net.NetNamespaces().Update(k.ctx, nn)
+			hs.EgressIPs = ss
+			_, err = k.net.HostSubnets().Update(k.ctx, hs)
 			return err
-		}
-		hs, err := k.net.HostSubnets().Get(k.ctx, name)
-		if err != nil {
-			return err
-		}
-		hs.EgressIPs = ss
-		_, err = k.net.HostSubnets().Update(k.ctx, hs)
-		return err
+		})
 	}
 	nns, err := k.net.NetNamespaces().List(k.ctx, metav1.ListOptions{})
 	if err != nil {

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,12 +70,47 @@ func parseHostsAdd(args []string) (hostSpec, error) {
 	return h, nil
 }
 
-// hostsCmd registers and unregisters hosts that are not nodes (OpenShift's
-// F5 "ramp") in the etcd registry: add waits for gvs-master's subnet and
-// prints it.
-func hostsCmd(ctx context.Context, reg *registry.Registry, out io.Writer, args []string) error {
-	if len(args) == 0 {
-		return errors.New("hosts: add or delete")
+// hostRow is a host that is not a node, as gvsctl hosts list prints it.
+type hostRow struct {
+	Name      string  `json:"name"`
+	IP        string  `json:"ip"`
+	Subnet    string  `json:"subnet,omitempty"` // none yet: gvs-master has not answered
+	FixedVNID *uint32 `json:"fixedVNID,omitempty"`
+}
+
+// writeHostRows writes the hosts table (a missing subnet or VNID as "-").
+func writeHostRows(w io.Writer, rows []hostRow) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tIP\tSUBNET\tFIXED VNID")
+	for _, r := range rows {
+		subnet, vnid := cmp.Or(r.Subnet, "-"), "-"
+		if r.FixedVNID != nil {
+			vnid = strconv.FormatUint(uint64(*r.FixedVNID), 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, r.IP, subnet, vnid)
+	}
+	tw.Flush()
+}
+
+// hostsCmd lists, registers and unregisters hosts that are not nodes
+// (OpenShift's F5 "ramp") in the etcd registry: add waits for gvs-master's
+// subnet and prints it.
+func hostsCmd(ctx context.Context, reg *registry.Registry, show func(any, func()) error, out io.Writer, args []string) error {
+	if len(args) == 0 || args[0] == "list" {
+		hs, err := reg.Hosts(ctx)
+		if err != nil {
+			return err
+		}
+		rows := []hostRow{}
+		for _, h := range hs {
+			r := hostRow{Name: h.Name, IP: h.IP.String(), FixedVNID: h.FixedVNID}
+			if h.Subnet.IsValid() {
+				r.Subnet = h.Subnet.String()
+			}
+			rows = append(rows, r)
+		}
+		slices.SortFunc(rows, func(a, b hostRow) int { return strings.Compare(a.Name, b.Name) })
+		return show(rows, func() { writeHostRows(out, rows) })
 	}
 	switch args[0] {
 	case "add":
@@ -96,18 +135,36 @@ func hostsCmd(ctx context.Context, reg *registry.Registry, out io.Writer, args [
 		}
 		return nil
 	}
-	return fmt.Errorf("hosts: unknown operation %q (add, delete)", args[0])
+	return fmt.Errorf("hosts: unknown operation %q (list, add, delete)", args[0])
 }
 
-// hosts is hostsCmd in Kubernetes mode: add creates the HostSubnet (with
-// the assign-subnet annotation unless --subnet is given, and
-// fixed-vnid-host with --fixed-vnid) and waits for its subnet; delete
-// deletes HostSubnets that belong to no Node.
+// hosts is hostsCmd in Kubernetes mode: list shows the HostSubnets that
+// belong to no Node; add creates the HostSubnet (with the assign-subnet
+// annotation unless --subnet is given, and fixed-vnid-host with
+// --fixed-vnid) and waits for its subnet; delete deletes HostSubnets that
+// belong to no Node.
 func (k kubeCtl) hosts(args []string) error {
-	if len(args) == 0 {
-		return errors.New("hosts: add or delete")
-	}
 	hss := k.net.HostSubnets()
+	if len(args) == 0 || args[0] == "list" {
+		l, err := hss.List(k.ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		rows := []hostRow{}
+		for _, hs := range l.Items {
+			if hs.Annotations[networkv1.NodeUIDAnnotation] != "" {
+				continue // a Node's
+			}
+			r := hostRow{Name: hs.Name, IP: hs.HostIP, Subnet: hs.Subnet}
+			if v, err := strconv.ParseUint(hs.Annotations[networkv1.FixedVNIDHostAnnotation], 10, 32); err == nil {
+				v32 := uint32(v)
+				r.FixedVNID = &v32
+			}
+			rows = append(rows, r)
+		}
+		slices.SortFunc(rows, func(a, b hostRow) int { return strings.Compare(a.Name, b.Name) })
+		return k.show(rows, func(tw *tabwriter.Writer) { writeHostRows(tw, rows) })
+	}
 	switch args[0] {
 	case "add":
 		h, err := parseHostsAdd(args[1:])
@@ -153,5 +210,5 @@ func (k kubeCtl) hosts(args []string) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("hosts: unknown operation %q (add, delete)", args[0])
+	return fmt.Errorf("hosts: unknown operation %q (list, add, delete)", args[0])
 }

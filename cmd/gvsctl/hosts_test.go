@@ -2,6 +2,8 @@ package main
 
 import (
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -31,5 +33,21 @@ func TestParseHostsAdd(t *testing.T) {
 		if _, err := parseHostsAdd(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
+	}
+}
+
+// TestWriteHostRows: one row per host, "-" for a subnet not given yet and
+// for no fixed VNID.
+func TestWriteHostRows(t *testing.T) {
+	var b strings.Builder
+	ten := uint32(10)
+	writeHostRows(&b, []hostRow{{Name: "f5", IP: "192.168.0.50", Subnet: "10.128.4.0/23", FixedVNID: &ten}, {Name: "lb", IP: "192.168.0.51"}})
+	want := []string{"HOST IP SUBNET FIXED VNID", "f5 192.168.0.50 10.128.4.0/23 10", "lb 192.168.0.51 - -"}
+	var got []string
+	for l := range strings.Lines(b.String()) {
+		got = append(got, strings.Join(strings.Fields(l), " "))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }

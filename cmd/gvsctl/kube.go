@@ -111,16 +111,18 @@ func (k kubeCtl) list() error {
 	}
 	projects := map[string]uint32{}
 	pending := map[string]string{}
+	multicast := map[string]bool{}
 	for _, n := range l.Items {
 		projects[n.Name] = n.NetID
 		if v, ok := n.Annotations[networkv1.ChangePodNetworkAnnotation]; ok {
 			pending[n.Name] = v
 		}
+		multicast[n.Name] = n.Annotations[networkv1.MulticastEnabledAnnotation] == "true"
 	}
 	return k.show(projects, func(tw *tabwriter.Writer) {
-		fmt.Fprintln(tw, "PROJECT\tVNID\tPENDING")
+		fmt.Fprintln(tw, "PROJECT\tVNID\tMULTICAST\tPENDING")
 		for _, n := range slices.Sorted(maps.Keys(projects)) {
-			fmt.Fprintf(tw, "%s\t%d\t%s\n", n, projects[n], pending[n])
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", n, projects[n], onOff(multicast[n]), pending[n])
 		}
 	})
 }

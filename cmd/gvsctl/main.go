@@ -53,7 +53,7 @@ commands:
 
 control plane (talks to etcd over TLS: --etcd URL[,URL...] or $GVS_ETCD, and an administrator's
 certificate from gvs-master cert admin: --etcd-tls DIR or $GVS_ETCD_TLS):
-  projects list           projects and their VNIDs
+  projects list           projects, their VNIDs and whether multicast is on
   projects create P...    new projects (fresh VNIDs; default and global projects get 0)
   projects delete P...    delete projects (a VNID no project uses is released)
   projects join A P...    give projects P... the VNID of A
@@ -70,6 +70,8 @@ certificate from gvs-master cert admin: --etcd-tls DIR or $GVS_ETCD_TLS):
                           tunnels its subnet (from gvs-master, or CIDR if free) to IP; with
                           --fixed-vnid only that VNID (and global pods) reach it, with that VNI
   hosts delete NAME...    unregister hosts (their subnets are released)
+  hosts [list]            the hosts that are not nodes: address, subnet, fixed VNID (with --kubeconfig:
+                          the HostSubnets that belong to no Node)
   egress-ip [list]        where each project's egress IPs live: node and state (serving, standby,
                           unassigned, node-gone, conflict, invalid); also with --kubeconfig
   egress-ip project P [IP...]
@@ -80,9 +82,10 @@ certificate from gvs-master cert admin: --etcd-tls DIR or $GVS_ETCD_TLS):
                           the HostSubnet's egressIPs
   egress-ip cidrs N [CIDR...]
                           the ranges gvs-master may assign projects' egress IPs to node N from
-                          (OpenShift's egressCIDRs; etcd registry only): an egress IP no node names
-                          goes to a live node whose CIDRs contain it, and moves when that node's
-                          lease expires
+                          (OpenShift's egressCIDRs; with --kubeconfig: the HostSubnet's egressCIDRs):
+                          an egress IP no node names by hand goes to a reachable node whose CIDRs
+                          contain it, and moves when that node's lease expires (etcd) or its tun0
+                          stops answering gvs-master's probe (Kubernetes)
   services list           services (etcd-registry mode): in multitenant mode a pod reaches only
                           its own project's services and those of global projects
   services set NS/NAME CLUSTER-IP PROTO/PORT...

@@ -86,7 +86,7 @@ func registryCmd(ctx context.Context, dc registry.DialConfig, asJSON bool, out i
 	case "egress-firewall":
 		return egressFirewallCmd(ctx, reg, show, out, args)
 	case "hosts":
-		return hostsCmd(ctx, reg, out, args)
+		return hostsCmd(ctx, reg, show, out, args)
 	case "egress-ip":
 		return egressIPCmd(ctx, reg, show, out, args)
 	}
@@ -159,14 +159,26 @@ func registryCmd(ctx context.Context, dc registry.DialConfig, asJSON bool, out i
 	if err != nil {
 		return err
 	}
+	recs, err := reg.ProjectRecords(ctx)
+	if err != nil {
+		return err
+	}
 	return show(projects, func() {
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "PROJECT\tVNID")
+		fmt.Fprintln(tw, "PROJECT\tVNID\tMULTICAST")
 		for _, k := range slices.Sorted(maps.Keys(projects)) {
-			fmt.Fprintf(tw, "%s\t%d\n", k, projects[k])
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", k, projects[k], onOff(recs[k].Multicast))
 		}
 		tw.Flush()
 	})
+}
+
+// onOff is a flag as gvsctl's tables print it.
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }
 
 // servicesCmd lists, sets and deletes the registry's services.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/internal/daemon/pods"
+	"github.com/gvswitch/gvs/internal/daemon/source"
 	"github.com/gvswitch/gvs/tap"
 )
 
@@ -40,7 +41,11 @@ func (d *Daemon) startCNI(ctx context.Context, errc chan<- error) error {
 		pooled = pool
 	}
 	be := pods.NewCNI(d.node.pods, pooled)
-	srv := cniplugin.NewServer(cniplugin.ServerConfig{IPAM: ipam, Backend: be, Logger: d.log, Observe: d.cniMetrics.observe})
+	scfg := cniplugin.ServerConfig{IPAM: ipam, Backend: be, Logger: d.log, Observe: d.cniMetrics.observe}
+	if pb, ok := d.cp.src.(source.PodBandwidther); ok { // Kubernetes: the pods' bandwidth annotations
+		scfg.PodBandwidth = pb.PodBandwidth
+	}
+	srv := cniplugin.NewServer(scfg)
 	if err := d.up.inheritPods(); err != nil { // a live upgrade's TAP queues (handoff.go)
 		pool.Close()
 		return fmt.Errorf("cni: %w", err)

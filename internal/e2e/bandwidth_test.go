@@ -50,22 +50,7 @@ func testBandwidth(t *testing.T, short, mode string) {
 	})
 	list, cni := bandwidthCNI(t, c)
 	free, server := c.Nodes[0].Pods[0], c.Nodes[0].Pods[1]
-	add := func(name string, bw map[string]any) (string, string, error) {
-		ns := podNS(t, c, name)
-		rt := cluster.RuntimeConf("ctr-"+name, ns, "eth0", "default", name)
-		rt.CapabilityArgs = map[string]any{"bandwidth": bw}
-		var res types.Result
-		err := c.InNode(0, func() (err error) { res, err = cni.AddNetworkList(ctx(t), list, rt); return })
-		if err != nil {
-			return ns, "", err
-		}
-		t.Cleanup(func() { _ = c.InNode(0, func() error { return cni.DelNetworkList(ctx(t), list, rt) }) })
-		r, err := types100.GetResult(res)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ns, r.IPs[0].Address.IP.String(), nil
-	}
+	add := bandwidthAdd(t, c, list, cni)
 	egNS, _, err := add("eg", map[string]any{"egressRate": bwLimit})
 	if err != nil {
 		t.Fatalf("ADD with an egress limit: %v", err)
@@ -83,62 +68,7 @@ func testBandwidth(t *testing.T, short, mode string) {
 		t.Errorf("a refused ADD left something: %+v, %d leases (before %+v, %d)", s, leaseFiles(t, c), before, leases)
 	}
 
-	// One iperf3 server per measurement, each on a port of its own: a
-	// server that has just finished a test refuses the next client for a
-	// moment ("the server is busy running a test").
-	port := 5202
-	listen := func() string {
-		t.Helper()
-		port++
-		p := fmt.Sprint(port)
-		srv, err := c.Lab.Start(ctx(t), server.NS, filepath.Join(t.TempDir(), "iperf-"+p+".log"), "iperf3", "-s", "-1", "-p", p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { srv.Stop() })
-		// iperf3 buffers its "listening" line when its output is a file:
-		// ask the server's namespace for the listening socket instead.
-		err = testutil.Poll(10*time.Second, "iperf3 to listen on "+p, func() (bool, error) {
-			out, err := nsExec(t, server.NS, "ss", "-Hltn", "sport = :"+p)
-			return err == nil && len(bytes.TrimSpace(out)) > 0, fmt.Errorf("ss: %v %q", err, out)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	measure := func(ns string, reverse bool) float64 {
-		t.Helper()
-		argv := []string{"iperf3", "-c", server.IP.String(), "-p", listen(), "-t", "6", "-O", "1", "-J"}
-		if reverse {
-			argv = append(argv, "-R") // the server sends: the pod receives
-		}
-		out, err := nsExec(t, ns, argv...)
-		if err != nil {
-			t.Fatalf("iperf3 in %s: %v\n%s", ns, err, out)
-		}
-		var r struct {
-			End struct {
-				SumReceived struct {
-					BitsPerSecond float64 `json:"bits_per_second"`
-				} `json:"sum_received"`
-			} `json:"end"`
-		}
-		if err := json.Unmarshal(out, &r); err != nil {
-			t.Fatalf("iperf3's report: %v\n%s", err, out)
-		}
-		if r.End.SumReceived.BitsPerSecond == 0 {
-			t.Logf("iperf3 reported nothing received:\n%s", out)
-		}
-		return r.End.SumReceived.BitsPerSecond
-	}
-	within := func(what string, got float64) {
-		t.Helper()
-		t.Logf("%s: %.1f Mbit/s (limit %.0f)", what, got/1e6, bwLimit/1e6)
-		if got < 0.9*bwLimit || got > 1.1*bwLimit {
-			t.Errorf("%s: %.1f Mbit/s, want %.0f ± 10 %%", what, got/1e6, bwLimit/1e6)
-		}
-	}
+	measure, within := bandwidthMeter(t, c, server)
 	within("egress-limited pod sending", measure(egNS, false))
 	within("ingress-limited pod receiving", measure(inNS, true))
 	// The limits are one-way: the egress-limited pod receives freely.
@@ -169,6 +99,94 @@ func testBandwidth(t *testing.T, short, mode string) {
 			}
 		}
 	}
+}
+
+// bandwidthAdd returns a CNI ADD on node 0 through list and cni for a new
+// pod namespace name, with the bandwidth capability's arguments bw (nil:
+// none), DEL at cleanup; it returns the namespace and the pod's address.
+func bandwidthAdd(t *testing.T, c *cluster.Cluster, list *libcni.NetworkConfigList, cni *libcni.CNIConfig) func(name string, bw map[string]any) (string, string, error) {
+	return func(name string, bw map[string]any) (string, string, error) {
+		ns := podNS(t, c, name)
+		rt := cluster.RuntimeConf("ctr-"+name, ns, "eth0", "default", name)
+		if bw != nil {
+			rt.CapabilityArgs = map[string]any{"bandwidth": bw}
+		}
+		var res types.Result
+		err := c.InNode(0, func() (err error) { res, err = cni.AddNetworkList(ctx(t), list, rt); return })
+		if err != nil {
+			return ns, "", err
+		}
+		t.Cleanup(func() { _ = c.InNode(0, func() error { return cni.DelNetworkList(ctx(t), list, rt) }) })
+		r, err := types100.GetResult(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ns, r.IPs[0].Address.IP.String(), nil
+	}
+}
+
+// bandwidthMeter measures with iperf3 against server: measure runs a 6 s
+// TCP test from the pod in namespace ns (reverse: the server sends, the pod
+// receives) and returns the bits per second received; within checks a
+// measurement against bwLimit ± 10 %.
+func bandwidthMeter(t *testing.T, c *cluster.Cluster, server cluster.Pod) (measure func(ns string, reverse bool) float64, within func(what string, got float64)) {
+	// One iperf3 server per measurement, each on a port of its own: a
+	// server that has just finished a test refuses the next client for a
+	// moment ("the server is busy running a test").
+	port := 5202
+	listen := func() string {
+		t.Helper()
+		port++
+		p := fmt.Sprint(port)
+		srv, err := c.Lab.Start(ctx(t), server.NS, filepath.Join(t.TempDir(), "iperf-"+p+".log"), "iperf3", "-s", "-1", "-p", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Stop() })
+		// iperf3 buffers its "listening" line when its output is a file:
+		// ask the server's namespace for the listening socket instead.
+		err = testutil.Poll(10*time.Second, "iperf3 to listen on "+p, func() (bool, error) {
+			out, err := nsExec(t, server.NS, "ss", "-Hltn", "sport = :"+p)
+			return err == nil && len(bytes.TrimSpace(out)) > 0, fmt.Errorf("ss: %v %q", err, out)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	measure = func(ns string, reverse bool) float64 {
+		t.Helper()
+		argv := []string{"iperf3", "-c", server.IP.String(), "-p", listen(), "-t", "6", "-O", "1", "-J"}
+		if reverse {
+			argv = append(argv, "-R") // the server sends: the pod receives
+		}
+		out, err := nsExec(t, ns, argv...)
+		if err != nil {
+			t.Fatalf("iperf3 in %s: %v\n%s", ns, err, out)
+		}
+		var r struct {
+			End struct {
+				SumReceived struct {
+					BitsPerSecond float64 `json:"bits_per_second"`
+				} `json:"sum_received"`
+			} `json:"end"`
+		}
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("iperf3's report: %v\n%s", err, out)
+		}
+		if r.End.SumReceived.BitsPerSecond == 0 {
+			t.Logf("iperf3 reported nothing received:\n%s", out)
+		}
+		return r.End.SumReceived.BitsPerSecond
+	}
+	within = func(what string, got float64) {
+		t.Helper()
+		t.Logf("%s: %.1f Mbit/s (limit %.0f)", what, got/1e6, bwLimit/1e6)
+		if got < 0.9*bwLimit || got > 1.1*bwLimit {
+			t.Errorf("%s: %.1f Mbit/s, want %.0f ± 10 %%", what, got/1e6, bwLimit/1e6)
+		}
+	}
+	return measure, within
 }
 
 // bandwidthCNI is the network configuration and runtime a container

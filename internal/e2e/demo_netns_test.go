@@ -80,6 +80,12 @@ func TestDemoNetns(t *testing.T) {
 	if !res.ControlPlaneRefused {
 		t.Errorf("a tenant pod got an answer from the registry")
 	}
+	if eip := res.EgressIP; !eip.IP.IsValid() || !strings.HasPrefix(eip.AlphaSeenAs, eip.IP.String()+":") {
+		t.Errorf("egress IP: the external host saw %s (%s) as %q, want the egress IP %v", eip.Alpha.Name, eip.Alpha.Project, eip.AlphaSeenAs, eip.IP)
+	} else if node := res.EgressNode.String(); !strings.HasPrefix(eip.BetaSeenAs, node+":") || !eip.BackToNode {
+		t.Errorf("egress IP: %s (%s) seen as %q, want its node %s; back to the node's address after removal: %v",
+			eip.Beta.Name, eip.Beta.Project, eip.BetaSeenAs, node, eip.BackToNode)
+	}
 	mc := res.Multicast
 	if !mc.OffBefore || !mc.Disabled {
 		t.Errorf("multicast: received before the opt-in or after the opt-out: %+v", mc)

@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +114,12 @@ func rampTest(t *testing.T, short, controlPlane string, all bool) {
 				t.Fatalf("%s got subnet %q (%v), not in the cluster network %v", name, f[2], err, c.Spec.ClusterNetwork)
 			}
 			t.Logf("%s (fixed VNID %q) got subnet %v", name, fixed, sub)
+			// gvsctl hosts list shows it: name, address, subnet, fixed VNID.
+			list, err := hostsCtl("list")
+			if want := strings.Join([]string{name, ext.IP.String(), sub.String(), cmp.Or(fixed, "-")}, " "); err != nil ||
+				!slices.ContainsFunc(strings.Split(string(list), "\n"), func(l string) bool { return strings.Join(strings.Fields(l), " ") == want }) {
+				t.Errorf("gvsctl hosts list lacks %q: %v\n%s", want, err, list)
+			}
 			return sub
 		}
 		a := map[string]string{networkv1.AssignSubnetAnnotation: "true"}

@@ -226,8 +226,8 @@ func (c *Cluster) ProjectVNIDs(ctx context.Context) (map[string]uint32, error) {
 	}
 	m := map[string]uint32{}
 	for _, line := range strings.Split(string(out), "\n")[1:] {
-		f := strings.Fields(line)
-		if len(f) == 2 {
+		f := strings.Fields(line) // PROJECT VNID MULTICAST
+		if len(f) >= 2 {
 			v, err := strconv.ParseUint(f[1], 10, 32)
 			if err == nil {
 				m[f[0]] = uint32(v)

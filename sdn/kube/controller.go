@@ -48,6 +48,7 @@ type keyKind uint8
 const (
 	projectKey keyKind = iota // a Namespace and its NetNamespace
 	nodeKey                   // a Node and its HostSubnet
+	egressKey                 // the automatic egress IP assignment (name ""; egressip.go)
 )
 
 type key struct {
@@ -73,6 +74,8 @@ type controller struct {
 	// saved is the cursor annotations last read from or written to the
 	// ClusterNetwork.
 	saved map[string]string
+
+	egress egressState
 }
 
 func newController(m *Master) *controller {
@@ -99,6 +102,8 @@ func (c *controller) run(ctx context.Context) {
 	c.handle(c.netnsInf, projectKey, nil)
 	c.handle(c.nodeInf, nodeKey, nodeChanged)
 	c.handle(c.hsInf, nodeKey, nil)
+	c.handleEgress(c.netnsInf)
+	c.handleEgress(c.hsInf)
 	for _, inf := range []cache.SharedIndexInformer{c.nsInf, c.nodeInf, c.netnsInf, c.hsInf} {
 		go inf.RunWithContext(ctx)
 	}
@@ -113,6 +118,12 @@ func (c *controller) run(ctx context.Context) {
 		<-ctx.Done()
 		c.queue.ShutDown()
 	}()
+	if iv := c.m.cfg.EgressCheckInterval; iv > 0 {
+		go c.checkEgressNodes(ctx, iv)
+	} else {
+		c.egress.probed = true // no check: every egress node counts as reachable
+		c.queue.Add(key{egressKey, ""})
+	}
 	for c.next(ctx) {
 	}
 }
@@ -172,6 +183,8 @@ func (c *controller) next(ctx context.Context) bool {
 		err = c.syncProject(ctx, k.name)
 	case nodeKey:
 		err = c.syncNode(ctx, k.name)
+	case egressKey:
+		err = c.syncEgress(ctx)
 	}
 	if err != nil {
 		if ctx.Err() == nil {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/gvswitch/gvs/sdn/kube/networkv1"
+	"github.com/gvswitch/gvs/sdn/master"
 )
 
 // Defaults of MasterConfig.
@@ -54,6 +55,12 @@ type MasterConfig struct {
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
+	// EgressCheckInterval is how often the leader probes the nodes that
+	// may host egress IPs (HostSubnets with egressCIDRs) and moves the
+	// egress IPs off one that does not answer (egressip.go). Zero is
+	// master.DefaultEgressCheckInterval; negative turns the check off
+	// (every such node counts as reachable).
+	EgressCheckInterval time.Duration
 	// Log receives the master's log (discarded when nil).
 	Log *slog.Logger
 }
@@ -61,8 +68,9 @@ type MasterConfig struct {
 // Master is gvs-master in Kubernetes mode: one replica of a leader-elected
 // controller. While it leads, it keeps the ClusterNetwork "default" equal
 // to its configuration, gives every Namespace a NetNamespace and every Node
-// a HostSubnet, applies change-network annotations, and releases what a
-// deleted Namespace or Node held. It keeps no state of its own: a new
+// a HostSubnet, applies change-network annotations, places the projects'
+// egress IPs on the nodes with egressCIDRs (egressip.go), and releases
+// what a deleted Namespace or Node held. It keeps no state of its own: a new
 // leader rebuilds the allocators from the NetNamespaces and HostSubnets.
 type Master struct {
 	cfg     MasterConfig
@@ -98,6 +106,9 @@ func NewMaster(cfg MasterConfig) (*Master, error) {
 	}
 	if cfg.RetryPeriod == 0 {
 		cfg.RetryPeriod = DefaultRetryPeriod
+	}
+	if cfg.EgressCheckInterval == 0 {
+		cfg.EgressCheckInterval = master.DefaultEgressCheckInterval
 	}
 	kc, err := kubernetes.NewForConfig(cfg.REST)
 	if err != nil {

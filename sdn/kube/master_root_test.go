@@ -50,6 +50,9 @@ type env struct {
 	net    *networkv1.Client
 	master *rest.Config // the gvs-master ServiceAccount
 	logs   *logLines    // what the masters started by startMaster logged
+	// egressCheck is the EgressCheckInterval of the masters startMaster
+	// starts (zero: the default).
+	egressCheck time.Duration
 }
 
 // logLines keeps the lines a text logger writes, so that a test can wait
@@ -106,7 +109,7 @@ func (e *env) ctx() context.Context {
 // Run to return (it releases the Lease).
 func (e *env) startMaster(id string, n Network) (*Master, func()) {
 	e.t.Helper()
-	m, err := NewMaster(MasterConfig{Network: n, REST: e.master, Identity: id,
+	m, err := NewMaster(MasterConfig{Network: n, REST: e.master, Identity: id, EgressCheckInterval: e.egressCheck,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(io.MultiWriter(tWriter{e.t}, e.logs), &slog.HandlerOptions{Level: slog.LevelDebug})).With("replica", id)})
 	if err != nil {

@@ -1,9 +1,15 @@
 package master
 
 import (
+	"context"
+	"errors"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
+	"strings"
+	"syscall"
+	"time"
 )
 
 // EgressNode is a node as automatic egress IP assignment sees it: the
@@ -63,4 +69,110 @@ func AssignEgressIPs(want []netip.Addr, nodes map[string]EgressNode, prev map[ne
 		}
 	}
 	return out
+}
+
+// PlanEgressIPs is the whole of automatic egress IP assignment, the same
+// for both control planes (the etcd registry's AssignEgress and the
+// Kubernetes master): every IPv4 egress IP a project names, except those
+// a node hosts by hand (manual), is assigned with AssignEgressIPs to a node
+// of nodes. It returns the egress IPs each node of nodes is to host,
+// sorted; a node with none has no entry.
+func PlanEgressIPs(projects map[string][]netip.Addr, manual []netip.Addr, nodes map[string]EgressNode, prev map[netip.Addr]string) map[string][]netip.Addr {
+	var want []netip.Addr
+	for _, ips := range projects {
+		for _, ip := range ips {
+			if ip.Is4() && !slices.Contains(manual, ip) {
+				want = append(want, ip)
+			}
+		}
+	}
+	byNode := map[string][]netip.Addr{}
+	for ip, n := range AssignEgressIPs(want, nodes, prev) {
+		byNode[n] = append(byNode[n], ip)
+	}
+	for _, ips := range byNode {
+		slices.SortFunc(ips, netip.Addr.Compare)
+	}
+	return byNode
+}
+
+// ParseAddrs reads the addresses of ss as the control planes store them,
+// skipping what does not parse.
+func ParseAddrs(ss []string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		if ip, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// FormatAddrs returns the addresses as the control planes store them.
+func FormatAddrs(ips []netip.Addr) []string {
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.String()
+	}
+	return out
+}
+
+// ParsePrefixes reads egress CIDRs as the control planes store them,
+// masked, skipping what is not an IPv4 prefix.
+func ParsePrefixes(ss []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		if p, err := netip.ParsePrefix(strings.TrimSpace(s)); err == nil && p.Addr().Is4() {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// EgressProbePort is the TCP port the reachability probe connects to, as
+// OpenShift's master does: the discard port, normally closed, so a live
+// host answers with a reset.
+const EgressProbePort = 9
+
+// Default timing of the reachability check (OpenShift's master polls every
+// 5 s and re-checks a node that failed twice, a second apart, before it
+// moves its egress IPs).
+const (
+	DefaultEgressCheckInterval = 5 * time.Second
+	EgressProbeTimeout         = time.Second
+	EgressProbeRetries         = 2
+)
+
+// Reachable reports whether ip answers a TCP connection to
+// EgressProbePort within timeout: refused (a reset) or accepted is
+// reachable; a timeout, an ICMP error or no route is not. OpenShift's
+// master probes a node's SDN address (its tun0, the gateway of its subnet)
+// this way: it answers only while the node's switch carries the overlay.
+func Reachable(ctx context.Context, ip netip.Addr, timeout time.Duration) bool {
+	d := net.Dialer{Timeout: timeout}
+	conn, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(ip, EgressProbePort).String())
+	if err == nil {
+		_ = conn.Close()
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// ProbeNode is Reachable with OpenShift's retries: a node that does not
+// answer is asked again up to EgressProbeRetries times, a second apart,
+// before it counts as unreachable (a lost packet does not move egress IPs).
+func ProbeNode(ctx context.Context, ip netip.Addr) bool {
+	for i := 0; ; i++ {
+		if Reachable(ctx, ip, EgressProbeTimeout) {
+			return true
+		}
+		if i == EgressProbeRetries || ctx.Err() != nil {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -3,6 +3,7 @@ package master
 import (
 	"maps"
 	"net/netip"
+	"slices"
 	"testing"
 )
 
@@ -32,5 +33,25 @@ func TestAssignEgressIPs(t *testing.T) {
 	nodes["n1"] = EgressNode{CIDRs: cidr, Live: false}
 	if got := AssignEgressIPs(want[:2], nodes, prev); len(got) != 0 {
 		t.Errorf("no live node: %v, want none", got)
+	}
+}
+
+// TestPlanEgressIPs: what a node hosts by hand is not placed, an invalid
+// or IPv6 entry is not placed, the rest is grouped by node and sorted.
+func TestPlanEgressIPs(t *testing.T) {
+	a := netip.MustParseAddr
+	cidr := ParsePrefixes([]string{"192.168.1.7/24", "bogus", "fd00::/64"})
+	if len(cidr) != 1 || cidr[0] != netip.MustParsePrefix("192.168.1.0/24") {
+		t.Fatalf("ParsePrefixes: %v", cidr)
+	}
+	nodes := map[string]EgressNode{"n1": {CIDRs: cidr, Live: true}}
+	projects := map[string][]netip.Addr{
+		"alpha": ParseAddrs([]string{"192.168.1.52", "junk", "192.168.1.50"}),
+		"beta":  {a("192.168.1.51"), a("fd00::1"), {}},
+	}
+	got := PlanEgressIPs(projects, []netip.Addr{a("192.168.1.51")}, nodes, nil)
+	want := []netip.Addr{a("192.168.1.50"), a("192.168.1.52")}
+	if len(got) != 1 || !slices.Equal(got["n1"], want) {
+		t.Errorf("plan: %v, want n1: %v", got, want)
 	}
 }

@@ -182,46 +182,29 @@ func (r *Registry) AssignEgress(ctx context.Context) (map[netip.Addr]string, err
 	if err != nil {
 		return nil, err
 	}
-	manual := map[netip.Addr]bool{}
+	var manual []netip.Addr
 	nodes := map[string]master.EgressNode{}
 	for _, s := range subs {
 		nodes[s.Node] = master.EgressNode{Live: true}
 	}
 	for n, rec := range st.Nodes {
-		for _, s := range rec.IPs {
-			if ip, err := netip.ParseAddr(s); err == nil {
-				manual[ip] = true
-			}
-		}
+		manual = append(manual, master.ParseAddrs(rec.IPs)...)
 		en := nodes[n]
-		for _, s := range rec.CIDRs {
-			if p, err := netip.ParsePrefix(s); err == nil {
-				en.CIDRs = append(en.CIDRs, p.Masked())
-			}
-		}
+		en.CIDRs = master.ParsePrefixes(rec.CIDRs)
 		nodes[n] = en
 	}
-	var want []netip.Addr
-	for _, rec := range st.Projects {
-		for _, s := range rec.IPs {
-			if ip, err := netip.ParseAddr(s); err == nil && ip.Is4() && !manual[ip] {
-				want = append(want, ip)
-			}
-		}
+	projects := map[string][]netip.Addr{}
+	for p, rec := range st.Projects {
+		projects[p] = master.ParseAddrs(rec.IPs)
 	}
 	prev := map[netip.Addr]string{}
 	for n, rec := range st.Assigned {
-		for _, s := range rec.IPs {
-			if ip, err := netip.ParseAddr(s); err == nil {
-				prev[ip] = n
-			}
+		for _, ip := range master.ParseAddrs(rec.IPs) {
+			prev[ip] = n
 		}
 	}
-	got := master.AssignEgressIPs(want, nodes, prev)
-	byNode := map[string][]netip.Addr{}
-	for ip, n := range got {
-		byNode[n] = append(byNode[n], ip)
-	}
+	byNode := master.PlanEgressIPs(projects, manual, nodes, prev)
+	got := map[netip.Addr]string{}
 	var errs []error
 	for n := range st.Assigned {
 		if _, still := byNode[n]; !still {
@@ -229,20 +212,14 @@ func (r *Registry) AssignEgress(ctx context.Context) (map[netip.Addr]string, err
 		}
 	}
 	for n, ips := range byNode {
-		slices.SortFunc(ips, netip.Addr.Compare)
+		for _, ip := range ips {
+			got[ip] = n
+		}
 		old := st.Assigned[n].IPs
-		if slices.Equal(old, addrStrings(ips)) {
+		if slices.Equal(old, master.FormatAddrs(ips)) {
 			continue
 		}
 		errs = append(errs, r.SetAssignedEgressIPs(ctx, n, ips))
 	}
 	return got, errors.Join(errs...)
-}
-
-func addrStrings(ips []netip.Addr) []string {
-	out := make([]string, len(ips))
-	for i, ip := range ips {
-		out[i] = ip.String()
-	}
-	return out
 }

@@ -2,8 +2,10 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -95,6 +97,40 @@ func (r *Registry) UnregisterHost(ctx context.Context, name string) error {
 		return fmt.Errorf("unregister host %s: the record changed meanwhile: %w", name, ErrContention)
 	}
 	return nil
+}
+
+// RegisteredHost is a host that is not a node, as Hosts lists it: its
+// record and the subnet gvs-master gave it (invalid: none yet).
+type RegisteredHost struct {
+	Host
+	Subnet netip.Prefix `json:"subnet,omitzero"`
+}
+
+// Hosts lists the hosts that are not nodes (the node records on no lease,
+// RegisterHost's), by name, with their subnets.
+func (r *Registry) Hosts(ctx context.Context) ([]RegisteredHost, error) {
+	resp, err := r.c.Get(ctx, NodesPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("list hosts: %w", err)
+	}
+	subs, _, err := r.Subnets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []RegisteredHost
+	for _, kv := range resp.Kvs {
+		var h RegisteredHost
+		if kv.Lease != 0 || json.Unmarshal(kv.Value, &h.Host) != nil {
+			continue // a node's, or not a record
+		}
+		for _, s := range subs {
+			if s.Node == h.Name {
+				h.Subnet = s.Subnet
+			}
+		}
+		out = append(out, h)
+	}
+	return out, nil
 }
 
 // sameVNID reports whether two optional VNIDs are equal.

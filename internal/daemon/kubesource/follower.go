@@ -60,6 +60,8 @@ type Follower struct {
 	// been given the first full list (WaitForRemotes).
 	remotes []cache.InformerSynced
 	m       *source.Mirror // Follow's
+	// pods is Follow's pod informer (PodBandwidth reads it).
+	pods cache.SharedIndexInformer
 }
 
 var _ source.ControlPlane = (*Follower)(nil)
@@ -243,6 +245,7 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 		}
 	}))
 	pi := pods.Core().V1().Pods().Informer()
+	f.pods = pi
 	f.synced = append(f.synced, ni.HasSynced, pi.HasSynced)
 	_, _ = pi.AddEventHandler(events(f.pod))
 	pods.Start(ctx.Done())

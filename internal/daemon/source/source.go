@@ -13,6 +13,7 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 
+	"github.com/gvswitch/gvs/cniplugin"
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/netpol"
 )
@@ -104,6 +105,14 @@ type PolicySink interface {
 	SetPolicy(*networkingv1.NetworkPolicy) error
 	// DeletePolicy removes one; an unknown one is not an error.
 	DeletePolicy(namespace, name string) error
+}
+
+// PodBandwidther is a control plane that stores pods' bandwidth limits
+// (Kubernetes: the Pod object's kubernetes.io/ingress-bandwidth and
+// egress-bandwidth annotations); CNI ADD asks it when the runtime passed
+// no bandwidth arguments (cniplugin.ServerConfig.PodBandwidth).
+type PodBandwidther interface {
+	PodBandwidth(ctx context.Context, namespace, name, uid string) (*cniplugin.Bandwidth, error)
 }
 
 // RemoteWaiter is a control plane that can tell when the remote nodes

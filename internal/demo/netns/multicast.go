@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -121,6 +122,14 @@ func (r *run) multicast(ctx context.Context) {
 		r.fail(fmt.Sprintf("projects enable-multicast alpha: %v\n%s", err, out))
 		return
 	}
+	if out, err := c.Projects(ctx, "list"); err != nil {
+		r.fail(fmt.Sprintf("projects list: %v\n%s", err, out))
+	} else {
+		r.printf("%s", indent(string(out)))
+		if !multicastOn(string(out), "alpha") {
+			r.fail("gvsctl projects list does not show multicast on for alpha")
+		}
+	}
 	// The nodes follow the control plane within a fraction of a second:
 	// send until the alpha pods have one, then a few more and a marker
 	// the first alpha pod must see after them, so that a copy to a pod
@@ -192,6 +201,19 @@ func (r *run) multicast(ctx context.Context) {
 	} else {
 		r.fail("alpha's multicast still reached " + names(heard(fmt.Sprintf("off%d", round))) + " after disable-multicast")
 	}
+}
+
+// multicastOn reports whether gvsctl projects list's table shows multicast
+// on for project.
+func multicastOn(table, project string) bool {
+	lines := strings.Split(table, "\n")
+	col := slices.Index(strings.Fields(lines[0]), "MULTICAST")
+	for _, l := range lines[1:] {
+		if f := strings.Fields(l); col >= 0 && len(f) > col && f[0] == project {
+			return f[col] == "on"
+		}
+	}
+	return false
 }
 
 // where says where pod p is, seen from the sender from.

@@ -16,13 +16,15 @@
 //  7. NetworkPolicy changing the matrix (netpol mode);
 //  8. a Service of alpha: reached from alpha, refused to beta;
 //  9. an egress firewall in alpha (kube modes);
-//  10. multicast per project: an alpha pod's datagrams to a group reach the
+//  10. an egress IP: alpha's pod on n1 leaves from the address alpha was
+//     given, hosted by n2; beta's from n1's; then removed again;
+//  11. multicast per project: an alpha pod's datagrams to a group reach the
 //     alpha pod on the other node once alpha is opted in (gvsctl projects
 //     enable-multicast), never a pod of another project; then off again
 //     (etcd and kube modes);
-//  11. isolation changed live with gvsctl projects join and isolate (not in
+//  12. isolation changed live with gvsctl projects join and isolate (not in
 //     netpol mode, which refuses renumbering projects, as OpenShift);
-//  12. print the commands to look around and how to tear it down.
+//  13. print the commands to look around and how to tear it down.
 //
 // Up returns what it observed (Result) and leaves the cluster running; its
 // processes are recorded in the lab's state directory, so they outlive the
@@ -152,6 +154,8 @@ type Result struct {
 	Policy cluster.Matrix
 	// EgressFirewall is the egress firewall step (kube modes).
 	EgressFirewall EgressFirewallResult
+	// EgressIP is the egress IP step.
+	EgressIP EgressIPResult
 	// Multicast is the multicast step (etcd and kube modes).
 	Multicast MulticastResult
 	// Isolation is the live isolation step (etcd and kube modes).
@@ -295,6 +299,7 @@ func Up(ctx context.Context, cfg Config) (Result, error) {
 	if kube {
 		r.egressFirewall(ctx)
 	}
+	r.egressIP(ctx)
 	if !netpol {
 		// netpol mode is about NetworkPolicy; multicast in that mode
 		// (ingress policies do not apply to it, as in OpenShift SDN)

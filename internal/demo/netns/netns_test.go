@@ -137,3 +137,19 @@ func TestPolicyWant(t *testing.T) {
 		}
 	}
 }
+
+// TestMulticastOn reads the MULTICAST column of gvsctl projects list, in
+// the registry's table and in the Kubernetes one (with PENDING after it).
+func TestMulticastOn(t *testing.T) {
+	reg := "PROJECT  VNID  MULTICAST\nalpha    10    on\nbeta     11    off\n"
+	kube := "PROJECT  VNID  MULTICAST  PENDING\nalpha    10    off        \nbeta     11    on         join:alpha\n"
+	for _, tc := range []struct {
+		table, project string
+		want           bool
+	}{{reg, "alpha", true}, {reg, "beta", false}, {reg, "gamma", false}, {kube, "alpha", false}, {kube, "beta", true},
+		{"PROJECT  VNID\nalpha    10\n", "alpha", false}} {
+		if got := multicastOn(tc.table, tc.project); got != tc.want {
+			t.Errorf("%q in %q: %v, want %v", tc.project, tc.table, got, tc.want)
+		}
+	}
+}
