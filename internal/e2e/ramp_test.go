@@ -177,26 +177,63 @@ func rampTest(t *testing.T, short, controlPlane string, all bool) {
 			}
 		}
 	}
-	// rx counts what the ramp's device received: a refused sender's
-	// packets must not reach the ramp at all (not only go unanswered:
-	// a ping's reply would be refused on its way back anyway).
-	rx := func() uint64 {
+	// countFrom counts, from now on, the IP packets and ARP frames the
+	// ramp's device receives from the given addresses (an nftables
+	// counter on ramp0's ingress): a refused sender's packets must not
+	// reach the ramp at all (not only go unanswered: a ping's reply would
+	// be refused on its way back anyway). It counts by sender because the
+	// device also receives what the test allows: the ARP replies of the
+	// pods the ramp pinged, when its kernel re-checks their entries.
+	countFrom := func(srcs ...netip.Addr) func() uint64 {
 		t.Helper()
-		out, err := c.Lab.Exec(ctx(t), ext.NS, "ip", "-j", "-s", "link", "show", "ramp0")
-		if err != nil {
-			t.Fatalf("ip -s link show ramp0: %v\n%s", err, out)
+		set := make([]string, len(srcs))
+		for i, a := range srcs {
+			set[i] = a.String()
 		}
-		var links []struct {
-			Stats struct {
-				RX struct {
-					Packets uint64 `json:"packets"`
-				} `json:"rx"`
-			} `json:"stats64"`
+		list := "{ " + strings.Join(set, ", ") + " }"
+		_, _ = c.Lab.Exec(ctx(t), ext.NS, "nft", "delete", "table", "netdev", "rampcount")
+		exec(ext.NS, "nft", "add", "table", "netdev", "rampcount")
+		t.Cleanup(func() { _, _ = c.Lab.Exec(ctx(t), ext.NS, "nft", "delete", "table", "netdev", "rampcount") })
+		exec(ext.NS, "nft", "add", "chain", "netdev", "rampcount", "in", `{ type filter hook ingress device "ramp0" priority 0; }`)
+		exec(ext.NS, "nft", "add", "rule", "netdev", "rampcount", "in", "ip", "saddr", list, "counter")
+		exec(ext.NS, "nft", "add", "rule", "netdev", "rampcount", "in", "arp", "saddr", "ip", list, "counter")
+		return func() uint64 {
+			t.Helper()
+			out, err := c.Lab.Exec(ctx(t), ext.NS, "nft", "-j", "list", "table", "netdev", "rampcount")
+			if err != nil {
+				t.Fatalf("nft list table netdev rampcount: %v\n%s", err, out)
+			}
+			var doc struct {
+				Nftables []struct {
+					Rule *struct {
+						Expr []struct {
+							Counter *struct {
+								Packets uint64 `json:"packets"`
+							} `json:"counter"`
+						} `json:"expr"`
+					} `json:"rule"`
+				} `json:"nftables"`
+			}
+			if err := json.Unmarshal(out, &doc); err != nil {
+				t.Fatalf("nft -j list table netdev rampcount: %v\n%s", err, out)
+			}
+			var n, rules uint64
+			for _, o := range doc.Nftables {
+				if o.Rule == nil {
+					continue
+				}
+				rules++
+				for _, e := range o.Rule.Expr {
+					if e.Counter != nil {
+						n += e.Counter.Packets
+					}
+				}
+			}
+			if rules != 2 {
+				t.Fatalf("nft table netdev rampcount has %d rules, want 2:\n%s", rules, out)
+			}
+			return n
 		}
-		if err := json.Unmarshal(out, &links); err != nil || len(links) != 1 {
-			t.Fatalf("ip -j -s link show ramp0: %v\n%s", err, out)
-		}
-		return links[0].Stats.RX.Packets
 	}
 	unregister := func(name string, sub netip.Prefix) {
 		t.Helper()
@@ -237,11 +274,17 @@ func rampTest(t *testing.T, short, controlPlane string, all bool) {
 		reach("ramp → alpha on n1", ext.NS, alpha1.IP)
 		reach("ramp → alpha on n2", ext.NS, alpha2.IP)
 		reach("ramp → global pod", ext.NS, global1.IP)
-		before := rx()
+		fromBeta := countFrom(beta1.IP, beta2.IP)
 		refused("beta on n1 → ramp", beta1.NS, addr.Addr())
 		refused("beta on n2 → ramp", beta2.NS, addr.Addr())
-		if n := rx() - before; n != 0 {
+		if n := fromBeta(); n != 0 {
 			t.Errorf("the ramp received %d packets while beta's pods sent to it: the nodes must not send them", n)
+		}
+		// The counter's own check: it counts what an allowed pod sends.
+		fromAlpha := countFrom(alpha1.IP)
+		reach("alpha on n1 → ramp, counted", alpha1.NS, addr.Addr())
+		if fromAlpha() == 0 {
+			t.Errorf("the ramp's counter saw nothing of alpha's pings: it cannot tell whether beta's reached the ramp")
 		}
 		refused("ramp → beta on n1", ext.NS, beta1.IP)
 		refused("ramp → beta on n2", ext.NS, beta2.IP)
