@@ -146,6 +146,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	if d.dp.exporter != nil {
 		go d.dp.runExporter(ctx, d.dp.sw.Conntrack()) // ipfix.go
+		if err := d.followIPFIXConfigMap(ctx); err != nil {
+			return fmt.Errorf("ipfix.configMap: %w", err)
+		}
 	}
 	defer func() {
 		if !d.up.handedOff.Load() {
