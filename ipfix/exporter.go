@@ -282,7 +282,6 @@ func (e *Exporter) apply(cfg Config) {
 	e.flush()
 }
 
-
 // Close closes the socket; call it after Run has returned.
 func (e *Exporter) Close() {
 	if e.sock != nil {
