@@ -144,6 +144,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := d.setup(ctx); err != nil {
 		return err
 	}
+	if err := d.checkIPFIXCollectors(); err != nil { // ipfix.go
+		return err
+	}
 	if d.dp.exporter != nil {
 		go d.dp.runExporter(ctx, d.dp.sw.Conntrack()) // ipfix.go
 		if err := d.followIPFIXConfigMap(ctx); err != nil {

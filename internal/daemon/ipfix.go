@@ -19,6 +19,7 @@ import (
 	"github.com/gvswitch/gvs/internal/daemon/kubesource"
 	"github.com/gvswitch/gvs/internal/daemon/pods"
 	"github.com/gvswitch/gvs/ipfix"
+	"github.com/gvswitch/gvs/sdn"
 )
 
 // Flow export (Config.IPFIX; docs/operations.md, "Flow export"): the
@@ -150,7 +151,11 @@ func (x *IPFIXConfig) exporterConfig() (*ipfix.Config, error) {
 // that pod would then receive every connection of the node.
 func ipfixFromConfigMap(base *IPFIXConfig, data map[string]string, reserved []netip.Prefix) (*ipfix.Config, error) {
 	if data == nil {
-		return base.exporterConfig()
+		ic, err := base.exporterConfig()
+		if err != nil {
+			return nil, err
+		}
+		return ic, checkCollectors(ic.Collectors, reserved)
 	}
 	for k := range data {
 		if k != IPFIXConfigMapKey {
@@ -177,15 +182,39 @@ func ipfixFromConfigMap(base *IPFIXConfig, data map[string]string, reserved []ne
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range ic.Collectors {
-		a := netip.MustParseAddrPort(c).Addr() // exporterConfig checked it
+	return ic, checkCollectors(ic.Collectors, reserved)
+}
+
+// checkCollectors refuses a collector in reserved (the cluster and service
+// networks): a pod's address goes to another project's pod once the pod
+// is gone, and that pod would then receive every connection of the node.
+// The collectors passed Validate.
+func checkCollectors(collectors []string, reserved []netip.Prefix) error {
+	for _, c := range collectors {
+		a := netip.MustParseAddrPort(c).Addr()
 		for _, p := range reserved {
 			if p.Contains(a) {
-				return nil, fmt.Errorf("ipfix: collector %s is in the pods' or services' network %v: a collector must not be a pod", c, p)
+				return fmt.Errorf("ipfix: collector %s is in the pods' or services' network %v: a collector must not be a pod", c, p)
 			}
 		}
 	}
-	return ic, nil
+	return nil
+}
+
+// reservedNetworks are the node's cluster and service networks, where no
+// collector may be (checkCollectors).
+func reservedNetworks(n sdn.NodeConfig) []netip.Prefix {
+	return append(slices.Clone(n.ClusterNetworks), n.ServiceNetwork)
+}
+
+// checkIPFIXCollectors refuses the file's collectors if one is a pod's or
+// a service's address (Run's, after setup: the networks are known then in
+// every mode).
+func (d *Daemon) checkIPFIXCollectors() error {
+	if d.cfg.IPFIX == nil {
+		return nil
+	}
+	return checkCollectors(d.cfg.IPFIX.Collectors, reservedNetworks(d.node.prog.Node()))
 }
 
 // ipfixLive counts the IPFIX ConfigMap's changes (metrics).
@@ -211,8 +240,7 @@ func (d *Daemon) followIPFIXConfigMap(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n := d.node.prog.Node()
-	reserved := append(slices.Clone(n.ClusterNetworks), n.ServiceNetwork)
+	reserved := reservedNetworks(d.node.prog.Node())
 	log, live := d.log.With("configMap", x.ConfigMap), &d.dp.ipfixLive
 	return kubesource.FollowConfigMap(ctx, rc, ns, name, func(data map[string]string) {
 		ic, err := ipfixFromConfigMap(x, data, reserved)

@@ -38,6 +38,10 @@ func TestIPFIXFromConfigMap(t *testing.T) {
 	if err != nil || !slices.Equal(ic.Collectors, base.Collectors) || ic.IdleTimeout != 5*time.Second {
 		t.Errorf("deleted: %+v, %v; want the file's", ic, err)
 	}
+	podBase := &IPFIXConfig{Collectors: []string{"10.128.0.9:4739"}, ConfigMap: "gvs/gvs-ipfix"}
+	if _, err := ipfixFromConfigMap(podBase, nil, reserved); err == nil || !strings.Contains(err.Error(), "must not be a pod") {
+		t.Errorf("deleted, the file naming a pod: %v, want refused", err)
+	}
 	ic, err = ipfixFromConfigMap(base, map[string]string{IPFIXConfigMapKey: `{"collectors": ["192.0.2.7:4739", "198.51.100.2:2055"], "activeTimeout": "10s"}`}, reserved)
 	if err != nil || len(ic.Collectors) != 2 || ic.ActiveTimeout != 10*time.Second || ic.IdleTimeout != 0 {
 		t.Errorf("two collectors: %+v, %v", ic, err)
