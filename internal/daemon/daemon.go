@@ -144,12 +144,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := d.setup(ctx); err != nil {
 		return err
 	}
-	if err := d.checkIPFIXCollectors(); err != nil { // ipfix.go
+	if err := d.dp.checkIPFIXCollectors(d.node.prog.Node()); err != nil { // ipfix.go
 		return err
 	}
 	if d.dp.exporter != nil {
 		go d.dp.runExporter(ctx, d.dp.sw.Conntrack()) // ipfix.go
-		if err := d.followIPFIXConfigMap(ctx); err != nil {
+		if err := d.dp.followIPFIXConfigMap(ctx, d.node.prog.Node()); err != nil {
 			return fmt.Errorf("ipfix.configMap: %w", err)
 		}
 	}

@@ -208,13 +208,13 @@ func reservedNetworks(n sdn.NodeConfig) []netip.Prefix {
 }
 
 // checkIPFIXCollectors refuses the file's collectors if one is a pod's or
-// a service's address (Run's, after setup: the networks are known then in
-// every mode).
-func (d *Daemon) checkIPFIXCollectors() error {
-	if d.cfg.IPFIX == nil {
+// a service's address on node n (Run's, after setup: the networks are
+// known then in every mode).
+func (dp *dataplane) checkIPFIXCollectors(n sdn.NodeConfig) error {
+	if dp.cfg.IPFIX == nil {
 		return nil
 	}
-	return checkCollectors(d.cfg.IPFIX.Collectors, reservedNetworks(d.node.prog.Node()))
+	return checkCollectors(dp.cfg.IPFIX.Collectors, reservedNetworks(n))
 }
 
 // ipfixLive counts the IPFIX ConfigMap's changes (metrics).
@@ -225,27 +225,27 @@ type ipfixLive struct {
 // followIPFIXConfigMap applies the IPFIX ConfigMap (IPFIXConfig.ConfigMap)
 // to the running exporter each time it changes; a ConfigMap it refuses
 // leaves the configuration as it was, is logged and counted. It returns
-// once the watch is started (Run's, after setup: the cluster's networks
-// are known).
-func (d *Daemon) followIPFIXConfigMap(ctx context.Context) error {
-	x := d.cfg.IPFIX
-	if d.dp.exporter == nil || x == nil || x.ConfigMap == "" {
+// once the watch is started (Run's, after setup: node n's networks are
+// known).
+func (dp *dataplane) followIPFIXConfigMap(ctx context.Context, n sdn.NodeConfig) error {
+	x := dp.cfg.IPFIX
+	if dp.exporter == nil || x == nil || x.ConfigMap == "" {
 		return nil
 	}
 	ns, name, err := x.configMapName()
 	if err != nil {
 		return err
 	}
-	rc, err := d.cfg.restConfig()
+	rc, err := dp.cfg.restConfig()
 	if err != nil {
 		return err
 	}
-	reserved := reservedNetworks(d.node.prog.Node())
-	log, live := d.log.With("configMap", x.ConfigMap), &d.dp.ipfixLive
+	reserved := reservedNetworks(n)
+	log, live := dp.log.With("configMap", x.ConfigMap), &dp.ipfixLive
 	return kubesource.FollowConfigMap(ctx, rc, ns, name, func(data map[string]string) {
 		ic, err := ipfixFromConfigMap(x, data, reserved)
 		if err == nil {
-			err = d.dp.exporter.Update(*ic)
+			err = dp.exporter.Update(*ic)
 		}
 		if err != nil {
 			live.errors.Add(1)
