@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -32,7 +33,9 @@ var ErrConfig = errors.New("ipfix: invalid config")
 type Config struct {
 	// Collectors are the collecting processes, "host:port" (IPv4
 	// literal addresses), each sent every message over UDP (RFC 7011
-	// section 10.3). At least one.
+	// section 10.3). With none (until an Update names some) the exporter
+	// does not walk the tracker, so a connection's counts wait there for
+	// the first collector, and it discards the ended connections.
 	Collectors []string
 	// ActiveTimeout: a connection that lasts is reported every
 	// ActiveTimeout with what it carried since its previous record. A
@@ -96,9 +99,6 @@ func (c Config) withDefaults() Config {
 
 // Validate reports the first field of c out of range.
 func (c *Config) Validate() error {
-	if len(c.Collectors) == 0 {
-		return fmt.Errorf("%w: no collectors", ErrConfig)
-	}
 	for _, s := range c.Collectors {
 		ap, err := netip.ParseAddrPort(s)
 		if err != nil || !ap.Addr().Is4() || ap.Port() == 0 || ap.Addr().IsUnspecified() {
@@ -126,6 +126,7 @@ type Stats struct {
 	Dropped    uint64 // records of ended connections dropped: the queue was full
 	Messages   uint64 // messages sent (to each collector)
 	SendErrors uint64 // failed sends to a collector
+	Collectors int    // collectors the exporter sends to now
 }
 
 // Exporter is an IPFIX exporting process for a conntrack.Tracker with
@@ -134,17 +135,20 @@ type Stats struct {
 // it lasts (Run walks the tracker), with the templates at start and
 // every TemplateRefresh, to each collector over UDP.
 //
-// OnEnd is safe for concurrent use and never blocks; Run is one
-// goroutine, which alone builds and sends messages.
+// OnEnd and Update are safe for concurrent use and never block; Run is
+// one goroutine, which alone builds and sends messages.
 type Exporter struct {
-	cfg   Config
-	tmpl  [2]Template
-	sock  *net.UDPConn // nil in tests
-	dest  []collector
-	queue chan conntrack.Flow
-	log   *slog.Logger
+	cfg     Config
+	tmpl    [2]Template
+	sock    *net.UDPConn                            // nil in tests
+	writeTo func(b []byte, to netip.AddrPort) error // a message to a collector
+	dest    []collector
+	queue   chan conntrack.Flow
+	updates chan Config // Update's latest, for Run
+	log     *slog.Logger
 
 	records, dropped, messages, sendErrors atomic.Uint64
+	collectors                             atomic.Int64
 
 	// Run's own.
 	msg      Message
@@ -174,14 +178,22 @@ func New(cfg Config) (*Exporter, error) {
 		return nil, fmt.Errorf("ipfix: %w", err)
 	}
 	e.sock = sock
-	for _, c := range cfg.Collectors {
-		ap := netip.MustParseAddrPort(c) // Validate checked it
-		e.dest = append(e.dest, collector{name: c, write: func(b []byte) error {
-			_, err := sock.WriteToUDPAddrPort(b, ap)
-			return err
-		}})
+	e.writeTo = func(b []byte, to netip.AddrPort) error {
+		_, err := sock.WriteToUDPAddrPort(b, to)
+		return err
 	}
+	e.setCollectors(cfg.Collectors)
 	return e, nil
+}
+
+// setCollectors makes list, which Validate accepted, the destinations.
+func (e *Exporter) setCollectors(list []string) {
+	e.dest = e.dest[:0]
+	for _, c := range list {
+		ap := netip.MustParseAddrPort(c)
+		e.dest = append(e.dest, collector{name: c, write: func(b []byte) error { return e.writeTo(b, ap) }})
+	}
+	e.collectors.Store(int64(len(e.dest)))
 }
 
 // collector is where messages go: a name for the log and how to write
@@ -195,7 +207,7 @@ type collector struct {
 func newExporter(cfg Config) *Exporter {
 	cfg = cfg.withDefaults()
 	e := &Exporter{cfg: cfg, tmpl: Templates(cfg.Enterprise), queue: make(chan conntrack.Flow, cfg.QueueLen),
-		log: cfg.Logger, buf: make([]byte, 0, cfg.MaxMessage+512), tokens: float64(cfg.MaxRate)}
+		updates: make(chan Config, 1), log: cfg.Logger, buf: make([]byte, 0, cfg.MaxMessage+512), tokens: float64(cfg.MaxRate)}
 	if e.log == nil {
 		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -222,7 +234,52 @@ func (e *Exporter) OnEnd(f conntrack.Flow) {
 // Stats returns the exporter's counters.
 func (e *Exporter) Stats() Stats {
 	return Stats{Records: e.records.Load(), Dropped: e.dropped.Load(), Messages: e.messages.Load(),
-		SendErrors: e.sendErrors.Load()}
+		SendErrors: e.sendErrors.Load(), Collectors: int(e.collectors.Load())}
+}
+
+// Update hands Run a new configuration, which it applies between two
+// messages: what it holds goes to the previous collectors, then the
+// templates go to the new ones at once. Update takes Collectors,
+// ActiveTimeout, IdleTimeout, TemplateRefresh, Domain, Enterprise and
+// MaxRate from cfg (zero values the defaults, as in New); the queue, the
+// message size, the interval, the resolver and the logger stay as New
+// had them. The tracker is not touched: each connection's counts since
+// its previous record go in its next record, to the collectors of then.
+// An update Run has not yet taken is replaced by the next.
+func (e *Exporter) Update(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	for {
+		select {
+		case e.updates <- cfg:
+			return nil
+		default:
+			select {
+			case <-e.updates: // not taken yet: replaced
+			default:
+			}
+		}
+	}
+}
+
+// apply makes cfg, from Update, the configuration (Run's).
+func (e *Exporter) apply(cfg Config) {
+	e.flush() // what was built goes where it was meant to
+	cfg = cfg.withDefaults()
+	c := &e.cfg
+	c.Collectors = slices.Clone(cfg.Collectors)
+	c.ActiveTimeout, c.IdleTimeout, c.TemplateRefresh = cfg.ActiveTimeout, cfg.IdleTimeout, cfg.TemplateRefresh
+	c.Domain, c.MaxRate = cfg.Domain, cfg.MaxRate
+	if cfg.Enterprise != c.Enterprise {
+		c.Enterprise = cfg.Enterprise
+		e.tmpl = Templates(c.Enterprise)
+	}
+	e.tokens = min(e.tokens, float64(c.MaxRate))
+	e.setCollectors(c.Collectors)
+	e.lastTmpl = time.Time{} // the new collectors learn the templates now
+	e.begin()
+	e.flush()
 }
 
 // Close closes the socket; call it after Run has returned.
@@ -252,7 +309,12 @@ func (e *Exporter) Run(ctx context.Context, t *conntrack.Tracker) {
 			e.add(t, &f)
 			e.drain(t)
 			e.flush()
+		case c := <-e.updates:
+			e.apply(c)
 		case <-tick.C:
+			if len(e.dest) == 0 {
+				continue // the counts wait in the tracker for a collector
+			}
 			active, idle := max(e.cfg.ActiveTimeout, 0), max(e.cfg.IdleTimeout, 0)
 			t.Flows(t.Now(), active, idle, func(f *conntrack.Flow) { e.add(t, f) })
 			e.flush()
@@ -290,6 +352,9 @@ func (e *Exporter) begin() {
 // add appends f's records to the message, sending it first when they
 // would not fit, within the rate.
 func (e *Exporter) add(t *conntrack.Tracker, f *conntrack.Flow) {
+	if len(e.dest) == 0 {
+		return // an ended connection with no collector to tell
+	}
 	n := Records(f, Clock{Wall: time.Now(), Now: t.Now()}, e.cfg.Resolve, &e.recs)
 	for i := range n {
 		e.pace()

@@ -188,7 +188,6 @@ func TestConfigValidate(t *testing.T) {
 		t.Error(err)
 	}
 	for name, c := range map[string]Config{
-		"none":        {},
 		"name":        {Collectors: []string{"collector:4739"}},
 		"no port":     {Collectors: []string{"192.0.2.10"}},
 		"port 0":      {Collectors: []string{"192.0.2.10:0"}},

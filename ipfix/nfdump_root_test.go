@@ -89,19 +89,8 @@ func TestNfdumpNAT(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the two records sent", func() (bool, error) { return e.Stats().Records == 2, nil })
 	cancel()
 	<-done
-	// Sent is not yet read: nfcapd stops without draining its socket, so
-	// wait until its receive queue is empty (the rx_queue of UDP 4739 in
-	// the namespace's /proc/net/udp).
-	testutil.WaitFor(t, 10*time.Second, "nfcapd to read the records", func() (bool, error) {
-		out, err := exec.Command("ip", "netns", "exec", ns, "cat", "/proc/net/udp").Output()
-		for _, line := range strings.Split(string(out), "\n") {
-			f := strings.Fields(line)
-			if len(f) > 4 && strings.HasSuffix(f[1], ":1283") {
-				return strings.HasSuffix(f[4], ":00000000"), err
-			}
-		}
-		return false, fmt.Errorf("no UDP 4739 socket: %v", err)
-	})
+	// Sent is not yet read: nfcapd stops without draining its socket.
+	nstest.WaitUDPRead(t, ns, 4739, 10*time.Second)
 	stop() // nfcapd writes its file as it stops
 
 	out, err := exec.Command("nfdump", "-R", dir, "-o", "json").Output()

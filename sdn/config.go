@@ -96,6 +96,12 @@ type NodeConfig struct {
 	ServiceNetwork  netip.Prefix   // service (ClusterIP) network, routed to tun0
 	Mode            Mode
 	MTU             int
+	// Accounting commits every pod connection to the connection tracker
+	// in subnet and multitenant modes too, for flow export only (IPFIX):
+	// no rule of theirs looks at the state, so no verdict changes
+	// (docs/openshift-rules.md, table 81). networkpolicy mode commits
+	// them whatever it says.
+	Accounting bool
 }
 
 // Validate reports whether the configuration can produce a rule program.

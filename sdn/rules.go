@@ -53,7 +53,24 @@ func reg0ToTun() flowtable.Action {
 	return flowtable.Move(flowtable.FieldReg0.Whole(), flowtable.FieldTunID.Bits(0, 31))
 }
 
-func outputReg2() flowtable.Action  { return flowtable.OutputField(flowtable.FieldReg2.Whole()) }
+func outputReg2() flowtable.Action { return flowtable.OutputField(flowtable.FieldReg2.Whole()) }
+
+// accounts reports whether the program commits pod connections for flow
+// export alone (Accounting in subnet or multitenant mode; networkpolicy
+// mode commits them anyway).
+func (c NodeConfig) accounts() bool {
+	return c.Accounting && c.Mode.Canonical() != ModeNetworkPolicy
+}
+
+// deliver is what table 80 does with a packet its isolation lets in, in
+// subnet and multitenant modes: output it, or, when the program accounts,
+// commit it first in table 81.
+func (c NodeConfig) deliver() flowtable.Action {
+	if c.accounts() {
+		return gotoTable(TableCommit)
+	}
+	return outputReg2()
+}
 func outputTun0() flowtable.Action  { return flowtable.OutputPort(PortTun0) }
 func outputVXLAN() flowtable.Action { return flowtable.OutputPort(PortVXLAN) }
 
@@ -198,6 +215,21 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 		b.Add(TableCommit, 100, 0, match{ip}, commit(false, false, 0), outputReg2())
 		b.Add(TableCommit, 0, 0, nil, outputReg2())
 	}
+	if cfg.accounts() {
+		// Flow export (NodeConfig.Accounting): commit the pods'
+		// connections where networkpolicy mode does, for the counts only.
+		// No rule of these modes looks at their state (table 31's look
+		// for ct_mark bit 0, which these commits never set; a packet
+		// table 0 already tracked meets its cached connection, unchanged),
+		// so no verdict changes. What leaves the node is committed here
+		// (the other node's isolation judges it); what goes to a local pod
+		// in table 81, once table 80 let it in.
+		b.Add(TableConntrack, 200, 0, match{ip, nwDst(sub)}, gotoTable(TableRoute))
+		b.Add(TableConntrack, 200, 0, match{inVXLAN, ip}, gotoTable(TableRoute))
+		b.Add(TableConntrack, 100, 0, match{ip}, flowtable.Ct(flowtable.CT{Commit: true, Recirc: true, Table: TableRoute}))
+		b.Add(TableCommit, 100, 0, match{ip}, flowtable.Ct(flowtable.CT{Commit: true}), outputReg2())
+		b.Add(TableCommit, 0, 0, nil, outputReg2())
+	}
 	b.Add(TableConntrack, 0, 0, nil, gotoTable(TableRoute))
 
 	// Table 31: route by destination. Replies (and ICMP errors) of
@@ -246,13 +278,13 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 	if mode == ModeNetworkPolicy {
 		b.Add(TableIsolation, 300, 0, match{ip, flowtable.NwSrc(gw)}, gotoTable(TableCommit))
 	} else {
-		b.Add(TableIsolation, 300, 0, match{ip, flowtable.NwSrc(gw)}, outputReg2())
+		b.Add(TableIsolation, 300, 0, match{ip, flowtable.NwSrc(gw)}, cfg.deliver())
 	}
 	switch mode {
 	case ModeMultitenant:
 		// VNID 0 is global both ways; reg0 = reg1 = V rules come from VNIDRules.
-		b.Add(TableIsolation, 200, 0, match{flowtable.Reg(0, 0)}, outputReg2())
-		b.Add(TableIsolation, 150, 0, match{flowtable.Reg(1, 0)}, outputReg2())
+		b.Add(TableIsolation, 200, 0, match{flowtable.Reg(0, 0)}, cfg.deliver())
+		b.Add(TableIsolation, 150, 0, match{flowtable.Reg(1, 0)}, cfg.deliver())
 		b.Add(TableIsolation, 0, 0, nil, drop...)
 	case ModeNetworkPolicy:
 		// Replies of allowed connections always pass; a pod no ingress
@@ -263,7 +295,7 @@ func SetupRules(cfg NodeConfig) ([]*flowtable.Rule, error) {
 		b.Add(TableIsolation, 200, 0, match{ip, flowtable.CtState(conntrack.StateTrk|conntrack.StateRel, 0)}, outputReg2())
 		b.Add(TableIsolation, 0, 0, nil, gotoTable(TableCommit))
 	default:
-		b.Add(TableIsolation, 100, 0, nil, outputReg2())
+		b.Add(TableIsolation, 100, 0, nil, cfg.deliver())
 	}
 
 	// Table 90: IP to a remote subnet (NodeRules).
@@ -364,7 +396,7 @@ func VNIDRules(cfg NodeConfig, v uint32) ([]*flowtable.Rule, error) {
 	}
 	v &= MaxVNID
 	var b flowtable.Builder
-	b.Add(TableIsolation, 100, VNIDCookie(v), match{flowtable.Reg(0, v), flowtable.Reg(1, v)}, outputReg2())
+	b.Add(TableIsolation, 100, VNIDCookie(v), match{flowtable.Reg(0, v), flowtable.Reg(1, v)}, cfg.deliver())
 	return b.Rules()
 }
 

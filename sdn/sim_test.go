@@ -33,6 +33,10 @@ type simOutput struct {
 	tunID  uint32
 	tunDst netip.Addr
 	ethDst string // set_field to eth_dst, if any
+	// committed: a ct(commit) ran on the packet before it went out;
+	// tracked: a ct action did (String leaves both out: verdicts compare
+	// without them).
+	committed, tracked bool
 }
 
 func (o simOutput) String() string {
@@ -170,7 +174,7 @@ func (s *simulator) run(p simPacket) []simOutput {
 				// The tracker: the packet is tracked, and the test says
 				// whether it is a reply; a commit may set ct_mark bits.
 				st.trk, st.rpl, st.rel, st.mark = true, p.rpl, p.rel, p.mark
-				if strings.HasPrefix(a, "ct(commit,") {
+				if strings.HasPrefix(a, "ct(commit,") || a == "ct(commit)" {
 					st.committed = true
 					if _, ex, ok := strings.Cut(a, "exec(set_field:"); ok && !p.rpl {
 						v, rest, _ := strings.Cut(ex, "/")
@@ -180,9 +184,10 @@ func (s *simulator) run(p simPacket) []simOutput {
 						st.mark = st.mark&^uint32(mn) | uint32(vn)
 					}
 				}
-				_, tbl, _ := strings.Cut(a, "table=")
-				n, _ := strconv.Atoi(strings.TrimRight(strings.SplitN(tbl, ",", 2)[0], ")"))
-				next = n
+				if _, tbl, ok := strings.Cut(a, "table="); ok { // without, the pass goes on
+					n, _ := strconv.Atoi(strings.TrimRight(strings.SplitN(tbl, ",", 2)[0], ")"))
+					next = n
+				}
 			case strings.HasPrefix(a, "goto_table:"):
 				next, _ = strconv.Atoi(strings.TrimPrefix(a, "goto_table:"))
 			case strings.HasPrefix(a, "load:"):
@@ -210,7 +215,7 @@ func (s *simulator) run(p simPacket) []simOutput {
 					port = uint32(n)
 				}
 				if port != p.inPort {
-					out = append(out, simOutput{port: port, tunID: st.tunID, tunDst: st.tunDst, ethDst: st.ethDst})
+					out = append(out, simOutput{port: port, tunID: st.tunID, tunDst: st.tunDst, ethDst: st.ethDst, committed: st.committed, tracked: st.trk})
 				}
 			}
 		}

@@ -26,8 +26,12 @@ import (
 // committed) whose destination pod is selected by a NetworkPolicy that
 // admits the source pod by label (sdn/netpol), with 49 more policies in
 // other namespaces: what NetworkPolicy costs a packet of an allowed flow.
+//
+// "accounting" is "tracked" with flow export on (sdn.NodeConfig.Accounting
+// and a tracker with Accounting): table 81 commits each delivered packet's
+// connection, for its counts.
 func BenchmarkOpenShiftPodToPod(b *testing.B) {
-	for _, variant := range []string{"tracked", "untracked", "networkpolicy"} {
+	for _, variant := range []string{"tracked", "untracked", "networkpolicy", "accounting"} {
 		b.Run(variant, func(b *testing.B) { benchBatch(b, openShiftWorker(b, variant)) })
 	}
 }
@@ -44,6 +48,7 @@ func openShiftWorker(tb testing.TB, variant string) *worker {
 	if variant == "networkpolicy" {
 		node.Mode = sdn.ModeNetworkPolicy
 	}
+	node.Accounting = variant == "accounting"
 	rs, err := sdn.Program(node, pods, nil)
 	if err != nil {
 		tb.Fatal(err)
@@ -60,7 +65,7 @@ func openShiftWorker(tb testing.TB, variant string) *worker {
 	if err := tbl.Add(rs...); err != nil {
 		tb.Fatal(err)
 	}
-	ct, err := conntrack.New(conntrack.Config{MaxEntries: 1024})
+	ct, err := conntrack.New(conntrack.Config{MaxEntries: 1024, Accounting: node.Accounting})
 	if err != nil {
 		tb.Fatal(err)
 	}

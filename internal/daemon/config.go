@@ -658,6 +658,7 @@ func (c *Config) Node() (sdn.NodeConfig, error) {
 		errs = append(errs, err)
 	}
 	n.MTU = c.MTU
+	n.Accounting = c.IPFIX != nil // flow export counts every pod connection (sdn.NodeConfig.Accounting)
 	if n.MTU == 0 {
 		n.MTU = 1450
 	}

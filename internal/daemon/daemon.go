@@ -144,8 +144,14 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := d.setup(ctx); err != nil {
 		return err
 	}
+	if err := d.dp.checkIPFIXCollectors(d.node.prog.Node()); err != nil { // ipfix.go
+		return err
+	}
 	if d.dp.exporter != nil {
 		go d.dp.runExporter(ctx, d.dp.sw.Conntrack()) // ipfix.go
+		if err := d.dp.followIPFIXConfigMap(ctx, d.node.prog.Node()); err != nil {
+			return fmt.Errorf("ipfix.configMap: %w", err)
+		}
 	}
 	defer func() {
 		if !d.up.handedOff.Load() {

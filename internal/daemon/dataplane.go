@@ -53,8 +53,9 @@ type dataplane struct {
 	rxBudget *port.Budget
 	// exporter sends flow records (Config.IPFIX; nil: off); podNames names
 	// its addresses (ipfix.go).
-	exporter *ipfix.Exporter
-	podNames podIndex
+	exporter  *ipfix.Exporter
+	ipfixLive ipfixLive // the IPFIX ConfigMap's changes (ipfix.go)
+	podNames  podIndex
 }
 
 // newDataplane builds the flow table and the switch, with the I/O engine

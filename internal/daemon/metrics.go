@@ -222,7 +222,7 @@ func (d *Daemon) registry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newCollector(d), d.cniMetrics.histogram(), newSubnetCollector(d.node), newCTCollector(d.dp))
 	if d.dp.exporter != nil {
-		reg.MustRegister(newIPFIXCollector(d.dp.exporter))
+		reg.MustRegister(newIPFIXCollector(d.dp.exporter, &d.dp.ipfixLive))
 	}
 	return reg
 }

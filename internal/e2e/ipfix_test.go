@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/internal/daemon"
+	"github.com/gvswitch/gvs/internal/nstest"
 	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/ipfix"
 	"github.com/gvswitch/gvs/lab"
@@ -112,7 +113,9 @@ func TestIPFIX(t *testing.T) {
 		t.Fatalf("%v; want %v; the test's collector has %+v from %d messages (%d templates, %d records, %d sets of unknown templates); node 1's metrics:\n%s", err, want, own.sums(),
 			own.messages.Load(), own.templates.Load(), own.records.Load(), own.unknown.Load(), strings.Join(lines, "\n"))
 	}
-	// Stopping nfcapd makes it write its file; then nfdump reads it.
+	// Stopping nfcapd makes it write its file; then nfdump reads it. It
+	// stops without draining its socket: first let it read what was sent.
+	nstest.WaitUDPRead(t, ext.NS, 4739, 10*time.Second)
 	if err := nfcapd.Stop(); err != nil {
 		t.Fatal(err)
 	}
