@@ -132,8 +132,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-type viewerKey struct{}
-
 // authed runs h for authenticated requests only; the others get 401 (no
 // or unknown credentials) or 403, and never a byte of the cluster.
 func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, v Viewer)) http.Handler {
