@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"os/user"
@@ -22,6 +23,7 @@ import (
 	"github.com/gvswitch/gvs/sdn/master"
 	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
+	"github.com/gvswitch/gvs/sdn/why"
 	"github.com/gvswitch/gvs/tap/uring"
 	"github.com/gvswitch/gvs/vxlan"
 )
@@ -60,6 +62,14 @@ type Config struct {
 	// MetricsAddr is where /metrics listens, in the node's namespace;
 	// "" means 127.0.0.1:9101, "off" disables it.
 	MetricsAddr string `json:"metricsAddr,omitempty"`
+	// TraceAddr is where the node's read-only trace endpoint listens
+	// (sdn/why: gvsctl why and gvs-master's console trace this node's
+	// tables through it, over mutual TLS with the node's certificate,
+	// admitting only administrators and gvs-master). "" means nodeIP:9447
+	// when the node follows the etcd registry with a certificate
+	// (etcdTLS), and no endpoint otherwise; "off" disables it. It needs
+	// etcdTLS: without a certificate of the cluster CA there is none.
+	TraceAddr string `json:"traceAddr,omitempty"`
 	// NAT installs the nftables masquerade rule for egress (default true).
 	NAT *bool `json:"nat,omitempty"`
 	// Offload turns on the data-path offloads (default true): TSO on pod
@@ -422,6 +432,20 @@ func (c *Config) socketPolicy() (accept.PeerPolicy, error) {
 	return accept.PeerPolicy{Group: gid}, nil
 }
 
+// traceAddr returns where the trace endpoint listens, "" for nowhere
+// (TraceAddr).
+func (c *Config) traceAddr() string {
+	switch {
+	case c.TraceAddr == "off" || c.EtcdTLS.IsZero():
+		return ""
+	case c.TraceAddr != "":
+		return c.TraceAddr
+	case c.FromRegistry() && c.NodeIP != "":
+		return net.JoinHostPort(c.NodeIP, strconv.Itoa(why.DefaultPort))
+	}
+	return ""
+}
+
 // dialConfig is how the node reaches etcd.
 func (c *Config) dialConfig(log *slog.Logger) registry.DialConfig {
 	return registry.DialConfig{Endpoints: c.EtcdEndpoints, TLS: c.EtcdTLS, Insecure: c.EtcdInsecure, Logger: log}
@@ -546,6 +570,14 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.ipfixConfig(); err != nil {
 		return err
+	}
+	if c.TraceAddr != "" && c.TraceAddr != "off" {
+		if c.EtcdTLS.IsZero() {
+			return errors.New("traceAddr needs etcdTLS: the trace endpoint serves with the node's certificate of the cluster CA")
+		}
+		if _, _, err := net.SplitHostPort(c.TraceAddr); err != nil {
+			return fmt.Errorf("traceAddr: %w", err)
+		}
 	}
 	if c.FromKubernetes() {
 		if c.FromRegistry() {

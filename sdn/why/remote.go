@@ -134,15 +134,6 @@ func ServerConfig(f pki.Files, log *slog.Logger) (*tls.Config, error) {
 	}, nil
 }
 
-// Listen opens a node's trace endpoint on addr with cfg (ServerConfig).
-func Listen(addr string, cfg *tls.Config) (net.Listener, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("why: trace endpoint: %w", err)
-	}
-	return tls.NewListener(l, cfg), nil
-}
-
 // Remote is the Tracer and PodLister of the etcd-registry mode: it calls
 // the nodes' trace endpoints. Its methods are safe for concurrent use.
 type Remote struct {

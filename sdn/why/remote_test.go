@@ -167,7 +167,7 @@ func serveNode(t *testing.T, f pki.Files, lc *labCluster, node string, handled *
 		return "changed something", nil
 	}
 	done := make(chan struct{})
-	go func() { _ = control.Serve(ctx, tls.NewListener(l, cfg), why.Handler(h), nil); close(done) }()
+	go func() { _ = control.Serve(ctx, why.NewListener(l, cfg), why.Handler(h), nil); close(done) }()
 	t.Cleanup(func() { cancel(); l.Close(); <-done })
 	return l
 }
