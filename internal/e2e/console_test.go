@@ -82,6 +82,14 @@ func TestConsoleBrowser(t *testing.T) {
 		if !b.attr(t, "body", "data-updated") {
 			t.Error("pods: the label showed without a live update (body has no data-updated)")
 		}
+		// Live traffic: pings from alpha n1 show in alpha n2's port
+		// counters (received: what the switch wrote to the pod).
+		row := fmt.Sprintf(`#pods tr[data-pod=%q] td:nth-child(7)`, key)
+		before := b.text(t, row)
+		if ok, out := ping(t, c.Lab, alpha1.NS, alpha2.IP, 56); !ok {
+			t.Fatalf("alpha n1 cannot ping alpha n2:\n%s", out)
+		}
+		b.waitFor(t, row, func(s string) bool { return s != before && !strings.HasPrefix(s, "0 pkts") }, 30*time.Second)
 		b.shot(t, "pods")
 
 		b.open(t, "/matrix?target=tcp/8080", "#matrix")
@@ -314,16 +322,22 @@ func (b *browser) attr(t *testing.T, selector, name string) bool {
 // waitText waits, without reloading, until selector's text contains want.
 func (b *browser) waitText(t *testing.T, selector, want string, d time.Duration) {
 	t.Helper()
+	b.waitFor(t, selector, func(s string) bool { return strings.Contains(s, want) }, d)
+}
+
+// waitFor waits, without reloading, until selector's text satisfies ok.
+func (b *browser) waitFor(t *testing.T, selector string, ok func(string) bool, d time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	var s string
 	for time.Now().Before(deadline) {
 		s, _ = b.try(chromedp.Text(chromedp.CSS(selector)))
-		if strings.Contains(s, want) {
+		if s = strings.TrimSpace(s); ok(s) {
 			return
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	t.Fatalf("%s never showed %q (last: %q)", selector, want, s)
+	t.Fatalf("%s never showed what the test waits for (last: %q)", selector, s)
 }
 
 // shot writes a screenshot of the window to docs/console/NAME.png.
