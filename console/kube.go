@@ -100,8 +100,10 @@ func (s *KubeSource) Load(ctx context.Context) (View, error) {
 		return v, err
 	}
 	for _, p := range pods.Items {
+		// A pod with an address that has not ended: the pods' network
+		// is what the console shows.
 		ip, err := netip.ParseAddr(p.Status.PodIP)
-		if p.Spec.HostNetwork || err != nil || p.Status.Phase != corev1.PodRunning {
+		if p.Spec.HostNetwork || err != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		v.Pods = append(v.Pods, Pod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, IP: ip,
