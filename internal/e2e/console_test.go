@@ -156,7 +156,7 @@ spec:
 			if reason = b.text(t, "#reason"); b.text(t, "#verdict") == "BLOCKED" {
 				break
 			}
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // paces the reloads while the nodes take the policy in
 		}
 		if !strings.HasPrefix(reason, "dropped by the NetworkPolicy ingress rules of alpha/") ||
 			!strings.Contains(reason, "(table 80, node "+n2.Name+")") {
@@ -335,7 +335,7 @@ func (b *browser) waitFor(t *testing.T, selector string, ok func(string) bool, d
 		if s = strings.TrimSpace(s); ok(s) {
 			return
 		}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // paces the reads of a page the event stream updates
 	}
 	t.Fatalf("%s never showed what the test waits for (last: %q)", selector, s)
 }
