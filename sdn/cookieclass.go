@@ -1,5 +1,7 @@
 package sdn
 
+import "net/netip"
+
 // CookieClass names the kind of object the rules with cookie c belong to
 // (the classes of cookie.go): "setup" for SetupRules' cookie 0, then "pod",
 // "node", "vnid", "multicast", "ingress" (a pod's NetworkPolicy ingress
@@ -31,4 +33,15 @@ func CookieClass(c uint64) string {
 		return "egress-ip"
 	}
 	return ""
+}
+
+// CookiePod returns the pod address a cookie of class "pod", "ingress" or
+// "egress" is keyed by (PodCookie, IngressCookie, EgressCookie).
+func CookiePod(c uint64) (netip.Addr, bool) {
+	switch CookieClass(c) {
+	case "pod", "ingress", "egress":
+		k := uint32(c)
+		return netip.AddrFrom4([4]byte{byte(k >> 24), byte(k >> 16), byte(k >> 8), byte(k)}), true
+	}
+	return netip.Addr{}, false
 }

@@ -271,8 +271,8 @@ func certCmd(args []string, out io.Writer) error {
 			return fmt.Errorf("%w: %q", master.ErrInvalidNodeName, name)
 		}
 		// A client of etcd, and the server of the node's trace endpoint
-		// (sdn/why), which clients verify by the node's name.
-		req.CommonName, req.Usage, req.DNSNames = pki.NodeUser(name), pki.ClientAuth|pki.ServerAuth, []string{name}
+		// (sdn/why), which clients verify by pki.NodeServerName.
+		req.CommonName, req.Usage, req.DNSNames = pki.NodeUser(name), pki.ClientAuth|pki.ServerAuth, []string{pki.NodeServerName(name)}
 		authorize = func(r *registry.Registry, ctx context.Context) error { return r.AuthorizeNode(ctx, name) }
 	case "admin":
 		if _, isNode := pki.NodeOf(name); isNode || name == pki.MasterUser {

@@ -7,7 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
+	"maps"
 	"slices"
 	"strings"
 
@@ -80,16 +80,8 @@ func whyCmd(ctx context.Context, dc registry.DialConfig, asJSON bool, out io.Wri
 	if err != nil {
 		return err
 	}
-	r := &why.Remote{TLS: tlsCfg, Nodes: map[string]netip.AddrPort{}}
-	var names []string
-	for _, n := range nodes {
-		if n.FixedVNID != nil || !n.IP.IsValid() {
-			continue // a host that is not a node runs no gvs-switchd
-		}
-		r.Nodes[n.Name] = netip.AddrPortFrom(n.IP, uint16(*port))
-		names = append(names, n.Name)
-	}
-	slices.Sort(names)
+	r := &why.Remote{TLS: tlsCfg, Nodes: why.NodesOf(nodes, uint16(*port))}
+	names := slices.Sorted(maps.Keys(r.Nodes))
 	pods, podErrs := listPods(ctx, r, names)
 	show := func(v any, text func()) error {
 		if asJSON {

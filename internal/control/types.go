@@ -114,6 +114,18 @@ type TraceResult struct {
 	// Next lists, for each output into the tunnel, the node it reaches and
 	// the packet description to trace there.
 	Next []NextHop `json:"next,omitempty"`
+	// Policies names, for each NetworkPolicy cookie of the trace's steps
+	// (a local pod's ingress rules in table 80, egress rules in table 27),
+	// the policies those rules are compiled from.
+	Policies []PolicyRules `json:"policies,omitempty"`
+}
+
+// PolicyRules names the NetworkPolicies behind the rules of one cookie.
+type PolicyRules struct {
+	Cookie    uint64   `json:"cookie"`
+	Pod       string   `json:"pod"`       // the pod's address
+	Direction string   `json:"direction"` // "ingress" or "egress"
+	Policies  []string `json:"policies"`  // "namespace/name", sorted
 }
 
 // NextHop is where a traced packet continues.

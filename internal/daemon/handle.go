@@ -8,6 +8,7 @@ import (
 
 	"github.com/gvswitch/gvs/flowtable"
 	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/why"
 	vswitch "github.com/gvswitch/gvs/vswitch"
 	"github.com/gvswitch/gvs/vxlan"
@@ -169,5 +170,34 @@ func (d *Daemon) trace(desc string) (control.TraceResult, error) {
 		rn, ok := d.node.prog.Remote(ip)
 		return rn.Name, ok
 	})
+	res.Policies = tracePolicies(tr, d.node.prog.PoliciesOf)
 	return res, nil
+}
+
+// tracePolicies names the NetworkPolicies behind the NetworkPolicy rules
+// (ingress and egress cookies) a trace met.
+func tracePolicies(tr flowtable.Trace, policiesOf func(netip.Addr) (ingress, egress []string)) []control.PolicyRules {
+	passes := []flowtable.TracePass{tr.TracePass}
+	for _, r := range tr.Recirc {
+		passes = append(passes, r.TracePass)
+	}
+	var out []control.PolicyRules
+	seen := map[uint64]bool{}
+	for _, p := range passes {
+		for _, st := range p.Steps {
+			class := sdn.CookieClass(st.Cookie)
+			if seen[st.Cookie] || (class != "ingress" && class != "egress") {
+				continue
+			}
+			seen[st.Cookie] = true
+			ip, _ := sdn.CookiePod(st.Cookie)
+			in, eg := policiesOf(ip)
+			pols := in
+			if class == "egress" {
+				pols = eg
+			}
+			out = append(out, control.PolicyRules{Cookie: st.Cookie, Pod: ip.String(), Direction: class, Policies: pols})
+		}
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gvswitch/gvs/lab"
 	"github.com/gvswitch/gvs/lab/cluster"
@@ -27,6 +28,7 @@ import (
 // another CA's is tested in sdn/why.)
 func TestWhy(t *testing.T) {
 	needRoot(t)
+	t.Parallel() // its labs are its own (internal/e2e/doc.go)
 	t.Run("multitenant", func(t *testing.T) {
 		c := up(t, "wy", cluster.Spec{
 			Lab:          lab.Spec{Nodes: 2, PodsPerNode: 3, Projects: []string{"default", "alpha", "beta"}, External: true},
@@ -96,8 +98,8 @@ spec:
 				break
 			}
 		}
-		if a.Allowed || !strings.HasPrefix(a.Reason, "dropped by the NetworkPolicy ingress rules of alpha/") ||
-			!strings.Contains(a.Reason, "(table 80, node "+n2.Name+")") {
+		if want := "dropped by NetworkPolicy alpha/web-from-beta in table 80 on node " + n2.Name + ": it selects alpha/"; a.Allowed ||
+			!strings.HasPrefix(a.Reason, want) || !strings.HasSuffix(a.Reason, "allows no tcp/8080 from beta/"+beta1.Name) {
 			t.Errorf("beta n1 → alpha n2 tcp/8080: allowed=%v %q, want dropped by alpha's policy on %s", a.Allowed, a.Reason, n2.Name)
 		}
 		if a = askWhy(t, c, n1.NS, beta1, alpha2, "tcp/80"); !a.Allowed {
@@ -172,7 +174,9 @@ func sameEverywhere(t *testing.T, c *cluster.Cluster, from, to cluster.Pod, targ
 // icmp (the tables) says what a ping (the data path) does.
 func matrixMatchesPings(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
+	start := time.Now()
 	out, err := whyCtl(t, c, c.Nodes[0].NS, pki.Files{}, "-o", "json", "why", "--matrix", "icmp")
+	took := time.Since(start)
 	if err != nil {
 		t.Fatalf("gvsctl why --matrix: %v\n%s", err, out)
 	}
@@ -213,7 +217,7 @@ func matrixMatchesPings(t *testing.T, c *cluster.Cluster) {
 	if yes == 0 || no == 0 {
 		t.Errorf("the matrix has %d allowed and %d refused pairs; want both", yes, no)
 	}
-	t.Logf("gvsctl why --matrix icmp agrees with ping on %d allowed and %d refused pairs", yes, no)
+	t.Logf("gvsctl why --matrix icmp (%d pods, %v) agrees with ping on %d allowed and %d refused pairs", len(m.Pods), took.Round(time.Millisecond), yes, no)
 }
 
 // refusals: a node's certificate (what a compromised node holds) gets

@@ -312,6 +312,20 @@ func portRange(from, to uint16) [][2]uint16 {
 	return out
 }
 
+// Selecting returns the names ("namespace/name", sorted) of the policies
+// that select pod p for ingress and for egress: the policies whose rules
+// PodRules compiles for it. Tools that explain a trace (sdn/why) name
+// them.
+func (c *Cluster) Selecting(p Pod) (ingress, egress []string) {
+	for _, pol := range c.selecting(p.Namespace, p.Labels, true) {
+		ingress = append(ingress, pol.namespace+"/"+pol.name)
+	}
+	for _, pol := range c.selecting(p.Namespace, p.Labels, false) {
+		egress = append(egress, pol.namespace+"/"+pol.name)
+	}
+	return ingress, egress
+}
+
 // selecting returns the policies of namespace ns that select pod labels l
 // for ingress (in) or egress, by name.
 func (c *Cluster) selecting(ns string, l map[string]string, in bool) []*policy {

@@ -125,6 +125,20 @@ func (p *Program) DeletePolicyPod(namespace, name string) error {
 	return p.syncPolicy(append(p.localIn(p.pol.PeerNamespaces(old)), p.localNamed(namespace, name)...))
 }
 
+// PoliciesOf returns the NetworkPolicies ("namespace/name") that select
+// the local pod with address ip for ingress and for egress: the policies
+// its rules in tables 80 and 27 are compiled from (none outside the
+// networkpolicy mode, or for an address of no local pod).
+func (p *Program) PoliciesOf(ip netip.Addr) (ingress, egress []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pod, ok := p.pods[ip]
+	if !ok || !p.policyMode() {
+		return nil, nil
+	}
+	return p.pol.Selecting(p.policyPod(pod))
+}
+
 // localIn returns the addresses of the local pods of the namespaces.
 func (p *Program) localIn(namespaces []string) []netip.Addr {
 	var out []netip.Addr

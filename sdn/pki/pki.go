@@ -49,6 +49,13 @@ const (
 // NodeUser is the identity of node name: "node:" + name.
 func NodeUser(name string) string { return nodePrefix + name }
 
+// NodeServerName is the DNS name in node name's certificate, by which a
+// client of the node's trace endpoint (sdn/why) verifies it:
+// NAME.node.gvs.invalid. The .invalid domain (RFC 2606) never resolves,
+// so no etcd endpoint or other server of the cluster can be named so, and
+// a node's certificate cannot pass for one of them.
+func NodeServerName(name string) string { return name + ".node.gvs.invalid" }
+
 // NodeOf returns the node a node identity names, and whether it is one.
 func NodeOf(user string) (string, bool) {
 	n, ok := strings.CutPrefix(user, nodePrefix)

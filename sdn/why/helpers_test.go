@@ -20,10 +20,13 @@ type labCluster struct {
 }
 
 type labNode struct {
-	cfg   sdn.NodeConfig
-	table *flowtable.Table
-	pods  []why.Pod
-	peers []sdn.RemoteNode
+	// policies are what the node names for NetworkPolicy cookies
+	// (control.TraceResult.Policies), as gvs-switchd's trace does.
+	policies []control.PolicyRules
+	cfg      sdn.NodeConfig
+	table    *flowtable.Table
+	pods     []why.Pod
+	peers    []sdn.RemoteNode
 }
 
 var (
@@ -116,7 +119,7 @@ func (c *labCluster) Trace(_ context.Context, node, packet string) (control.Trac
 		return control.TraceResult{}, err
 	}
 	tr := n.table.Snapshot().TraceWith(f, opts)
-	res := control.TraceResult{Node: node, Trace: tr, Text: tr.String()}
+	res := control.TraceResult{Node: node, Trace: tr, Text: tr.String(), Policies: n.policies}
 	res.Next = why.NextHops(tr, f, n.cfg.NodeIP, func(ip netip.Addr) (string, bool) {
 		for _, p := range n.peers {
 			if p.IP == ip {

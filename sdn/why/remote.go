@@ -13,10 +13,12 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gvswitch/gvs/internal/control"
 	"github.com/gvswitch/gvs/sdn/pki"
+	"github.com/gvswitch/gvs/sdn/registry"
 )
 
 // The remote trace endpoint (etcd-registry mode).
@@ -26,7 +28,8 @@ import (
 // 1.3 with both ends authenticated:
 //
 //   - the node presents its node certificate (common name node:NAME, DNS
-//     name NAME, server usage: gvs-master cert node issues it so); the
+//     name pki.NodeServerName(NAME), server usage: gvs-master cert node
+//     issues it so); the
 //     client verifies it against the cluster CA and checks the common name
 //     is the node it meant to reach (Remote), before its own certificate
 //     is sent;
@@ -149,6 +152,28 @@ type Remote struct {
 	// Dial, when set, opens the connection to an endpoint instead of TCP
 	// (tests use in-memory pipes); TLS runs over what it returns.
 	Dial func(ctx context.Context, addr netip.AddrPort) (net.Conn, error)
+
+	// sessions resumes TLS sessions (per node name) when r.TLS has no
+	// cache of its own: a matrix makes two calls per pair.
+	once     sync.Once
+	sessions tls.ClientSessionCache
+}
+
+// NodesOf maps the registry's nodes to their trace endpoints (their
+// underlay address, port), leaving out the hosts that are not nodes (they
+// run no gvs-switchd): Remote.Nodes for gvsctl why and gvs-master.
+func NodesOf(nodes []registry.Node, port uint16) map[string]netip.AddrPort {
+	if port == 0 {
+		port = DefaultPort
+	}
+	m := map[string]netip.AddrPort{}
+	for _, n := range nodes {
+		if n.FixedVNID != nil || !n.IP.IsValid() {
+			continue
+		}
+		m[n.Name] = netip.AddrPortFrom(n.IP, port)
+	}
+	return m
 }
 
 // Trace runs packet on node through its trace endpoint (Tracer).
@@ -194,7 +219,8 @@ func refused(node string, c *tls.Conn, err error) error {
 
 // clientConfig is r.TLS for a connection to node: TLS 1.3 (the client's
 // certificate goes out only after the server's is verified), the server
-// name node (its certificate's DNS name), and the common name checked to
+// name pki.NodeServerName(node) (its certificate's DNS name), and the
+// common name checked to
 // be that node's identity, so that another certificate of the CA (another
 // node's, etcd's) cannot stand in for it.
 func (r *Remote) clientConfig(node string) (*tls.Config, error) {
@@ -202,8 +228,12 @@ func (r *Remote) clientConfig(node string) (*tls.Config, error) {
 		return nil, errors.New("why: Remote needs a TLS client identity trusting the cluster CA")
 	}
 	c := r.TLS.Clone()
+	if c.ClientSessionCache == nil {
+		r.once.Do(func() { r.sessions = tls.NewLRUClientSessionCache(256) })
+		c.ClientSessionCache = r.sessions
+	}
 	c.MinVersion = tls.VersionTLS13
-	c.ServerName = node
+	c.ServerName = pki.NodeServerName(node)
 	c.InsecureSkipVerify = false
 	want := pki.NodeUser(node)
 	c.VerifyConnection = func(cs tls.ConnectionState) error {

@@ -121,7 +121,7 @@ func (p *testPKI) issue(name string, req pki.Request) pki.Files {
 
 // node issues node name's certificate as gvs-master cert node does.
 func (p *testPKI) node(name string) pki.Files {
-	return p.issue(name, pki.Request{CommonName: pki.NodeUser(name), Usage: pki.ClientAuth | pki.ServerAuth, DNSNames: []string{name}})
+	return p.issue(name, pki.Request{CommonName: pki.NodeUser(name), Usage: pki.ClientAuth | pki.ServerAuth, DNSNames: []string{pki.NodeServerName(name)}})
 }
 
 func (p *testPKI) client(cn string, org ...string) *tls.Config {
@@ -302,7 +302,7 @@ func rawCall(ctx context.Context, t *testing.T, cfg *tls.Config, dial func(conte
 	}
 	defer raw.Close()
 	c := cfg.Clone()
-	c.ServerName = node
+	c.ServerName = pki.NodeServerName(node)
 	tc := tls.Client(raw, c)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		return err
@@ -379,5 +379,24 @@ func TestServerConfigNeedsServingCertificate(t *testing.T) {
 	f := p.issue("old-node", pki.Request{CommonName: pki.NodeUser("old"), Usage: pki.ClientAuth})
 	if _, err := why.ServerConfig(f, nil); !errors.Is(err, why.ErrNotServing) {
 		t.Errorf("a client-only node certificate: %v, want ErrNotServing", err)
+	}
+}
+
+// TestNodeCertificateNamesOnlyItsEndpoint: a node certificate as
+// gvs-master cert node issues it verifies for its trace endpoint's name
+// and for no other server's (the node's name, localhost, an address).
+func TestNodeCertificateNamesOnlyItsEndpoint(t *testing.T) {
+	p := newTestPKI(t)
+	c, err := pki.CertFile(p.node("b").Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.VerifyHostname(pki.NodeServerName("b")); err != nil {
+		t.Errorf("not valid for its endpoint: %v", err)
+	}
+	for _, name := range []string{"b", "localhost", "127.0.0.1", "192.168.1.2", pki.NodeServerName("a")} {
+		if c.VerifyHostname(name) == nil {
+			t.Errorf("node b's certificate is valid for %s", name)
+		}
 	}
 }

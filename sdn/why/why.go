@@ -203,6 +203,10 @@ type Answer struct {
 	// output the packet to To, dropped it or sent it elsewhere; -1 when no
 	// step did (an error).
 	Decided int `json:"decided"`
+	// Policies names the NetworkPolicies ("namespace/name") whose rules
+	// the deciding step belongs to, when it is a pod's NetworkPolicy rule
+	// and its node named them (control.TraceResult.Policies).
+	Policies []string `json:"policies,omitempty"`
 	// Traces are the nodes' results as they came, From's node first.
 	Traces []control.TraceResult `json:"traces"`
 	// Error is set, with Allowed false, when Matrix could not trace the
@@ -355,7 +359,7 @@ func (a *Answer) finish(node string, r control.TraceResult, ps []pass) {
 	}
 	if _, i := a.dropStep(ps); i >= 0 {
 		a.Decided = i
-		a.Reason = a.dropReason(a.Steps[i])
+		a.Reason = a.dropReason(a.Steps[i], r)
 		return
 	}
 	a.Decided = a.lastOutput(ps)
@@ -368,7 +372,7 @@ func (a *Answer) leftSource(r control.TraceResult, ps []pass) {
 	q := a.Question
 	if _, i := a.dropStep(ps); i >= 0 && len(r.Next) == 0 {
 		a.Decided = i
-		a.Reason = a.dropReason(a.Steps[i])
+		a.Reason = a.dropReason(a.Steps[i], r)
 		return
 	}
 	a.Decided = a.lastOutput(ps)
@@ -409,19 +413,33 @@ func datapath(r control.TraceResult) string {
 	return "datapath actions: " + strings.Join(acts, " then ")
 }
 
-// dropReason says in one line why st dropped the packet, from the table
-// and the kind of object the rule belongs to (its cookie's class).
-func (a *Answer) dropReason(st Step) string {
+// dropReason says in one line why st (a step of r) dropped the packet,
+// from the table, the kind of object the rule belongs to (its cookie's
+// class) and, for a NetworkPolicy rule, the policies r names for it.
+func (a *Answer) dropReason(st Step, r control.TraceResult) string {
 	q := a.Question
 	where := fmt.Sprintf("table %d, node %s", st.Table, st.Node)
 	if st.Rule == "" {
 		return fmt.Sprintf("no rule in table %d on node %s matches it: dropped", st.Table, st.Node)
 	}
+	for _, pr := range r.Policies {
+		if pr.Cookie == st.Cookie && st.Cookie != 0 {
+			a.Policies = pr.Policies
+		}
+	}
 	switch class := sdn.CookieClass(st.Cookie); {
 	case st.Table == sdn.TableIsolation && class == "ingress":
+		if len(a.Policies) > 0 {
+			return fmt.Sprintf("dropped by %s in table 80 on node %s: %s %s and %s no %s from %s",
+				policyNames(a.Policies), st.Node, selects(a.Policies), q.To, allows(a.Policies), q.Target, q.From)
+		}
 		return fmt.Sprintf("dropped by the NetworkPolicy ingress rules of %s (%s): the policies that select it allow no %s from %s",
 			q.To, where, q.Target, q.From)
 	case st.Table == sdn.TablePolicyEgress && class == "egress":
+		if len(a.Policies) > 0 {
+			return fmt.Sprintf("dropped by %s in table 27 on node %s: %s %s and %s no %s to %s",
+				policyNames(a.Policies), st.Node, selects(a.Policies), q.From, allows(a.Policies), q.Target, q.To)
+		}
 		return fmt.Sprintf("dropped by the NetworkPolicy egress rules of %s (%s): the policies that select it allow no %s to %s",
 			q.From, where, q.Target, q.To)
 	case st.Table == sdn.TableIsolation:
@@ -436,4 +454,26 @@ func (a *Answer) dropReason(st Step) string {
 		return fmt.Sprintf("dropped by the service rules (%s)", where)
 	}
 	return fmt.Sprintf("dropped in table %d on node %s by %s", st.Table, st.Node, st.Rule)
+}
+
+// policyNames: "NetworkPolicy a/b" or "NetworkPolicies a/b, a/c".
+func policyNames(p []string) string {
+	if len(p) == 1 {
+		return "NetworkPolicy " + p[0]
+	}
+	return "NetworkPolicies " + strings.Join(p, ", ")
+}
+
+func selects(p []string) string {
+	if len(p) == 1 {
+		return "it selects"
+	}
+	return "they select"
+}
+
+func allows(p []string) string {
+	if len(p) == 1 {
+		return "allows"
+	}
+	return "none allows"
 }

@@ -147,6 +147,15 @@ func TestNetworkPolicy(t *testing.T) {
 	if !strings.HasPrefix(a.Reason, "dropped by the NetworkPolicy ingress rules of p1/locked (table 80, node b)") {
 		t.Errorf("reason %q", a.Reason)
 	}
+	// The node names the policy behind the cookie, as gvs-switchd does.
+	c.nodes["b"].policies = []control.PolicyRules{{Cookie: cookie, Pod: locked.String(), Direction: "ingress", Policies: []string{"p1/web"}}}
+	a = ask(t, c, client, lockedPod, "tcp/8080")
+	if want := "dropped by NetworkPolicy p1/web in table 80 on node b: it selects p1/locked and allows no tcp/8080 from p1/client"; a.Reason != want {
+		t.Errorf("reason %q, want %q", a.Reason, want)
+	}
+	if len(a.Policies) != 1 || a.Policies[0] != "p1/web" {
+		t.Errorf("policies %v, want [p1/web]", a.Policies)
+	}
 	if a = ask(t, c, client, lockedPod, "tcp/80"); !a.Allowed {
 		t.Errorf("tcp/80 refused: %s", a.Reason)
 	}
