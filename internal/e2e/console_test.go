@@ -158,9 +158,12 @@ spec:
 			}
 			time.Sleep(time.Second) // paces the reloads while the nodes take the policy in
 		}
-		if !strings.HasPrefix(reason, "dropped by the NetworkPolicy ingress rules of alpha/") ||
-			!strings.Contains(reason, "(table 80, node "+n2.Name+")") {
-			t.Errorf("why beta n1 → alpha n2 tcp/8080: %q, want dropped by alpha's policy on %s", reason, n2.Name)
+		// sdn/why's wording: "dropped by NetworkPolicy alpha/web-from-beta
+		// in table 80 on node n2: ...".
+		for _, want := range []string{"dropped by NetworkPolicy alpha/web-from-beta", "table 80", "node " + n2.Name} {
+			if !strings.Contains(reason, want) {
+				t.Errorf("why beta n1 → alpha n2 tcp/8080: %q, want %q (dropped by alpha's policy on %s)", reason, want, n2.Name)
+			}
 		}
 		b.shot(t, "why-networkpolicy")
 
