@@ -185,6 +185,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	tok := strings.TrimSpace(r.PostFormValue("token"))
 	probe := r.Clone(r.Context())
 	probe.Header = http.Header{"Authorization": {"Bearer " + tok}}
@@ -259,7 +260,7 @@ func (s *Server) fragment(ctx context.Context, name string, r *http.Request, v V
 // (server-sent events, event "main"); static/console.js swaps it in. The
 // viewer is checked again on every refresh, so a token that loses its
 // access stops the stream.
-func (s *Server) events(w http.ResponseWriter, r *http.Request, v Viewer) {
+func (s *Server) events(w http.ResponseWriter, r *http.Request, _ Viewer) {
 	name := r.URL.Query().Get("page")
 	if _, ok := s.pages[name]; !ok || name == "login" {
 		http.Error(w, "unknown page", http.StatusBadRequest)
@@ -287,7 +288,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, v Viewer) {
 			return
 		case <-t.C:
 		}
-		if _, err := s.cfg.Auth.Authenticate(r); err != nil {
+		// What the viewer may see is decided again (a token's access may
+		// have changed; TokenAuth caches a decision for its TTL only).
+		v, err := s.cfg.Auth.Authenticate(r)
+		if err != nil {
 			fmt.Fprint(w, "event: denied\ndata: credentials no longer admitted\n\n")
 			fl.Flush()
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,7 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/gvswitch/gvs/internal/control"
 	"github.com/gvswitch/gvs/sdn/pki"
+	"github.com/gvswitch/gvs/sdn/why"
 )
 
 // staticSource is a Source with a fixed view of two tenants' projects.
@@ -349,5 +352,43 @@ func TestTokenAuth(t *testing.T) {
 	code, body, _ = get(t, c, ts.URL+"/pods", "Cookie", TokenCookie+"="+resp.Cookies()[0].Value)
 	if code != 200 || !strings.Contains(body, "p1/client") || strings.Contains(body, "secret-db") {
 		t.Errorf("alice by cookie: %d\n%s", code, body)
+	}
+}
+
+// failTracer fails the test if the console traces or lists pods for a
+// viewer who may not.
+type failTracer struct{ t *testing.T }
+
+func (f failTracer) Trace(context.Context, string, string) (control.TraceResult, error) {
+	f.t.Error("traced for a tenant")
+	return control.TraceResult{}, errors.New("no")
+}
+
+func (f failTracer) Pods(context.Context, string) ([]why.Pod, error) {
+	f.t.Error("listed the nodes' pods for a tenant")
+	return nil, errors.New("no")
+}
+
+// TestTracesForClusterViewersOnly: a trace shows the rules of every
+// project it crosses, so a tenant's token gets the matrix and "why" pages
+// without any trace run, even when the console has a Tracer.
+func TestTracesForClusterViewersOnly(t *testing.T) {
+	p := newTestPKI(t)
+	api := fakeAPI(map[string]string{"alice-token": "alice"}, map[string][]string{"alice": {"p1"}})
+	auth := &TokenAuth{Client: api, Projects: func(context.Context) ([]string, error) { return []string{"p1", "p2"}, nil }}
+	ft := failTracer{t}
+	s, err := New(Config{Source: staticSource{testView()}, Auth: auth, Login: true, Tracer: ft, Pods: ft})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startTLS(t, s, p, false)
+	for _, path := range []string{"/matrix", "/why?from=p1/client&to=p2/secret-db&target=tcp/80"} {
+		code, body, err := get(t, client(p, ""), ts.URL+path, "Authorization", "Bearer alice-token")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code != 200 || !strings.Contains(body, "only a viewer of the whole cluster") || strings.Contains(body, "secret-db") {
+			t.Errorf("alice GET %s: %d, want the page without traces:\n%s", path, code, body)
+		}
 	}
 }

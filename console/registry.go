@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -179,19 +180,34 @@ func (s *RegistrySource) traffic(ctx context.Context, v *View) {
 			nodes = append(nodes, p.Node)
 		}
 	}
-	for _, n := range nodes {
-		pods, err := s.Nodes.Pods(ctx, n)
-		if err == nil {
-			var ports []control.Port
-			if ports, err = s.Nodes.Ports(ctx, n); err == nil {
-				addTraffic(v, n, pods, ports, func(node string, ip netip.Addr) (int, bool) {
-					i, ok := idx[key{node, ip}]
-					return i, ok
-				})
+	// Every node at once: one that does not answer holds up none of the
+	// others (each call has its own timeout, why.Remote's).
+	type answer struct {
+		pods  []why.Pod
+		ports []control.Port
+		err   error
+	}
+	answers := make([]answer, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := &answers[i]
+			if a.pods, a.err = s.Nodes.Pods(ctx, n); a.err == nil {
+				a.ports, a.err = s.Nodes.Ports(ctx, n)
 			}
-		}
-		if err != nil {
-			v.Notes = append(v.Notes, fmt.Sprintf("node %s: no traffic counters: %v", n, err))
+		}()
+	}
+	wg.Wait()
+	for i, n := range nodes {
+		if a := answers[i]; a.err != nil {
+			v.Notes = append(v.Notes, fmt.Sprintf("node %s: no traffic counters: %v", n, a.err))
+		} else {
+			addTraffic(v, n, a.pods, a.ports, func(node string, ip netip.Addr) (int, bool) {
+				i, ok := idx[key{node, ip}]
+				return i, ok
+			})
 		}
 	}
 }

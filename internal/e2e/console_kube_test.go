@@ -26,6 +26,7 @@ import (
 // global project or of the nodes, on every page and on the event stream;
 // a token that may list every pod sees the whole cluster.
 func TestConsoleKubeTenant(t *testing.T) {
+	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	kubetest.Require(t)
 	c := up(t, "cnk", cluster.Spec{
 		Lab:          lab.Spec{Nodes: 2, PodsPerNode: 3, Projects: []string{"default", "alpha", "beta"}},

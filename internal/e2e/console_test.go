@@ -37,6 +37,7 @@ const consoleShots = "../../docs/console"
 // (networkpolicy mode), checks what the pages show, and writes a
 // screenshot of each to docs/console/.
 func TestConsoleBrowser(t *testing.T) {
+	t.Parallel() // its labs are its own (internal/e2e/doc.go)
 	needRoot(t)
 	if _, err := exec.LookPath("chromium"); err != nil {
 		t.Skip("needs Debian's chromium (make deps)")
