@@ -76,8 +76,9 @@ func serveConsole(ctx context.Context, log *slog.Logger, addr string, cfg *tls.C
 	if err != nil {
 		return fmt.Errorf("console: %w", err)
 	}
-	// No write timeout: the event streams are long-lived responses.
-	srv := &http.Server{Handler: h, TLSConfig: cfg, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+	// No read or write timeout: the event streams are long-lived
+	// responses (a read deadline would end them too).
+	srv := &http.Server{Handler: h, TLSConfig: cfg, ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	go func() {
