@@ -113,7 +113,8 @@ certificate from gvs-master cert admin: --etcd-tls DIR or $GVS_ETCD_TLS):
                           can POD-A (NAMESPACE/NAME or address) open a connection to POD-B on
                           tcp/PORT, udp/PORT or icmp (default)? Traces the first packet through
                           the real tables of both pods' nodes, on their trace endpoints (port
-                          9447, administrators only), and names the rule that decided
+                          9447, administrators only: --trace-tls DIR or --etcd-tls), and names the
+                          rule that decided; with --kubeconfig the nodes come from the HostSubnets
   why --matrix [PROTO/PORT]
                           the same for every ordered pair of running pods
 
@@ -144,6 +145,7 @@ func run(args []string, stdout io.Writer) error {
 	etcdCert := fs.String("etcd-cert", os.Getenv("GVS_ETCD_CERT"), "etcd client certificate, overrides -etcd-tls ($GVS_ETCD_CERT)")
 	etcdKey := fs.String("etcd-key", os.Getenv("GVS_ETCD_KEY"), "etcd client key, overrides -etcd-tls ($GVS_ETCD_KEY)")
 	etcdInsecure := fs.Bool("etcd-insecure", os.Getenv("GVS_ETCD_INSECURE") == "1", "allow a plain-text etcd (lab use only; $GVS_ETCD_INSECURE=1)")
+	traceTLS := fs.String("trace-tls", os.Getenv("GVS_TRACE_TLS"), "directory with ca.crt, tls.crt, tls.key: an administrator's certificate of the gvs cluster CA for the nodes' trace endpoints (gvsctl why; default: the etcd identity; $GVS_TRACE_TLS)")
 	kubeconfig := fs.String("kubeconfig", "", "Kubernetes mode: projects and nodes from this API server's NetNamespaces and HostSubnets")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
@@ -163,10 +165,14 @@ func run(args []string, stdout io.Writer) error {
 	switch cmd {
 	case "projects", "nodes", "hosts", "services", "policy", "label", "labels", "egress-firewall", "egress-ip", "why":
 		if *kubeconfig != "" && cmd == "why" {
-			// Not done: in Kubernetes mode the nodes have no certificate of a
-			// cluster CA to serve traces with (docs/security.md, "Tracing
-			// across nodes").
-			return errors.New("why: not available in Kubernetes mode yet; trace on each node with gvsctl trace (it prints the command for the next node)")
+			// The nodes serve their trace endpoints with certificates of the
+			// gvs cluster CA given to them as files (traceTLS): there is no
+			// Kubernetes-native identity for it yet (docs/security.md).
+			var id pki.Files
+			if *traceTLS != "" {
+				id = pki.Dir(*traceTLS).Files("tls")
+			}
+			return whyCmd(ctx, kubeNodes(*kubeconfig), id, c.json, c.out, rest)
 		}
 		if *kubeconfig != "" && cmd == "services" {
 			return errors.New("services: in Kubernetes mode gvs-switchd follows the API server's Services (kubectl get services)")
@@ -190,7 +196,11 @@ func run(args []string, stdout io.Writer) error {
 			}
 		}
 		if cmd == "why" {
-			return whyCmd(ctx, dc, c.json, c.out, rest)
+			id := dc.TLS
+			if *traceTLS != "" {
+				id = pki.Dir(*traceTLS).Files("tls")
+			}
+			return whyCmd(ctx, registryNodes(dc), id, c.json, c.out, rest)
 		}
 		return registryCmd(ctx, dc, c.json, c.out, cmd, rest)
 	case "capture":

@@ -8,9 +8,15 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gvswitch/gvs/sdn/kube"
+	"github.com/gvswitch/gvs/sdn/kube/networkv1"
+	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
 	"github.com/gvswitch/gvs/sdn/why"
 )
@@ -25,12 +31,54 @@ NAMESPACE/NAME or an address; PROTO/PORT is tcp/PORT, udp/PORT or icmp
 (the default). --matrix answers for every pair of running pods.
 
 The nodes are reached on their trace endpoints (underlay address, port
-9447) with the administrator's certificate (--etcd-tls); the registry
-(--etcd) says where the nodes are. The answer is the same from any host.
+9447) with an administrator's certificate of the gvs cluster CA
+(--trace-tls, default --etcd-tls); the registry (--etcd) or, with
+--kubeconfig, the HostSubnets say where the nodes are. The answer is the
+same from any host.
 `
 
-// whyCmd answers gvsctl why in the etcd-registry mode.
-func whyCmd(ctx context.Context, dc registry.DialConfig, asJSON bool, out io.Writer, args []string) error {
+// nodeLister returns where the nodes' trace endpoints are (why.NodesOf,
+// why.NodesOfHostSubnets).
+type nodeLister func(ctx context.Context, port uint16) (map[string]netip.AddrPort, error)
+
+// registryNodes lists the nodes of the etcd registry.
+func registryNodes(dc registry.DialConfig) nodeLister {
+	return func(ctx context.Context, port uint16) (map[string]netip.AddrPort, error) {
+		c, err := registry.Dial(dc)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		nodes, err := registry.New(c).Nodes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return why.NodesOf(nodes, port), nil
+	}
+}
+
+// kubeNodes lists the nodes of a Kubernetes cluster by their HostSubnets.
+func kubeNodes(kubeconfig string) nodeLister {
+	return func(ctx context.Context, port uint16) (map[string]netip.AddrPort, error) {
+		rc, err := kube.RESTConfig(kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		nc, err := networkv1.NewForConfig(rc)
+		if err != nil {
+			return nil, err
+		}
+		hss, err := nc.HostSubnets().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return why.NodesOfHostSubnets(hss.Items, port), nil
+	}
+}
+
+// whyCmd answers gvsctl why: the nodes from list, their trace endpoints
+// called with the identity in id.
+func whyCmd(ctx context.Context, list nodeLister, id pki.Files, asJSON bool, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("gvsctl why", flag.ContinueOnError)
 	port := fs.Uint("trace-port", why.DefaultPort, "TCP port of the nodes' trace endpoints")
 	matrix := fs.Bool("matrix", false, "answer for every ordered pair of running pods")
@@ -64,23 +112,18 @@ func whyCmd(ctx context.Context, dc registry.DialConfig, asJSON bool, out io.Wri
 	if err != nil {
 		return err
 	}
-	if dc.TLS.IsZero() {
-		return errors.New("why needs the administrator's certificate (--etcd-tls): the nodes' trace endpoints admit only administrators and gvs-master")
+	if id.IsZero() {
+		return errors.New("why needs an administrator's certificate of the gvs cluster CA (--trace-tls, or --etcd-tls with the registry): the nodes' trace endpoints admit only administrators and gvs-master")
 	}
-	tlsCfg, err := dc.TLS.ClientConfig()
+	tlsCfg, err := id.ClientConfig()
 	if err != nil {
 		return err
 	}
-	c, err := registry.Dial(dc)
+	nodes, err := list(ctx, uint16(*port))
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	nodes, err := registry.New(c).Nodes(ctx)
-	if err != nil {
-		return err
-	}
-	r := &why.Remote{TLS: tlsCfg, Nodes: why.NodesOf(nodes, uint16(*port))}
+	r := &why.Remote{TLS: tlsCfg, Nodes: nodes}
 	names := slices.Sorted(maps.Keys(r.Nodes))
 	pods, podErrs := listPods(ctx, r, names)
 	show := func(v any, text func()) error {

@@ -22,7 +22,7 @@ func TestWhyArgs(t *testing.T) {
 		"four args":      {append(etcd, "why", "a/b", "c/d", "tcp/80", "x"), "why needs two pods"},
 		"bad target":     {append(etcd, "why", "a/b", "c/d", "sctp/80"), "tcp/PORT"},
 		"no certificate": {append(etcd, "why", "a/b", "c/d"), "administrator's certificate"},
-		"kubernetes":     {[]string{"--kubeconfig", "/nonexistent", "why", "a/b", "c/d"}, "not available in Kubernetes mode"},
+		"kubernetes":     {[]string{"--kubeconfig", "/nonexistent", "why", "a/b", "c/d"}, "administrator's certificate of the gvs cluster CA"},
 		"no etcd":        {[]string{"why", "a/b", "c/d"}, "--etcd"},
 	} {
 		err := run(x.args, &bytes.Buffer{})

@@ -66,10 +66,16 @@ type Config struct {
 	// (sdn/why: gvsctl why and gvs-master's console trace this node's
 	// tables through it, over mutual TLS with the node's certificate,
 	// admitting only administrators and gvs-master). "" means nodeIP:9447
-	// when the node follows the etcd registry with a certificate
-	// (etcdTLS), and no endpoint otherwise; "off" disables it. It needs
-	// etcdTLS: without a certificate of the cluster CA there is none.
+	// when the node has a certificate for it (TraceTLS, or etcdTLS when
+	// it follows the registry), and no endpoint otherwise; "off" disables
+	// it. Without a certificate of the gvs cluster CA there is none.
 	TraceAddr string `json:"traceAddr,omitempty"`
+	// TraceTLS names the node's certificate for the trace endpoint
+	// (gvs-master cert node NAME, issued by the gvs cluster CA, whose
+	// ca.crt is also the CA the clients' certificates must come from).
+	// Default: etcdTLS. In Kubernetes mode, where the node has no etcd
+	// identity, it is how the endpoint is enabled (docs/operations.md).
+	TraceTLS pki.Files `json:"traceTLS,omitzero"`
 	// NAT installs the nftables masquerade rule for egress (default true).
 	NAT *bool `json:"nat,omitempty"`
 	// Offload turns on the data-path offloads (default true): TSO on pod
@@ -436,14 +442,22 @@ func (c *Config) socketPolicy() (accept.PeerPolicy, error) {
 // (TraceAddr).
 func (c *Config) traceAddr() string {
 	switch {
-	case c.TraceAddr == "off" || c.EtcdTLS.IsZero():
+	case c.TraceAddr == "off" || c.traceTLS().IsZero():
 		return ""
 	case c.TraceAddr != "":
 		return c.TraceAddr
-	case c.FromRegistry() && c.NodeIP != "":
+	case c.NodeIP != "" && (c.FromRegistry() || !c.TraceTLS.IsZero()):
 		return net.JoinHostPort(c.NodeIP, strconv.Itoa(why.DefaultPort))
 	}
 	return ""
+}
+
+// traceTLS returns the trace endpoint's certificate files (TraceTLS).
+func (c *Config) traceTLS() pki.Files {
+	if !c.TraceTLS.IsZero() {
+		return c.TraceTLS
+	}
+	return c.EtcdTLS
 }
 
 // dialConfig is how the node reaches etcd.
@@ -572,8 +586,8 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if c.TraceAddr != "" && c.TraceAddr != "off" {
-		if c.EtcdTLS.IsZero() {
-			return errors.New("traceAddr needs etcdTLS: the trace endpoint serves with the node's certificate of the cluster CA")
+		if c.traceTLS().IsZero() {
+			return errors.New("traceAddr needs traceTLS or etcdTLS: the trace endpoint serves with the node's certificate of the cluster CA")
 		}
 		if _, _, err := net.SplitHostPort(c.TraceAddr); err != nil {
 			return fmt.Errorf("traceAddr: %w", err)

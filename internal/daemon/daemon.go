@@ -184,7 +184,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		go func() { errc <- d.serveMetrics(ctx, addr) }()
 	}
 	if addr := d.cfg.traceAddr(); addr != "" {
-		go serveTrace(ctx, addr, d.cfg.EtcdTLS, d.handle, d.log)
+		go serveTrace(ctx, addr, d.cfg.traceTLS(), d.handle, d.log)
 	}
 	n := d.node.prog.Node()
 	d.log.Info("gvs-switchd ready", "node", n.NodeName, "ip", n.NodeIP, "subnet", n.Subnet,

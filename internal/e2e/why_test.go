@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gvswitch/gvs/internal/daemon"
+	"github.com/gvswitch/gvs/internal/kubetest"
 	"github.com/gvswitch/gvs/lab"
 	"github.com/gvswitch/gvs/lab/cluster"
 	"github.com/gvswitch/gvs/sdn/pki"
@@ -110,6 +113,66 @@ spec:
 		}
 		sameEverywhere(t, c, beta1, alpha2, "tcp/8080")
 		matrixMatchesPings(t, c)
+	})
+
+	// Kubernetes mode: the nodes serve their endpoints with certificates
+	// of a gvs cluster CA given to them as files (traceTLS), issued with
+	// gvs-master cert as an operator would; gvsctl finds the nodes in the
+	// HostSubnets.
+	t.Run("kubernetes", func(t *testing.T) {
+		kubetest.Require(t)
+		pkiDir, certs := t.TempDir(), t.TempDir()
+		issue := func(kind, name, out string) {
+			t.Helper()
+			cmd := exec.Command(filepath.Join(binDir, "gvs-master"), "cert", kind, name, "-pki-dir", pkiDir, "-out", out, "-no-authorize")
+			if b, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("gvs-master cert %s %s: %v\n%s", kind, name, err, b)
+			}
+		}
+		adminDir := filepath.Join(certs, "admin")
+		issue("admin", pki.AdminUser, adminDir)
+		c := up(t, "wyq", cluster.Spec{
+			Lab:          lab.Spec{Nodes: 2, PodsPerNode: 3, Projects: []string{"default", "alpha", "beta"}},
+			Mode:         "multitenant",
+			ControlPlane: cluster.ControlPlaneKube,
+			CNI:          true,
+			Configure: func(_ *cluster.Cluster, _ int, cfg *daemon.Config) {
+				dir := filepath.Join(certs, cfg.NodeName)
+				issue("node", cfg.NodeName, dir)
+				cfg.TraceTLS = pki.Dir(dir).Files("tls")
+			},
+		})
+		n1, n2 := c.Nodes[0], c.Nodes[1]
+		alpha1, alpha2, beta2 := n1.Pods[1], n2.Pods[1], n2.Pods[2]
+		kubeWhy := func(tlsDir string, args ...string) ([]byte, error) {
+			argv := append([]string{filepath.Join(c.Spec.BinDir, "gvsctl"), "--kubeconfig", c.KubeAdmin, "--trace-tls", tlsDir}, args...)
+			return c.Lab.Exec(ctx(t), n1.NS, argv...)
+		}
+		ask := func(from, to cluster.Pod) why.Answer {
+			t.Helper()
+			out, err := kubeWhy(adminDir, "-o", "json", "why", from.IP.String(), to.IP.String(), "tcp/8080")
+			if err != nil {
+				t.Fatalf("gvsctl --kubeconfig why: %v\n%s", err, out)
+			}
+			var a why.Answer
+			if err := json.Unmarshal(out, &a); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			t.Logf("%s → %s: allowed=%v: %s", a.Question.From, a.Question.To, a.Allowed, a.Reason)
+			return a
+		}
+		if a := ask(alpha1, alpha2); !a.Allowed {
+			t.Errorf("alpha n1 → alpha n2 refused: %s", a.Reason)
+		}
+		want := fmt.Sprintf("VNID %d may not reach VNID %d (table 80, node %s)", alpha1.VNID, beta2.VNID, n2.Name)
+		if a := ask(alpha1, beta2); a.Allowed || a.Reason != want {
+			t.Errorf("alpha n1 → beta n2: allowed=%v %q, want %q", a.Allowed, a.Reason, want)
+		}
+		// A node's certificate gets nothing.
+		out, err := kubeWhy(filepath.Join(certs, n2.Name), "why", "--matrix")
+		if err == nil || !strings.Contains(string(out), "remote error: tls: bad certificate") {
+			t.Errorf("gvsctl why with node %s's certificate: %v\n%s; want a refusal in the TLS handshake", n2.Name, err, out)
+		}
 	})
 }
 

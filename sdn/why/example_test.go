@@ -3,8 +3,12 @@ package why_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/gvswitch/gvs/sdn"
+	"github.com/gvswitch/gvs/sdn/pki"
+	"github.com/gvswitch/gvs/sdn/registry"
 	"github.com/gvswitch/gvs/sdn/why"
 )
 
@@ -39,6 +43,44 @@ func ExampleAsk() {
 	//   decided on node b, table 80, priority 100
 	// p1/client → p2/server tcp/8080: VNID 10 may not reach VNID 11 (table 80, node b)
 	//   decided on node b, table 80, priority 0
+}
+
+// ExampleRemote is how gvs-master (or any program with an administrator's
+// or gvs-master's certificate) asks a running cluster in the etcd-registry
+// mode: its identity from its PKI files, the nodes from the registry, the
+// pods from the nodes. (Not run: it needs a cluster.)
+func ExampleRemote() {
+	ctx := context.Background()
+	id, err := pki.Dir("/var/lib/gvs-master/pki").Files(pki.MasterUser).ClientConfig()
+	if err != nil {
+		panic(err)
+	}
+	etcd, err := registry.Dial(registry.DialConfig{Endpoints: []string{"https://127.0.0.1:2379"},
+		TLS: pki.Dir("/var/lib/gvs-master/pki").Files(pki.MasterUser)})
+	if err != nil {
+		panic(err)
+	}
+	defer etcd.Close()
+	nodes, err := registry.New(etcd).Nodes(ctx)
+	if err != nil {
+		panic(err)
+	}
+	r := &why.Remote{TLS: id, Nodes: why.NodesOf(nodes, why.DefaultPort)}
+	pods, err := why.ListPods(ctx, r, slices.Sorted(maps.Keys(r.Nodes)))
+	if err != nil {
+		panic(err)
+	}
+	m, err := why.Matrix(ctx, r, pods, why.Target{Proto: "tcp", Port: 8080})
+	if err != nil {
+		panic(err)
+	}
+	for i, row := range m.Answers {
+		for j, a := range row {
+			if i != j && !a.Allowed {
+				fmt.Printf("%s ✗ %s: %s\n", m.Pods[i], m.Pods[j], a.Reason)
+			}
+		}
+	}
 }
 
 // ExampleMatrix prints which pods reach which on UDP port 53.

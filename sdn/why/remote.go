@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
 )
@@ -42,12 +43,17 @@ import (
 //     ("trace", "pods", "dump-ports": the ports' counters, for the console);
 //     every other command is refused.
 //
-// What is not done: a Kubernetes-mode Tracer (no cluster CA there; the
-// plan is a serving certificate plus TokenReview/SubjectAccessReview of a
-// bearer token, docs/security.md), administrators' certificates issued
-// before they carried pki.AdminOrganization (refused, which fails
-// closed: issue them again), and revocation of a stolen
-// administrator certificate before it expires (the CA has no CRL).
+// In Kubernetes mode the same endpoint serves with a certificate of a gvs
+// cluster CA the operator gives each node as files (gvs-master cert node,
+// the daemon's traceTLS), and NodesOfHostSubnets finds the nodes.
+//
+// What is not done: a Kubernetes-native identity for the endpoint (each
+// node's serving certificate from the CSR API, clients authenticated by
+// delegated authentication and authorized with a SubjectAccessReview:
+// docs/security.md), administrators' certificates issued before they
+// carried pki.AdminOrganization (refused, which fails closed: issue them
+// again), and revocation of a stolen administrator certificate before it
+// expires (the CA has no CRL).
 
 // DefaultPort is the TCP port of a node's trace endpoint.
 const DefaultPort = 9447
@@ -157,6 +163,31 @@ type Remote struct {
 	// cache of its own: a matrix makes two calls per pair.
 	once     sync.Once
 	sessions tls.ClientSessionCache
+}
+
+// NodesOfHostSubnets maps the HostSubnets of a Kubernetes cluster to
+// their nodes' trace endpoints (HostIP, port), leaving out the hosts that
+// are not nodes (a fixed-vnid-host annotation, valid or not) and those
+// without an address: Remote.Nodes in Kubernetes mode, where the nodes
+// serve their endpoints with a certificate of the gvs cluster CA given to
+// them as files (traceTLS).
+func NodesOfHostSubnets(hss []networkv1.HostSubnet, port uint16) map[string]netip.AddrPort {
+	if port == 0 {
+		port = DefaultPort
+	}
+	m := map[string]netip.AddrPort{}
+	for i := range hss {
+		hs := &hss[i]
+		if _, host, _ := networkv1.FixedVNID(hs); host {
+			continue
+		}
+		ip, err := netip.ParseAddr(hs.HostIP)
+		if err != nil {
+			continue
+		}
+		m[hs.Name] = netip.AddrPortFrom(ip, port)
+	}
+	return m
 }
 
 // NodesOf maps the registry's nodes to their trace endpoints (their

@@ -21,8 +21,9 @@
 // gvsctl why and gvs-master's console both use Ask and Matrix, so they say
 // the same thing. Remote is the Tracer of the etcd-registry mode: every
 // gvs-switchd serves its traces read-only on a mutual-TLS endpoint that
-// admits only the administrator and gvs-master (remote.go,
-// docs/security.md). A Tracer for the Kubernetes mode is not written yet.
+// admits only administrators and gvs-master (remote.go,
+// docs/security.md); in Kubernetes mode too, where the nodes get their
+// certificates of the gvs cluster CA as files.
 package why
 
 import (
@@ -179,7 +180,7 @@ type Step struct {
 	Did string `json:"did"`
 }
 
-// String renders the step on one line: "node b table 80 (cookie 0x…): RULE → DID".
+// String renders the step on one line: "node b table 80: RULE → DID".
 func (s Step) String() string {
 	r := s.Rule
 	if r == "" {

@@ -165,6 +165,33 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 }
 
+// TestNetworkPolicyEgress: p1/client is selected by an egress policy that
+// allows nothing; the packet is dropped on its own node, in table 27.
+func TestNetworkPolicyEgress(t *testing.T) {
+	client := netip.MustParseAddr("10.128.0.2")
+	var b flowtable.Builder
+	cookie := sdn.EgressCookie(client)
+	b.Add(sdn.TablePolicyEgress, netpol.PriorityDeny, cookie, []flowtable.Cond{flowtable.IP(), flowtable.NwSrc(client)})
+	rules, err := b.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newLabCluster(t, sdn.ModeNetworkPolicy, map[string][]*flowtable.Rule{"a": rules})
+	c.nodes["a"].policies = []control.PolicyRules{{Cookie: cookie, Pod: client.String(), Direction: "egress", Policies: []string{"p1/no-out"}}}
+	pods := c.pods(t)
+	a := ask(t, c, find(t, pods, "p1/client"), find(t, pods, "p1/server"), "udp/53")
+	if a.Allowed {
+		t.Fatal("allowed through the egress policy")
+	}
+	decided(t, a, "a", sdn.TablePolicyEgress)
+	if want := "dropped by NetworkPolicy p1/no-out in table 27 on node a: it selects p1/client and allows no udp/53 to p1/server"; a.Reason != want {
+		t.Errorf("reason %q, want %q", a.Reason, want)
+	}
+	if len(a.Traces) != 1 {
+		t.Errorf("traced on %d nodes, want only the source's", len(a.Traces))
+	}
+}
+
 func TestParseTarget(t *testing.T) {
 	for in, want := range map[string]string{"": "icmp", "ICMP": "icmp", "tcp/8080": "tcp/8080", "udp/53": "udp/53"} {
 		tg, err := why.ParseTarget(in)
