@@ -190,11 +190,17 @@ func printAnswer(w io.Writer, a why.Answer) {
 	fmt.Fprintf(w, "%s (node %s, %s, VNID %d) → %s (node %s, %s, VNID %d) %s: %s\n",
 		q.From, q.From.Node, q.From.IP, q.From.VNID, q.To, q.To.Node, q.To.IP, q.To.VNID, q.Target, verdict)
 	fmt.Fprintf(w, "%s\n", a.Reason)
-	node := ""
+	node, pass := "", -1
 	for i, st := range a.Steps {
 		if st.Node != node {
-			node = st.Node
+			node, pass = st.Node, -1
 			fmt.Fprintf(w, "\non node %s:\n", node)
+		}
+		if st.Pass != pass {
+			if st.Pass > 0 {
+				fmt.Fprintf(w, "  recirculation %d (after ct, ct_state=trk|new):\n", st.Pass)
+			}
+			pass = st.Pass
 		}
 		mark := "  "
 		if i == a.Decided {
