@@ -73,7 +73,7 @@ func (s *RegistrySource) Load(ctx context.Context) (View, error) {
 		v.Policies = append(v.Policies, policyOf(np, v.Pods))
 	}
 	if s.Nodes != nil {
-		s.traffic(ctx, &v)
+		traffic(ctx, &v, s.Nodes)
 	}
 	return v, nil
 }
@@ -167,7 +167,7 @@ func sortPods(ps []Pod) {
 
 // traffic adds each pod's port counters, asking every node with pods for
 // its pods (their ports) and its ports' counters.
-func (s *RegistrySource) traffic(ctx context.Context, v *View) {
+func traffic(ctx context.Context, v *View, nr PortReader) {
 	type key struct {
 		node string
 		ip   netip.Addr
@@ -194,8 +194,8 @@ func (s *RegistrySource) traffic(ctx context.Context, v *View) {
 		go func() {
 			defer wg.Done()
 			a := &answers[i]
-			if a.pods, a.err = s.Nodes.Pods(ctx, n); a.err == nil {
-				a.ports, a.err = s.Nodes.Ports(ctx, n)
+			if a.pods, a.err = nr.Pods(ctx, n); a.err == nil {
+				a.ports, a.err = nr.Ports(ctx, n)
 			}
 		}()
 	}

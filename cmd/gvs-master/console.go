@@ -112,7 +112,7 @@ func startRegistryConsole(ctx context.Context, log *slog.Logger, fc fileConfig, 
 	if err != nil {
 		return nil, err
 	}
-	nodes := &console.RegistryNodes{Reg: reg, TLS: cc}
+	nodes := &console.TraceNodes{TLS: cc, Find: console.RegistryEndpoints(reg)}
 	srv, err := console.New(console.Config{Source: &console.RegistrySource{Reg: reg, Nodes: nodes},
 		Auth: console.CertAuth{}, Tracer: nodes, Pods: nodes, Log: log})
 	if err != nil {
@@ -141,14 +141,39 @@ func startKubeConsole(ctx context.Context, log *slog.Logger, fc fileConfig, rc *
 	if err != nil {
 		return nil, err
 	}
-	src := &console.KubeSource{Client: kc, Network: nc}
+	id, err := kubeTraceIdentity(fc)
+	if err != nil {
+		return nil, err
+	}
+	nodes := &console.TraceNodes{TLS: id, Find: console.KubeEndpoints(nc)}
+	src := &console.KubeSource{Client: kc, Network: nc, Nodes: nodes}
 	srv, err := console.New(console.Config{Source: src, Auth: &console.TokenAuth{Client: kc, Projects: src.Projects},
-		Login: true, Log: log,
-		TracerMissing: "The reachability matrix and the why page trace the nodes' tables through their trace endpoints, which are served in the etcd mode only so far."})
+		Tracer: nodes, Pods: nodes, Login: true, Log: log})
 	if err != nil {
 		return nil, err
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- serveConsole(ctx, log, fc.ConsoleAddr, tcfg, srv) }()
 	return errc, nil
+}
+
+// kubeTraceIdentity is gvs-master's client identity for the nodes' trace
+// endpoints in the Kubernetes mode: its certificate (gvs-master.crt,
+// issued at start) from the CA of its PKI directory. The nodes serve their
+// endpoints with certificates of a gvs cluster CA given to them as files
+// (gvs-switchd's traceTLS); when that is this CA (issued with gvs-master
+// cert node NAME -pki-dir PKI-DIR -no-authorize), the console's matrix,
+// "why" page and traffic counters work; otherwise they say the nodes
+// refused.
+func kubeTraceIdentity(fc fileConfig) (*tls.Config, error) {
+	d := pki.Dir(fc.PKIDir)
+	ca, _, err := d.EnsureCA("gvs cluster CA")
+	if err != nil {
+		return nil, err
+	}
+	f, _, err := ensure(d, ca, pki.MasterUser, pki.Request{CommonName: pki.MasterUser, Usage: pki.ClientAuth})
+	if err != nil {
+		return nil, err
+	}
+	return f.ClientConfig()
 }

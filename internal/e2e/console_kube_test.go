@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,10 +12,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gvswitch/gvs/internal/daemon"
 	"github.com/gvswitch/gvs/internal/kubetest"
 	"github.com/gvswitch/gvs/internal/testutil"
 	"github.com/gvswitch/gvs/lab"
 	"github.com/gvswitch/gvs/lab/cluster"
+	"github.com/gvswitch/gvs/sdn/pki"
 )
 
 // TestConsoleKubeTenant: the console of gvs-master in the Kubernetes mode
@@ -24,16 +27,37 @@ import (
 // tenant's token (a ServiceAccount of project alpha that may list alpha's
 // pods and nothing else) sees alpha's pods and nothing of beta, of the
 // global project or of the nodes, on every page and on the event stream;
-// a token that may list every pod sees the whole cluster.
+// a token that may list every pod sees the whole cluster, the matrix and
+// the "why" page (traced on the nodes' endpoints, served with
+// certificates of gvs-master's CA) and the pods' traffic.
 func TestConsoleKubeTenant(t *testing.T) {
 	t.Parallel() // its lab is its own (internal/e2e/doc.go)
 	kubetest.Require(t)
+	// The nodes serve their trace endpoints with certificates of
+	// gvs-master's CA (traceTLS), issued as an operator would: the
+	// console traces with gvs-master's own certificate of that CA.
+	dataDir, certs := t.TempDir(), t.TempDir()
+	issue := func(kind, name, out string) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(binDir, "gvs-master"), "cert", kind, name,
+			"-pki-dir", filepath.Join(dataDir, "pki"), "-out", out, "-no-authorize")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("gvs-master cert %s %s: %v\n%s", kind, name, err, b)
+		}
+	}
+	issue("admin", pki.AdminUser, filepath.Join(certs, "admin")) // makes the CA
 	c := up(t, "cnk", cluster.Spec{
 		Lab:          lab.Spec{Nodes: 2, PodsPerNode: 3, Projects: []string{"default", "alpha", "beta"}},
 		Mode:         "multitenant",
 		ControlPlane: cluster.ControlPlaneKube,
+		CNI:          true,
 		MasterArgs: []string{"--console-addr", fmt.Sprintf("%s:%d", labNodeIP(t), consolePort),
-			"--data-dir", t.TempDir()},
+			"--data-dir", dataDir},
+		Configure: func(_ *cluster.Cluster, _ int, cfg *daemon.Config) {
+			dir := filepath.Join(certs, cfg.NodeName)
+			issue("node", cfg.NodeName, dir)
+			cfg.TraceTLS = pki.Dir(dir).Files("tls")
+		},
 	})
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	alpha1, beta1, beta2 := n1.Pods[1], n1.Pods[2], n2.Pods[2]
@@ -147,6 +171,26 @@ func TestConsoleKubeTenant(t *testing.T) {
 	}
 	if _, body = get("/", ops.BearerToken); !strings.Contains(body, `data-node="`+n2.Name+`"`) {
 		t.Errorf("ops: no nodes on the map:\n%s", body)
+	}
+	// ops sees the whole cluster, so the traces: the matrix and the why
+	// page from the nodes' tables, and the pods' counters.
+	alpha2 := n2.Pods[1]
+	_, body = get("/matrix?target=tcp/8080", ops.BearerToken)
+	for _, want := range []string{
+		fmt.Sprintf(`class="yes" data-from="alpha/%s" data-to="alpha/%s"`, alpha1.Name, alpha2.Name),
+		fmt.Sprintf(`class="no" data-from="alpha/%s" data-to="beta/%s"`, alpha1.Name, beta2.Name),
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("ops's matrix: no %s:\n%s", want, body)
+		}
+	}
+	_, body = get(fmt.Sprintf("/why?from=alpha/%s&to=beta/%s&target=tcp/8080", alpha1.Name, beta2.Name), ops.BearerToken)
+	want := fmt.Sprintf("VNID %d may not reach VNID %d (table 80, node %s)", alpha1.VNID, beta2.VNID, n2.Name)
+	if !strings.Contains(body, "BLOCKED") || !strings.Contains(body, want) {
+		t.Errorf("ops's why alpha → beta: want BLOCKED and %q:\n%s", want, body)
+	}
+	if _, body = get("/pods", ops.BearerToken); strings.Contains(body, "no counters") || !strings.Contains(body, " pkts") {
+		t.Errorf("ops's pods: no traffic counters:\n%s", body)
 	}
 }
 
