@@ -215,7 +215,11 @@ func (s *Server) load(ctx context.Context) (View, error) {
 	if !s.viewAt.IsZero() && time.Since(s.viewAt) < s.cfg.Refresh/2 {
 		return s.view, s.viewErr
 	}
-	s.view, s.viewErr = s.cfg.Source.Load(ctx)
+	v, err := s.cfg.Source.Load(ctx)
+	if err == nil && s.viewErr == nil {
+		v.rates(s.view)
+	}
+	s.view, s.viewErr = v, err
 	s.viewAt = time.Now()
 	return s.view, s.viewErr
 }

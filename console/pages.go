@@ -15,6 +15,7 @@ import (
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
 	"bytes": humanBytes,
+	"rate":  func(bps float64) string { return humanBytes(uint64(bps)) + "/s" },
 	"labels": func(m map[string]string) string {
 		var parts []string
 		for _, k := range sortedKeys(m) {

@@ -77,6 +77,9 @@ func (p Pod) Key() string { return p.Namespace + "/" + p.Name }
 type Traffic struct {
 	RxPackets, RxBytes, RxDrops uint64
 	TxPackets, TxBytes, TxDrops uint64
+	// RxRate and TxRate are bytes per second since the console's previous
+	// read of the counters (0 on the first).
+	RxRate, TxRate float64
 }
 
 // Policy is a NetworkPolicy and the pods it selects.
@@ -151,4 +154,32 @@ func cutKey(k string) (ns, name string, ok bool) {
 		}
 	}
 	return "", k, false
+}
+
+// rates sets the Traffic rates of v's pods from the counters of prev, read
+// dt earlier (a pod's port is the same when its node and address are).
+func (v *View) rates(prev View) {
+	dt := v.Read.Sub(prev.Read).Seconds()
+	if dt <= 0 {
+		return
+	}
+	type key struct {
+		node string
+		ip   netip.Addr
+	}
+	old := map[key]*Traffic{}
+	for _, p := range prev.Pods {
+		if p.Traffic != nil {
+			old[key{p.Node, p.IP}] = p.Traffic
+		}
+	}
+	for i := range v.Pods {
+		p := &v.Pods[i]
+		o, ok := old[key{p.Node, p.IP}]
+		if p.Traffic == nil || !ok || p.Traffic.RxBytes < o.RxBytes || p.Traffic.TxBytes < o.TxBytes {
+			continue // a new port, or counters that restarted
+		}
+		p.Traffic.RxRate = float64(p.Traffic.RxBytes-o.RxBytes) / dt
+		p.Traffic.TxRate = float64(p.Traffic.TxBytes-o.TxBytes) / dt
+	}
 }
