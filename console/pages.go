@@ -106,7 +106,9 @@ func (s *Server) tracePods(ctx context.Context, v Viewer) ([]why.Pod, string, er
 // MatrixPage is the matrix page's data.
 type MatrixPage struct {
 	tracePage
-	M why.Reachability
+	// Projects is the filter asked for ("alpha,beta"; "" for all).
+	Projects string
+	M        why.Reachability
 }
 
 // Cell returns the answer for row i, column j.
@@ -130,8 +132,17 @@ func (s *Server) matrixData(ctx context.Context, r *http.Request, v Viewer) (Mat
 	if p.Missing = missing; missing != "" {
 		return p, nil
 	}
+	if pr := strings.TrimSpace(r.URL.Query().Get("projects")); pr != "" {
+		// Every pair is two traces: a filter keeps a large cluster's
+		// matrix to the projects asked about.
+		p.Projects = pr
+		want := strings.Split(pr, ",")
+		pods = slices.DeleteFunc(slices.Clone(pods), func(p why.Pod) bool {
+			return !slices.Contains(want, p.Namespace)
+		})
+	}
 	p.Pods = pods
-	key := tg.String()
+	key := tg.String() + "|" + p.Projects
 	s.mu.Lock()
 	c, ok := s.matrix[key]
 	s.mu.Unlock()

@@ -104,6 +104,13 @@ func TestConsoleBrowser(t *testing.T) {
 			t.Errorf("matrix: alpha n1 → beta n2 is %q, want no", got)
 		}
 		b.shot(t, "matrix")
+		b.open(t, "/matrix?target=udp/53&projects=alpha,beta", "#matrix")
+		if m := b.text(t, "#matrix"); strings.Contains(m, "default/") || !strings.Contains(m, "alpha/"+alpha1.Name) {
+			t.Errorf("matrix of projects alpha and beta: %q", m)
+		}
+		if got := cell(alpha2, beta2); got != "no" {
+			t.Errorf("matrix udp/53: alpha n2 → beta n2 (same node) is %q, want no", got)
+		}
 
 		b.open(t, fmt.Sprintf("/why?from=alpha/%s&to=beta/%s&target=tcp/8080", alpha1.Name, beta2.Name), "#verdict")
 		want := fmt.Sprintf("VNID %d may not reach VNID %d (table 80, node %s)", alpha1.VNID, beta2.VNID, n2.Name)
