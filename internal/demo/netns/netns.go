@@ -251,6 +251,7 @@ func Up(ctx context.Context, cfg Config) (Result, error) {
 		// the API server as the gvs-node ServiceAccount and install
 		// their CNI plugin as the DaemonSet does.
 		spec.ControlPlane, spec.VNIDs = cluster.ControlPlaneKube, nil
+		spec.Configure = consoleNodeCerts(cfg) // the nodes' trace endpoints (console.go)
 		plane = "a Kubernetes API server and gvs-master in Kubernetes mode"
 		if netpol {
 			spec.Mode = "networkpolicy"
