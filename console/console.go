@@ -156,8 +156,10 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		code, msg = http.StatusServiceUnavailable, "The console cannot check credentials right now."
 	}
 	if s.cfg.Login {
-		msg = "Log in with a Kubernetes bearer token."
-		if code == http.StatusForbidden {
+		switch code {
+		case http.StatusUnauthorized:
+			msg = "Log in with a Kubernetes bearer token."
+		case http.StatusForbidden:
 			msg = "The API server does not admit this token."
 		}
 		if code == http.StatusUnauthorized {
