@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/gvswitch/gvs/console"
+	"github.com/gvswitch/gvs/sdn/kube"
 	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
@@ -125,9 +125,13 @@ func startRegistryConsole(ctx context.Context, log *slog.Logger, fc fileConfig, 
 
 // startKubeConsole starts the console of the Kubernetes mode: bearer
 // tokens checked with the API server, which also says what each may see.
-func startKubeConsole(ctx context.Context, log *slog.Logger, fc fileConfig, rc *rest.Config) (<-chan error, error) {
+func startKubeConsole(ctx context.Context, log *slog.Logger, fc fileConfig, k *kubeFlags) (<-chan error, error) {
 	if fc.ConsoleAddr == "" {
 		return nil, nil
+	}
+	rc, err := kube.RESTConfig(*k.kubeconfig)
+	if err != nil {
+		return nil, err
 	}
 	tcfg, err := consoleTLS(fc, false, log)
 	if err != nil {

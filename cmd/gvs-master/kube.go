@@ -10,6 +10,7 @@ import (
 
 	"github.com/gvswitch/gvs/sdn"
 	"github.com/gvswitch/gvs/sdn/kube"
+	"github.com/gvswitch/gvs/sdn/registry"
 )
 
 // kubeFlags are the flags of the Kubernetes mode: with --kubeconfig or
@@ -39,8 +40,7 @@ func addKubeFlags(fs *flag.FlagSet) *kubeFlags {
 func (k *kubeFlags) enabled() bool { return *k.kubeconfig != "" || *k.inCluster }
 
 // runKube runs gvs-master in Kubernetes mode until ctx is done.
-func runKube(ctx context.Context, log *slog.Logger, fc fileConfig, k *kubeFlags) error {
-	c := fc.Config
+func runKube(ctx context.Context, log *slog.Logger, c registry.Config, k *kubeFlags) error {
 	svc, err := netip.ParsePrefix(c.ServiceNetwork)
 	if err != nil {
 		return fmt.Errorf("service network: %w", err)
@@ -64,17 +64,6 @@ func runKube(ctx context.Context, log *slog.Logger, fc fileConfig, k *kubeFlags)
 	if err != nil {
 		return err
 	}
-	consoleErr, err := startKubeConsole(ctx, log, fc, rc)
-	if err != nil {
-		return err
-	}
 	log.Info("gvs-master running in Kubernetes mode", "api", rc.Host, "identity", m.Identity(), "networks", c.ClusterNetworks, "mode", mode.Short())
-	errc := make(chan error, 1)
-	go func() { errc <- m.Run(ctx) }()
-	select {
-	case err := <-errc:
-		return err
-	case err := <-consoleErr:
-		return err
-	}
+	return m.Run(ctx)
 }

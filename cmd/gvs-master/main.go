@@ -190,7 +190,20 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if kf.enabled() {
-		return runKube(ctx, log, fc, kf)
+		// The console beside the master (console.go): either ending
+		// ends gvs-master.
+		consoleErr, err := startKubeConsole(ctx, log, fc, kf)
+		if err != nil {
+			return err
+		}
+		errc := make(chan error, 1)
+		go func() { errc <- runKube(ctx, log, fc.Config, kf) }()
+		select {
+		case err := <-errc:
+			return err
+		case err := <-consoleErr:
+			return err
+		}
 	}
 	if fc.Insecure {
 		log.Warn("INSECURE: etcd without TLS and without authentication; anyone who reaches it can read and change the network (lab use only)")
