@@ -10,7 +10,7 @@ PKGS    := ./...
 TESTPKGS = $(shell $(GO) list ./... | grep -v '/experiments/')
 # Debian packages the tests and the demo use (installed by `make deps` when root).
 DEB_PKGS := iproute2 iputils-ping procps iperf3 tcpdump tshark ethtool openvswitch-switch etcd-server etcd-client containernetworking-plugins iptables nftables skopeo \
-  containerd runc busybox-static curl netcat-openbsd bind9-dnsutils nfdump
+  containerd runc busybox-static curl netcat-openbsd bind9-dnsutils nfdump chromium libnss3-tools openssl
 # Fuzzing budgets are counts of executions, not durations: with a duration, Go
 # before 1.27 can fail a target with a bare "context deadline exceeded" when
 # the deadline races a busy worker (golang/go#75804). A count also bounds the

@@ -81,11 +81,14 @@ type fileConfig struct {
 	Insecure bool `json:"insecure,omitempty"`
 	// CreateProjects creates the projects nodes ask for (default true).
 	CreateProjects *bool `json:"createProjects,omitempty"`
+	// ConsoleAddr is where the web console listens (HTTPS; "" serves
+	// none): console.go, docs/console.md.
+	ConsoleAddr string `json:"consoleAddr,omitempty"`
 }
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("gvs-master", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "configuration file (JSON: clusterNetworks, serviceNetwork, mode, vxlanPort, globalProjects, nodeLeaseTTL, etcdEndpoints, dataDir, clientURL, peerURL, pkiDir, certSANs, etcdTLS, insecure, createProjects)")
+	cfgPath := fs.String("config", "", "configuration file (JSON: clusterNetworks, serviceNetwork, mode, vxlanPort, globalProjects, nodeLeaseTTL, etcdEndpoints, dataDir, clientURL, peerURL, pkiDir, certSANs, etcdTLS, insecure, createProjects, consoleAddr)")
 	var nets, globals, endpoints listFlag
 	fs.Var(&nets, "cluster-network", "cluster network CIDR:hostSubnetLength, repeatable (default 10.128.0.0/14:9)")
 	svc := fs.String("service-network", "", "service network (default 172.30.0.0/16)")
@@ -105,6 +108,7 @@ func run(args []string) error {
 	etcdKey := fs.String("etcd-key", "", "external etcd: gvs-master's client key (default PKI-DIR/gvs-master.key)")
 	insecure := fs.Bool("insecure", false, "no TLS and no etcd authentication: anyone who reaches etcd changes the network (lab use only)")
 	createProjects := fs.Bool("create-projects", true, "create the projects nodes ask for (a pod of a new project), each with a fresh VNID")
+	consoleAddr := fs.String("console-addr", "", "serve the read-only web console over HTTPS on this address (e.g. :9443); client certificates of the cluster CA, or Kubernetes bearer tokens in the Kubernetes mode (docs/console.md)")
 	debug := fs.Bool("debug", false, "log at debug level")
 	kf := addKubeFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -167,6 +171,7 @@ func run(args []string) error {
 	setStr(&fc.PeerURL, *peerURL, scheme+"://127.0.0.1:2380")
 	setStr(&fc.PKIDir, *pkiDir, filepath.Join(fc.DataDir, "pki"))
 	fc.CertSANs = append(fc.CertSANs, sans...)
+	setStr(&fc.ConsoleAddr, *consoleAddr, "")
 	setStr(&fc.EtcdTLS.CA, *etcdCA, "")
 	setStr(&fc.EtcdTLS.Cert, *etcdCert, "")
 	setStr(&fc.EtcdTLS.Key, *etcdKey, "")
@@ -185,7 +190,20 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if kf.enabled() {
-		return runKube(ctx, log, fc.Config, kf)
+		// The console beside the master (console.go): either ending
+		// ends gvs-master.
+		consoleErr, err := startKubeConsole(ctx, log, fc, kf)
+		if err != nil {
+			return err
+		}
+		errc := make(chan error, 1)
+		go func() { errc <- runKube(ctx, log, fc.Config, kf) }()
+		select {
+		case err := <-errc:
+			return err
+		case err := <-consoleErr:
+			return err
+		}
 	}
 	if fc.Insecure {
 		log.Warn("INSECURE: etcd without TLS and without authentication; anyone who reaches it can read and change the network (lab use only)")
@@ -235,7 +253,12 @@ func run(args []string) error {
 		return err
 	}
 	defer c.Close()
-	m := &registry.Master{Reg: registry.New(c), Config: fc.Config, Log: log,
+	reg := registry.New(c)
+	consoleErr, err := startRegistryConsole(ctx, log, fc, reg, dial.TLS)
+	if err != nil {
+		return err
+	}
+	m := &registry.Master{Reg: reg, Config: fc.Config, Log: log,
 		SetupAuth: !fc.Insecure, CreateProjects: *fc.CreateProjects}
 	log.Info("gvs-master running", "etcd", eps, "networks", fc.ClusterNetworks, "mode", fc.Mode,
 		"createProjects", *fc.CreateProjects, "pki", fc.PKIDir)
@@ -246,6 +269,8 @@ func run(args []string) error {
 		return err
 	case err := <-srvErr:
 		return fmt.Errorf("embedded etcd: %w", err)
+	case err := <-consoleErr:
+		return err
 	}
 }
 

@@ -72,7 +72,7 @@ var layer = map[string]int{
 	"sdn": 3, "cniplugin": 3,
 	"sdn/master": 4, "sdn/gateway": 4, "sdn/netpol": 4,
 	"sdn/node": 5, "sdn/kube": 5, "sdn/why": 5, "sdn/registry": 5, "sdn/registry/embedded": 5,
-	"internal/daemon/source":     6,
+	"internal/daemon/source": 6, "console": 6,
 	"internal/daemon/etcdsource": 7, "internal/daemon/kubesource": 7, "internal/daemon/pods": 7,
 	"internal/daemon": 8,
 	"cmd/gvs-switchd": 9, "cmd/gvs-master": 9, "cmd/gvs-cni": 9, "cmd/gvsctl": 9, "deploy": 9, "deploy/image": 9,

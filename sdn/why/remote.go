@@ -40,7 +40,8 @@ import (
 //     handshake (ServerConfig): a tenant pod or an underlay host that
 //     connects gets nothing.
 //   - the endpoint answers only the read-only commands of ReadOnly
-//     ("trace", "pods"); every other command is refused.
+//     ("trace", "pods", "dump-ports": the ports' counters, for the console);
+//     every other command is refused.
 //
 // In Kubernetes mode the same endpoint serves with a certificate of a gvs
 // cluster CA the operator gives each node as files (gvs-master cert node,
@@ -82,7 +83,7 @@ func Allowed(c *x509.Certificate) bool {
 }
 
 // ReadOnly lists the control commands a trace endpoint answers.
-var ReadOnly = []string{"trace", "pods"}
+var ReadOnly = []string{"trace", "pods", "dump-ports"}
 
 // Handler wraps a control handler (the daemon's) so that it answers only
 // the commands of ReadOnly.

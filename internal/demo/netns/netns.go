@@ -247,6 +247,7 @@ func Up(ctx context.Context, cfg Config) (Result, error) {
 		CNI: true,
 	}
 	plane := "gvs-master with its embedded etcd"
+	spec.MasterArgs = consoleArgs(cfg, kube) // the web console (console.go)
 	if kube {
 		// A Kubernetes API server in n1's namespace (on Debian's etcd);
 		// gvs-master in Kubernetes mode gives Namespaces their
@@ -254,6 +255,7 @@ func Up(ctx context.Context, cfg Config) (Result, error) {
 		// the API server as the gvs-node ServiceAccount and install
 		// their CNI plugin as the DaemonSet does.
 		spec.ControlPlane, spec.VNIDs = cluster.ControlPlaneKube, nil
+		spec.Configure = consoleNodeCerts(cfg) // the nodes' trace endpoints (console.go)
 		plane = "a Kubernetes API server and gvs-master in Kubernetes mode"
 		if netpol {
 			spec.Mode = "networkpolicy"
@@ -308,6 +310,7 @@ func Up(ctx context.Context, cfg Config) (Result, error) {
 		// networkpolicy mode refuses renumbering projects, as OpenShift
 		r.liveIsolation(ctx)
 	}
+	r.console(ctx, kube)
 	r.lookAround(kube, a, b)
 	if len(r.res.Problems) > 0 {
 		r.printf("\nDEMO FAILED:\n")
@@ -428,10 +431,13 @@ The cluster keeps running. Look around:
   ip netns exec %[1]s %[2]s %[7]s nodes
   %[10]s
 (%[9]s)
+
+%[12]s
+
 Tear it down with:  %[11]s
 `, c.Nodes[0].NS, gvsctl, c.Nodes[0].Socket, a.IP, b.IP, a.NS, ctlPlane,
 		daemon.CNIFirstPort+1, // a is the second pod CNI attached on n1
-		creds, services, teardown(r.cfg))
+		creds, services, teardown(r.cfg), r.consoleHelp(kube))
 }
 
 // teardown returns the command that removes the demo cfg describes: make
