@@ -27,7 +27,7 @@ IMAGE ?= gvs:devel
 
 export PATH := $(PATH):$(GOBIN):/usr/local/go/bin
 
-.PHONY: help build image deps tools staticcheck kube-tools kube-images e2e-test check docs vet lint test test-slow test-upgrade test-race test-scale fuzz fuzz-long bench bench-compare demo demo-down clean e2e-upstream
+.PHONY: help build image deps tools staticcheck kube-tools kube-images e2e-test check docs vet lint test test-slow test-upgrade test-race test-scale fuzz fuzz-long bench bench-compare demo demo-down clean e2e-upstream console-screenshots
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -167,6 +167,9 @@ e2e-upstream: deps build kube-tools image kube-images e2e-test ## upstream's ful
 	GVS_E2E_FOCUS='$(E2E_FOCUS)' GVS_E2E_SKIP='$(E2E_SKIP)' \
 	GVS_E2E_DNS_FOCUS='$(E2E_DNS_FOCUS)' GVS_E2E_DNS_SKIP='$(E2E_DNS_SKIP)' \
 	$(GO) test -count=1 -v -timeout 6h -run '^TestRealNodesUpstreamFull$$' ./internal/e2e/
+
+console-screenshots: deps build ## rewrite docs/console/*.png from TestConsoleBrowser (headless Chromium in the lab)
+	GVS_UPDATE_SCREENSHOTS=1 $(GO) test -count=1 -v -run '^TestConsoleBrowser$$' ./internal/e2e/
 
 test-race: deps kube-tools image kube-images ## unit and namespace tests under the race detector
 	$(GO) test -race -count=1 -timeout 30m $(TESTPKGS)

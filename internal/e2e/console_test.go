@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,9 +22,19 @@ import (
 // first node's underlay address.
 const consolePort = 9443
 
-// consoleShots is where TestConsoleBrowser writes its screenshots
-// (docs/console.md links them).
+// consoleShots is where TestConsoleBrowser writes its screenshots when
+// GVS_UPDATE_SCREENSHOTS=1 (`make console-screenshots`): the ones
+// docs/console.md links. Otherwise they go to a temporary directory, so
+// that a test run leaves the work tree as it was.
 const consoleShots = "../../docs/console"
+
+// shotsDir is where this run's screenshots go (consoleShots).
+func shotsDir(t *testing.T) string {
+	if os.Getenv("GVS_UPDATE_SCREENSHOTS") == "1" {
+		return consoleShots
+	}
+	return t.TempDir()
+}
 
 // TestConsoleBrowser: gvs-master's console in a real browser (Debian's
 // headless Chromium driven by chromedp) inside the lab: the browser runs
@@ -35,7 +46,7 @@ const consoleShots = "../../docs/console"
 // reload), the reachability matrix and the "why" page of a pair blocked by
 // VNID isolation (multitenant mode) and of one blocked by a NetworkPolicy
 // (networkpolicy mode), checks what the pages show, and writes a
-// screenshot of each to docs/console/.
+// screenshot of each (to docs/console/ with GVS_UPDATE_SCREENSHOTS=1).
 func TestConsoleBrowser(t *testing.T) {
 	t.Parallel() // its labs are its own (internal/e2e/doc.go)
 	needRoot(t)
@@ -351,7 +362,8 @@ func (b *browser) waitFor(t *testing.T, selector string, ok func(string) bool, d
 	t.Fatalf("%s never showed what the test waits for (last: %q)", selector, s)
 }
 
-// shot writes a screenshot of the window to docs/console/NAME.png.
+// shot writes a screenshot of the window to NAME.png in shotsDir and
+// checks that it is a PNG image.
 func (b *browser) shot(t *testing.T, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
@@ -360,10 +372,14 @@ func (b *browser) shot(t *testing.T, name string) {
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
-	if err := os.MkdirAll(consoleShots, 0o755); err != nil {
+	if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) || len(png) < 1024 {
+		t.Fatalf("screenshot %s: %d bytes, not a PNG image of the page", name, len(png))
+	}
+	dir := shotsDir(t)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(consoleShots, name+".png"), png, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
