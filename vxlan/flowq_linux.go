@@ -26,7 +26,10 @@ package vxlan
 //     wakes at most one waiter) and drains the ready ones in round robin:
 //     while several are ready, each gets a share of a batch per turn, so
 //     a sparse flow's datagram waits behind at most a share of each busy
-//     socket's backlog, not behind all of it.
+//     socket's backlog, not behind all of it. Small datagrams of several
+//     ready sockets share one batch (up to gatherBytes): many flows of
+//     small packets, such as short connections, cost the switch a pass and
+//     a write per destination for them all rather than for each.
 //
 // Flows that hash to the same socket still share its queue, as in any
 // hashed fair queue (fq_codel's included): from a gvs peer, a sparse flow
@@ -126,34 +129,24 @@ const (
 	bulkBytes = 64 << 10
 )
 
+// gatherBytes bounds the batch Read gathers from several ready sockets:
+// small frames of many flows (a connection's handshake, ACKs, requests)
+// share one batch up to this many bytes; past it the batch ends at the
+// socket, as a bulk one always does.
+const gatherBytes = 16 << 10
+
 // fill reads the next messages into st: from the next ready socket of
 // the current round, polling for a new round when it is used up and
 // waiting (in the netpoller) when nothing is ready. It returns with
 // st.rn > 0 messages, or an error.
 func (st *rxState) fill() error {
+	if err := st.held; err != nil {
+		st.held = nil
+		return err
+	}
 	for {
-		for st.ei < st.nev {
-			s := int(st.events[st.ei].Fd)
-			st.ei++
-			st.vlen = len(st.msgs)
-			if st.bulk[s] {
-				st.vlen = max(1, len(st.msgs)/fairShare)
-				st.wasBulk = true
-			}
-			if err := st.socks[s].rc.Read(st.fn); err != nil {
-				return err
-			}
-			if st.rerr != nil {
-				return st.rerr
-			}
-			if st.rn > 0 {
-				var n uint32
-				for i := range st.rn {
-					n += st.msgs[i].len
-				}
-				st.bulk[s] = n >= bulkBytes || (st.vlen < len(st.msgs) && st.rn == st.vlen)
-				return nil
-			}
+		if ok, err := st.next(len(st.msgs), false); ok || err != nil {
+			return err
 		}
 		if st.wasBulk {
 			// A bulk socket's share ended the round: look again at once
@@ -184,6 +177,41 @@ func (st *rxState) fill() error {
 			st.busy.Woke()
 		}
 	}
+}
+
+// next reads from the next ready socket of the current round, at most
+// room messages (a bulk socket's share at most): true when it got some
+// (st.rn > 0). With smallOnly it stops, false, at a socket whose last read
+// was bulk, leaving it for fill. It never waits.
+func (st *rxState) next(room int, smallOnly bool) (bool, error) {
+	for st.ei < st.nev {
+		s := int(st.events[st.ei].Fd)
+		share := st.bulk[s]
+		if share && smallOnly {
+			return false, nil
+		}
+		st.ei++
+		st.vlen = min(len(st.msgs), room)
+		if share {
+			st.vlen = max(1, min(st.vlen, len(st.msgs)/fairShare))
+			st.wasBulk = true
+		}
+		if err := st.socks[s].rc.Read(st.fn); err != nil {
+			return false, err
+		}
+		if st.rerr != nil {
+			return false, st.rerr
+		}
+		if st.rn > 0 {
+			var n uint32
+			for i := range st.rn {
+				n += st.msgs[i].len
+			}
+			st.bulk[s] = n >= bulkBytes || (share && st.rn == st.vlen)
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // try is one try of busy polling: which sockets are ready, without

@@ -89,6 +89,7 @@ type rxState struct {
 	moff  int // offset of the next datagram in message mi
 	rn    int
 	rerr  error
+	held  error // a read error of a batch's gathering, for the next fill
 	fn    func(fd uintptr) bool
 	waits *counter // the port's rxWaits
 	co    packet.Coalescer
@@ -217,7 +218,23 @@ func (p *Port) read(st *rxState, bufs [][]byte, meta []port.Meta, offset int) (i
 	for k < limit {
 		if st.mi >= st.got {
 			if k > 0 {
-				break
+				// Small frames of other flows that are ready already
+				// (other sockets of this round) join the batch: one
+				// pass of the switch and one write per destination
+				// for them all, instead of a batch each. A bulk
+				// socket's share is left for the next batch.
+				if k == limit || nbytes >= gatherBytes {
+					break
+				}
+				ok, err := st.next(limit-k, true)
+				if err != nil {
+					st.held = err // the next fill returns it
+				}
+				if !ok {
+					break
+				}
+				st.got, st.mi, st.moff = st.rn, 0, 0
+				continue
 			}
 			// Count this batch's drops before blocking for the next one.
 			p.addRx(0, 0, &drops)

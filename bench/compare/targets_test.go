@@ -101,6 +101,9 @@ func TestCheckTargetsNotMeasured(t *testing.T) {
 	r.Get("floor").Status = StatusFailed
 	r.Get("ovs").Status = StatusMissing
 	for _, res := range CheckTargets(r) {
+		if res.Ref != "floor" && res.Ref != "ovs" {
+			continue // the kernel and gvs are there: TestCheckTargetsConntrackNotMeasured
+		}
 		if res.Verdict != NA || res.Why != "no "+res.Ref+" result" {
 			t.Errorf("%s/%s: %s (%s), want n/a: no %s result", res.Name, res.Ref, res.Verdict, res.Why, res.Ref)
 		}
@@ -135,7 +138,7 @@ func TestTargetsFromJSON(t *testing.T) {
 	s := out.String()
 	for _, want := range []string{
 		"TCP 1 stream ≥ 0.9× floor", "0.95×", "UDP-probe RTT p99 under 1 TCP stream ≤ 0.5× ovs, every run",
-		"0.60× (runs 0.25, 0.20, 0.60)", "missed", "9 of 10 targets met",
+		"0.60× (runs 0.25, 0.20, 0.60)", "missed", "9 of 13 targets met, 3 not measured",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("table lacks %q:\n%s", want, s)

@@ -32,7 +32,7 @@ commands:
                           the dataplanes' runs interleaved:
                           TCP, UDP pps from sockets and from the frame blaster, UDP-probe and ping RTT
   check-targets [-strict] REPORT.json
-                          the ratios of docs/targets.md of gvs to the floor and to OVS in a compare report, and which
+                          the ratios of docs/targets.md of gvs to the floor, OVS and (-conntrack rows) the kernel in a compare report, and which
                           are met (-strict: fail if one is not)
   floor -config FILE [-ready FILE]
                           the floor dataplane of one node (run by compare inside the node's namespace):
