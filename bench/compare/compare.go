@@ -381,8 +381,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // follows each other one once — rather than always after the same one,
 // whose lab was torn down just before. Probes on the 2-vCPU VM
 // (bench/results/2026-11-29-floorfix.md) had the dataplane that ran
-// first in a round ahead on TCP 4 streams in 5 of 6 rounds, whichever it
-// was.
+// first in a round ahead on TCP 4 streams in 7 of 8 rounds, whichever
+// it was.
 func runOrder(n, run int) []int {
 	order := make([]int, n)
 	lo, hi := 1, n-1
