@@ -300,7 +300,8 @@ func haveBins(cmd, dir string, bins ...string) error {
 // Run measures every configured dataplane, each run on a fresh lab that
 // it removes afterwards. The runs are interleaved — run 1 of every
 // dataplane (and of the networkpolicy row), then run 2 of every one, … —
-// so that a change in the machine's load falls on all of them alike. A
+// so that a change in the machine's load falls on all of them alike, and
+// each run starts with another dataplane (runOrder). A
 // dataplane that is not installed or does not come up is reported with
 // StatusMissing or StatusFailed (and not run again); the error returned is
 // only for a bad Config or a cancelled ctx.
@@ -327,7 +328,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	var netpol []float64
 	for run := 1; run <= cfg.Runs; run++ {
-		for i := range rep.Dataplanes {
+		for _, i := range runOrder(len(rep.Dataplanes), run) {
 			res := &rep.Dataplanes[i]
 			if res.Status != StatusOK {
 				continue
@@ -372,6 +373,30 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// runOrder is the order of the n dataplanes in run (from 1): the rows of
+// a Williams square (0, 1, n-1, 2, n-2, … turned by one place each run), so
+// that over n runs each dataplane comes first once and, for an even n,
+// follows each other one once — rather than always after the same one,
+// whose lab was torn down just before. Probes on the 2-vCPU VM
+// (bench/results/2026-11-29-floorfix.md) had the dataplane that ran
+// first in a round ahead on TCP 4 streams in 7 of 8 rounds, whichever
+// it was.
+func runOrder(n, run int) []int {
+	order := make([]int, n)
+	lo, hi := 1, n-1
+	for k := 1; k < n; k++ { // order[0] = 0
+		if k%2 == 1 {
+			order[k], lo = lo, lo+1
+		} else {
+			order[k], hi = hi, hi-1
+		}
+	}
+	for k := range order {
+		order[k] = (order[k] + run - 1) % n
+	}
+	return order
 }
 
 // gvsSettings returns s with the gvs-switchd settings of c.

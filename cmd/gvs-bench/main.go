@@ -29,7 +29,7 @@ commands:
   compare [-o FILE.json] [-plot FILE.svg] [-runs N] [-t DURATION] [-dataplanes gvs,kernel,ovs,floor]
           [-flows N] [-blast-threads T] [-queues Q] [-vxlan-readers R] [-vxlan-flow-queues F] [-io-engine E] [-conntrack | -conntrack-only]
                           measure gvs, the kernel, Open vSwitch and the floor on the same topology (as root),
-                          the dataplanes' runs interleaved:
+                          the dataplanes' runs interleaved, in another order each run:
                           TCP, UDP pps from sockets and from the frame blaster, UDP-probe and ping RTT
   check-targets [-strict] REPORT.json
                           the ratios of docs/targets.md of gvs to the floor, OVS and (-conntrack rows) the kernel in a compare report, and which
