@@ -45,22 +45,20 @@ func captureCmd(ctx context.Context, socket string, jsonOut bool, stdout, stderr
 	dir := fs.String("d", "both", "direction seen from the switch: in, out or both")
 	snap := fs.Int("snaplen", 0, "keep at most `N` bytes per frame (default 262144)")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), captureUsage); fs.PrintDefaults() }
+	pos, err := parseInterleaved(fs, args) // flags may come before or after PORT
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		fs.Usage()
+		return fmt.Errorf("capture takes one PORT, not %q and %q", pos[0], pos[1])
+	}
 	var port string
-	for { // flags may come before or after PORT
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil
-			}
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		if port != "" {
-			fs.Usage()
-			return fmt.Errorf("capture takes one PORT, not %q and %q", port, fs.Arg(0))
-		}
-		port, args = fs.Arg(0), fs.Args()[1:]
+	if len(pos) == 1 {
+		port = pos[0]
 	}
 	if port == "" || *file == "" {
 		fs.Usage()

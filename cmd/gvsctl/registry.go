@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,15 +25,7 @@ func registryCmd(ctx context.Context, dc registry.DialConfig, asJSON bool, out i
 	}
 	defer c.Close()
 	reg := registry.New(c)
-	show := func(v any, text func()) error {
-		if asJSON {
-			enc := json.NewEncoder(out)
-			enc.SetIndent("", "  ")
-			return enc.Encode(v)
-		}
-		text()
-		return nil
-	}
+	show := printer(out, asJSON)
 	if cmd == "nodes" {
 		subs, _, err := reg.Subnets(ctx)
 		if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -83,19 +82,12 @@ func whyCmd(ctx context.Context, list nodeLister, id pki.Files, asJSON bool, out
 	port := fs.Uint("trace-port", why.DefaultPort, "TCP port of the nodes' trace endpoints")
 	matrix := fs.Bool("matrix", false, "answer for every ordered pair of running pods")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), whyUsage); fs.PrintDefaults() }
-	var pos []string
-	for { // flags may come before or after the pods
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil
-			}
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	pos, err := parseInterleaved(fs, args) // flags may come before or after the pods
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
 	}
 	if *port == 0 || *port > 65535 {
 		return errors.New("--trace-port must be 1 to 65535")
@@ -126,15 +118,7 @@ func whyCmd(ctx context.Context, list nodeLister, id pki.Files, asJSON bool, out
 	r := &why.Remote{TLS: tlsCfg, Nodes: nodes}
 	names := slices.Sorted(maps.Keys(r.Nodes))
 	pods, podErrs := listPods(ctx, r, names)
-	show := func(v any, text func()) error {
-		if asJSON {
-			enc := json.NewEncoder(out)
-			enc.SetIndent("", "  ")
-			return enc.Encode(v)
-		}
-		text()
-		return nil
-	}
+	show := printer(out, asJSON)
 	if *matrix {
 		if podErrs != nil {
 			return podErrs // a matrix without a node's pods would mislead
