@@ -229,7 +229,8 @@ func (f *Follower) Follow(ctx context.Context, sink source.Sink) {
 	}
 	go hsi.RunWithContext(ctx)
 	go nni.RunWithContext(ctx)
-	fac := informers.NewSharedInformerFactory(f.kc, 0)
+	// Services' first list is consistent too (WaitForRemotes).
+	fac := informers.NewSharedInformerFactoryWithOptions(f.kc, 0, informers.WithTweakListOptions(networkv1.ConsistentList))
 	si := fac.Core().V1().Services().Informer()
 	if r, err := si.AddEventHandler(events(f.service)); err == nil {
 		f.remotes = append(f.remotes, r.HasSynced)

@@ -167,10 +167,24 @@ func (r Resource[T, L, PT, PL]) Delete(ctx context.Context, name string, opts me
 func (r Resource[T, L, PT, PL]) ListWatch() *cache.ListWatch {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			ConsistentList(&opts)
 			l, err := r.List(ctx, opts)
 			return PL(l), err
 		},
 		WatchFuncWithContext: r.Watch,
+	}
+}
+
+// ConsistentList turns an informer's first list, which asks for
+// ResourceVersion "0" (whatever the API server's watch cache holds, which
+// may lag behind objects just written), into a consistent one (""): what
+// is in etcd now. A follower that says it has seen the first full list
+// (a live upgrade waits for it before it forwards) must not have been
+// given an older one. Watches (opts.Watch) and lists that name a version
+// are left alone. It is an informer's list-options tweak.
+func ConsistentList(opts *metav1.ListOptions) {
+	if !opts.Watch && opts.ResourceVersion == "0" {
+		opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
 	}
 }
 
