@@ -113,7 +113,7 @@ func BenchmarkSyscallsPerWork(b *testing.B) {
 // switches and the task clock (ms), summed over the processes; the counts
 // that are not 0.
 func perfStat(b *testing.B, pids []int, d time.Duration) map[string]float64 {
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // paces: the workload started beside it gets a second to run before counting
 	var ps []string
 	for _, p := range pids {
 		ps = append(ps, strconv.Itoa(p))
