@@ -141,27 +141,7 @@ func TestConsoleBrowser(t *testing.T) {
 		c := upConsole(t, "cnp", "networkpolicy")
 		n1, n2 := c.Nodes[0], c.Nodes[1]
 		beta1, alpha2 := n1.Pods[2], n2.Pods[1]
-		f := filepath.Join(t.TempDir(), "web.yaml")
-		policy := `apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata:
-  name: web-from-beta
-  namespace: alpha
-spec:
-  podSelector: {}
-  ingress:
-  - from:
-    - namespaceSelector:
-        matchLabels: {kubernetes.io/metadata.name: beta}
-    ports:
-    - {protocol: TCP, port: 80}
-`
-		if err := os.WriteFile(f, []byte(policy), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if out, err := c.RegistryCtl(ctx(t), "policy", "apply", "-f", f); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
+		applyWebFromBeta(t, c)
 		b := startBrowser(t, c, n2.NS)
 		b.open(t, "/policies", "#policies")
 		b.waitText(t, `#policies tr[data-policy="alpha/web-from-beta"] td.selects`, "alpha/"+alpha2.Name, 30*time.Second)

@@ -72,28 +72,7 @@ func TestWhy(t *testing.T) {
 		})
 		n1, n2 := c.Nodes[0], c.Nodes[1]
 		alpha1, beta1, alpha2, beta2 := n1.Pods[1], n1.Pods[2], n2.Pods[1], n2.Pods[2]
-		f := filepath.Join(t.TempDir(), "web.yaml")
-		// alpha admits only TCP port 80 from beta.
-		policy := `apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata:
-  name: web-from-beta
-  namespace: alpha
-spec:
-  podSelector: {}
-  ingress:
-  - from:
-    - namespaceSelector:
-        matchLabels: {kubernetes.io/metadata.name: beta}
-    ports:
-    - {protocol: TCP, port: 80}
-`
-		if err := os.WriteFile(f, []byte(policy), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if out, err := c.RegistryCtl(ctx(t), "policy", "apply", "-f", f); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
+		applyWebFromBeta(t, c)
 		// The nodes apply it when they see it: ask until they have.
 		var a why.Answer
 		for range 50 {
@@ -298,5 +277,35 @@ func refusals(t *testing.T, c *cluster.Cluster) {
 		if !strings.Contains(string(out), "remote error: tls: bad certificate") {
 			t.Errorf("with a node's certificate from %s: %v\n%s; want a refusal in the TLS handshake", ns, err, out)
 		}
+	}
+}
+
+// webFromBeta is a NetworkPolicy by which alpha admits only TCP port 80
+// from beta.
+const webFromBeta = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: web-from-beta
+  namespace: alpha
+spec:
+  podSelector: {}
+  ingress:
+  - from:
+    - namespaceSelector:
+        matchLabels: {kubernetes.io/metadata.name: beta}
+    ports:
+    - {protocol: TCP, port: 80}
+`
+
+// applyWebFromBeta applies webFromBeta with gvsctl policy apply (the etcd
+// registry's networkpolicy mode).
+func applyWebFromBeta(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "web.yaml")
+	if err := os.WriteFile(f, []byte(webFromBeta), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.RegistryCtl(ctx(t), "policy", "apply", "-f", f); err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
 }
