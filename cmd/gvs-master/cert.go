@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gvswitch/gvs/internal/flagargs"
 	"github.com/gvswitch/gvs/sdn/master"
 	"github.com/gvswitch/gvs/sdn/pki"
 	"github.com/gvswitch/gvs/sdn/registry"
@@ -228,22 +229,6 @@ func (c *certFlags) registry() (*registry.Registry, func(), error) {
 	return registry.New(cli), func() { cli.Close() }, nil
 }
 
-// parseInterspersed parses flags before and after the positional
-// arguments (gvs-master cert node n1 -out DIR).
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-}
-
 func certCmd(args []string, out io.Writer) error {
 	cf := newCertFlags("gvs-master cert", out)
 	outDir := cf.fs.String("out", "", "directory for ca.crt, tls.crt, tls.key (default ./NAME)")
@@ -251,7 +236,7 @@ func certCmd(args []string, out io.Writer) error {
 	noAuth := cf.fs.Bool("no-authorize", false, "do not create the etcd user (do it later with authorize-node)")
 	var sans listFlag
 	cf.fs.Var(&sans, "san", "etcd-server: names and addresses of the member, repeatable")
-	pos, err := parseInterspersed(cf.fs, args)
+	pos, err := flagargs.Parse(cf.fs, args)
 	if err != nil {
 		return err
 	}
@@ -334,7 +319,7 @@ func certCmd(args []string, out io.Writer) error {
 
 func nodeAuthCmd(cmd string, args []string, out io.Writer) error {
 	cf := newCertFlags("gvs-master "+cmd, out)
-	pos, err := parseInterspersed(cf.fs, args)
+	pos, err := flagargs.Parse(cf.fs, args)
 	if err != nil {
 		return err
 	}

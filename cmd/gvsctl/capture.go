@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gvswitch/gvs/internal/control"
+	"github.com/gvswitch/gvs/internal/flagargs"
 )
 
 const captureUsage = `usage: gvsctl capture PORT -w FILE [-c COUNT] [-G DURATION] [-d in|out|both] [--snaplen N]
@@ -45,7 +46,7 @@ func captureCmd(ctx context.Context, socket string, jsonOut bool, stdout, stderr
 	dir := fs.String("d", "both", "direction seen from the switch: in, out or both")
 	snap := fs.Int("snaplen", 0, "keep at most `N` bytes per frame (default 262144)")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), captureUsage); fs.PrintDefaults() }
-	pos, err := parseInterleaved(fs, args) // flags may come before or after PORT
+	pos, err := flagargs.Parse(fs, args) // flags may come before or after PORT
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gvswitch/gvs/internal/flagargs"
 	"github.com/gvswitch/gvs/sdn/kube"
 	"github.com/gvswitch/gvs/sdn/kube/networkv1"
 	"github.com/gvswitch/gvs/sdn/pki"
@@ -82,7 +83,7 @@ func whyCmd(ctx context.Context, list nodeLister, id pki.Files, asJSON bool, out
 	port := fs.Uint("trace-port", why.DefaultPort, "TCP port of the nodes' trace endpoints")
 	matrix := fs.Bool("matrix", false, "answer for every ordered pair of running pods")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), whyUsage); fs.PrintDefaults() }
-	pos, err := parseInterleaved(fs, args) // flags may come before or after the pods
+	pos, err := flagargs.Parse(fs, args) // flags may come before or after the pods
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}

@@ -66,7 +66,7 @@ func TestPortsWithoutSwitch(t *testing.T) {
 // package is added here (or to harness or experiments) or the test fails.
 var layer = map[string]int{
 	"packet": 0, "conntrack": 0, "port/busypoll": 0, "sdn/projectname": 0, "sdn/pki": 0, "sdn/nat": 0,
-	"internal/accept": 0, "internal/handoff": 0, "internal/ociimage": 0, "internal/pcap": 0, "internal/sched": 0,
+	"internal/accept": 0, "internal/handoff": 0, "internal/ociimage": 0, "internal/pcap": 0, "internal/sched": 0, "internal/flagargs": 0,
 	"port": 1, "netconf": 1, "flowtable": 1, "sdn/kube/networkv1": 1, "ipfix": 1,
 	"tap": 2, "tap/uring": 2, "vxlan": 2, "vswitch": 2, "internal/control": 2,
 	"sdn": 3, "cniplugin": 3,
