@@ -3,10 +3,12 @@ package gen
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -56,7 +58,9 @@ type LatencyResult struct {
 }
 
 // Probe sends cfg.Count UDP probes to an Echo server and measures each
-// reply's round trip (monotonic clock); replies after Timeout are lost.
+// reply's round trip (monotonic clock); replies after Timeout are lost. A
+// probe refused by the destination (ICMP port unreachable: the server not
+// up yet) is lost; the replies after it are counted.
 func Probe(ctx context.Context, cfg ProbeConfig) (LatencyResult, error) {
 	if cfg.Count <= 0 {
 		return LatencyResult{}, fmt.Errorf("gen: probe count %d", cfg.Count)
@@ -79,6 +83,13 @@ func Probe(ctx context.Context, cfg ProbeConfig) (LatencyResult, error) {
 		for {
 			n, err := conn.Read(buf)
 			now := time.Now()
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				// An ICMP port unreachable for a probe sent before the
+				// echo server listened (compare starts the server just
+				// before the probe): that probe is lost, the replies
+				// to come are not.
+				continue
+			}
 			if err != nil {
 				return
 			}
