@@ -88,41 +88,10 @@ func (e *env) run(ctx context.Context, run int) (Metrics, error) {
 	if e.cfg.NetworkPolicyOnly || e.cfg.TCP1Only {
 		return m, nil
 	}
-	step("TCP, 4 streams")
-	if m.TCP4Gbps, err = e.tcp(ctx, src, dst, 4, e.cfg.Duration); err != nil {
-		return m, err
-	}
-	step("UDP 64 B")
-	if m.UDP64Kpps, m.UDP64Loss, err = e.udp(ctx, src, dst, 64); err != nil {
-		return m, err
-	}
-	step("UDP 1400 B")
-	if m.UDP1400Kpps, m.UDP1400Loss, err = e.udp(ctx, src, dst, 1400); err != nil {
-		return m, err
-	}
-	step("UDP 1400 B, GSO sender")
-	if m.UDP1400GSOKpps, m.UDP1400GSOLoss, err = e.udpGSO(ctx, src, dst, 1400, gsoDatagrams); err != nil {
-		return m, err
-	}
-	step("UDP 64 B, frame blaster")
-	if m.UDP64BlastKpps, m.UDP64BlastOfferedKpps, m.UDP64BlastLoss, err = e.blast(ctx, src, dst, 64); err != nil {
-		return m, err
-	}
-	step("UDP 1400 B, frame blaster")
-	if m.UDP1400BlastKpps, m.UDP1400BlastOfferedKpps, m.UDP1400BlastLoss, err = e.blast(ctx, src, dst, 1400); err != nil {
-		return m, err
-	}
-	step("UDP 64 B, frame blaster: highest rate without loss")
-	if m.UDP64NoDropKpps, err = e.blastNoDrop(ctx, src, dst, 64, m.UDP64BlastOfferedKpps); err != nil {
-		return m, err
-	}
-	step("UDP 1400 B, frame blaster: highest rate without loss")
-	if m.UDP1400NoDropKpps, err = e.blastNoDrop(ctx, src, dst, 1400, m.UDP1400BlastOfferedKpps); err != nil {
-		return m, err
-	}
-	step("UDP 64 B, frame blaster: highest rate without loss, node to node on the underlay")
-	if m.UDP64NoDropBareKpps, err = e.blastCeiling(ctx, 64); err != nil {
-		return m, err
+	if !e.cfg.RTTOnly {
+		if err := e.throughput(ctx, &m, step); err != nil {
+			return m, err
+		}
 	}
 	psrc, pdst := e.pods(1)
 	step("RTT (UDP probe and ping), idle")
@@ -157,6 +126,50 @@ func (e *env) run(ctx context.Context, run int) (Metrics, error) {
 		return m, e.conntrack(ctx, &m, step)
 	}
 	return m, nil
+}
+
+// throughput runs the rows between TCP 1 stream and the round trips:
+// TCP 4 streams, the UDP socket and blaster rows and the underlay's
+// ceiling, all on pod pair 0.
+func (e *env) throughput(ctx context.Context, m *Metrics, step func(string)) (err error) {
+	src, dst := e.pods(0)
+	step("TCP, 4 streams")
+	if m.TCP4Gbps, err = e.tcp(ctx, src, dst, 4, e.cfg.Duration); err != nil {
+		return err
+	}
+	step("UDP 64 B")
+	if m.UDP64Kpps, m.UDP64Loss, err = e.udp(ctx, src, dst, 64); err != nil {
+		return err
+	}
+	step("UDP 1400 B")
+	if m.UDP1400Kpps, m.UDP1400Loss, err = e.udp(ctx, src, dst, 1400); err != nil {
+		return err
+	}
+	step("UDP 1400 B, GSO sender")
+	if m.UDP1400GSOKpps, m.UDP1400GSOLoss, err = e.udpGSO(ctx, src, dst, 1400, gsoDatagrams); err != nil {
+		return err
+	}
+	step("UDP 64 B, frame blaster")
+	if m.UDP64BlastKpps, m.UDP64BlastOfferedKpps, m.UDP64BlastLoss, err = e.blast(ctx, src, dst, 64); err != nil {
+		return err
+	}
+	step("UDP 1400 B, frame blaster")
+	if m.UDP1400BlastKpps, m.UDP1400BlastOfferedKpps, m.UDP1400BlastLoss, err = e.blast(ctx, src, dst, 1400); err != nil {
+		return err
+	}
+	step("UDP 64 B, frame blaster: highest rate without loss")
+	if m.UDP64NoDropKpps, err = e.blastNoDrop(ctx, src, dst, 64, m.UDP64BlastOfferedKpps); err != nil {
+		return err
+	}
+	step("UDP 1400 B, frame blaster: highest rate without loss")
+	if m.UDP1400NoDropKpps, err = e.blastNoDrop(ctx, src, dst, 1400, m.UDP1400BlastOfferedKpps); err != nil {
+		return err
+	}
+	step("UDP 64 B, frame blaster: highest rate without loss, node to node on the underlay")
+	if m.UDP64NoDropBareKpps, err = e.blastCeiling(ctx, 64); err != nil {
+		return err
+	}
+	return nil
 }
 
 // conntrack runs the connection-tracking rows: the stateful rule set on

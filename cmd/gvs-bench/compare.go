@@ -41,6 +41,7 @@ func compareCmd(ctx context.Context, args []string) error {
 	netpolN := fs.Int("netpol-policies", compare.NetpolPolicies, "policies of the networkpolicy row")
 	netpolOnly := fs.Bool("netpol-only", false, "run only TCP 1 stream and the networkpolicy row")
 	tcp1Only := fs.Bool("tcp1-only", false, "run only TCP 1 stream (a smoke run of the harness)")
+	rttOnly := fs.Bool("rtt-only", false, "run only TCP 1 stream and the round-trip rows")
 	netpol := fs.Bool("netpol", false, "add the networkpolicy row: gvs TCP 1 stream in the networkpolicy mode with 100 policies (a cluster of its own with gvs-master)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -71,6 +72,7 @@ func compareCmd(ctx context.Context, args []string) error {
 		NetworkPolicyOnly:  *netpolOnly,
 		NetpolPolicies:     *netpolN,
 		TCP1Only:           *tcp1Only,
+		RTTOnly:            *rttOnly,
 		Progress:           os.Stderr,
 	}
 	rep, err := compare.Run(ctx, cfg)
