@@ -27,7 +27,7 @@ commands:
   tcp-client -c ADDR [-bytes N | -t DURATION]
                           send to a tcp-server, check the digest, print throughput and the address seen
   compare [-o FILE.json] [-plot FILE.svg] [-runs N] [-t DURATION] [-dataplanes gvs,kernel,ovs,floor]
-          [-flows N] [-blast-threads T] [-queues Q] [-vxlan-readers R] [-vxlan-flow-queues F] [-io-engine E] [-conntrack | -conntrack-only]
+          [-flows N] [-blast-threads T] [-queues Q] [-vxlan-readers R] [-vxlan-flow-queues F] [-io-engine E] [-conntrack | -conntrack-only | -rtt-only]
                           measure gvs, the kernel, Open vSwitch and the floor on the same topology (as root),
                           the dataplanes' runs interleaved, in another order each run:
                           TCP, UDP pps from sockets and from the frame blaster, UDP-probe and ping RTT
