@@ -554,10 +554,17 @@ func (e *env) probe(ctx context.Context, src, dst cluster.Pod) (gen.LatencyResul
 	ectx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
+	ready := filepath.Join(e.c.Lab.StateDir(), dst.Name+"-echo.ready")
+	_ = os.Remove(ready)
+	echoDone := make(chan struct{})
 	wg.Go(func() {
-		_, _ = e.c.Lab.Exec(ectx, dst.NS, e.bin(), "udp-echo", "-l", fmt.Sprintf(":%d", echoPort), "-t", (d + 5*time.Second).String())
+		defer close(echoDone)
+		_, _ = e.c.Lab.Exec(ectx, dst.NS, e.bin(), "udp-echo", "-l", fmt.Sprintf(":%d", echoPort), "-t", (d + 5*time.Second).String(), "-ready", ready)
 	})
-	time.Sleep(300 * time.Millisecond)
+	// The probe starts once the echo server listens (on a loaded machine
+	// that took more than the 300 ms once given: the first probes were
+	// refused); if it never says so, the probe tells.
+	waitFile(ctx, ready, echoDone, 5*time.Second)
 	var r gen.LatencyResult
 	out, err := e.c.Lab.Exec(ctx, src.NS, e.bin(), "udp-probe", "-c", fmt.Sprintf("%s:%d", dst.IP, echoPort),
 		"-n", strconv.Itoa(int(d/probeStep)), "-i", probeStep.String())
@@ -642,4 +649,26 @@ func procCPU(pid int) float64 {
 	u, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
 	return (u + st) / clockTick
+}
+
+// waitFile waits until path exists, for at most timeout, or until done is
+// closed or ctx ends.
+func waitFile(ctx context.Context, path string, done <-chan struct{}, timeout time.Duration) {
+	deadline := time.After(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			return
+		case <-deadline:
+			return
+		case <-tick.C:
+		}
+	}
 }

@@ -150,6 +150,7 @@ func udpTool(ctx context.Context, name string, args []string) error {
 	gso := fs.Int("gso", 0, fmt.Sprintf("datagrams per UDP GSO send (UDP_SEGMENT), 2..%d; 0: none (udp-send)", gen.MaxGSO))
 	count := fs.Int("n", 1000, "probes (udp-probe)")
 	interval := fs.Duration("i", time.Millisecond, "probe interval (udp-probe)")
+	ready := fs.String("ready", "", "file to create once listening (udp-sink, udp-echo)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -165,6 +166,11 @@ func udpTool(ctx context.Context, name string, args []string) error {
 			return err
 		}
 		defer conn.Close()
+		if *ready != "" {
+			if err := os.WriteFile(*ready, nil, 0o644); err != nil {
+				return err
+			}
+		}
 		tctx, cancel := context.WithTimeout(ctx, *dur)
 		defer cancel()
 		if name == "udp-echo" {
