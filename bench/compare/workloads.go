@@ -574,6 +574,10 @@ func (e *env) probe(ctx context.Context, src, dst cluster.Pod) (gen.LatencyResul
 	if r.Received == 0 {
 		return r, fmt.Errorf("probe %s → %s: no reply to %d probes", src.Name, dst.IP, r.Sent)
 	}
+	if r.Slow > 0 {
+		e.p.printf("%s: probe %s → %s: %d of %d replies took %v or more (probes %d–%d), p99 %.0f µs",
+			e.dp, src.Name, dst.IP, r.Slow, r.Received, gen.SlowRTT, r.SlowFirst, r.SlowLast, r.P99us)
+	}
 	return r, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"net"
 	"os"
 	"strconv"
@@ -91,4 +92,45 @@ func destUnreachs(t *testing.T, ns string) int {
 	}
 	t.Fatal("no Icmp OutDestUnreachs in /proc/thread-self/net/snmp")
 	return 0
+}
+
+// TestProbeSlow has an echo server hold the replies to probes 20–24 for
+// 15 ms and checks that Probe counts them as slow, with their sequence
+// numbers.
+func TestProbeSlow(t *testing.T) {
+	a, b := vethPair(t)
+	const port = 9008
+	conn := inNS(t, b, func() (*net.UDPConn, error) {
+		return net.ListenUDP("udp4", &net.UDPAddr{Port: port})
+	})
+	defer conn.Close()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := conn.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			pkt := append([]byte(nil), buf[:n]...)
+			if n >= probeSize && binary.BigEndian.Uint64(pkt[8:]) >= 20 && binary.BigEndian.Uint64(pkt[8:]) <= 24 {
+				time.AfterFunc(15*time.Millisecond, func() { _, _ = conn.WriteToUDPAddrPort(pkt, from) })
+				continue
+			}
+			_, _ = conn.WriteToUDPAddrPort(pkt, from)
+		}
+	}()
+	var r LatencyResult
+	err := netconf.Do(a, func() (err error) {
+		r, err = Probe(context.Background(), ProbeConfig{Addr: "10.77.0.2:" + strconv.Itoa(port),
+			Count: 60, Interval: time.Millisecond, Timeout: 300 * time.Millisecond})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", r)
+	// A loaded machine may make another reply slow too: at least these.
+	if r.Slow < 5 || r.SlowFirst > 20 || r.SlowLast < 24 {
+		t.Errorf("slow %d (probes %d–%d), want at least 5 covering 20–24", r.Slow, r.SlowFirst, r.SlowLast)
+	}
 }
