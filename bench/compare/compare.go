@@ -91,6 +91,11 @@ type Config struct {
 	// TCP1Only runs only TCP 1 stream (with its CPU per Gbit): a smoke
 	// run of the whole harness, as the root tests do.
 	TCP1Only bool
+	// RTTOnly runs only TCP 1 stream and the round-trip rows (idle,
+	// sparse ping, under one TCP stream), skipping the throughput rows
+	// between them: the pod pair of the probes is then idle for seconds
+	// rather than the minute or two of a full run.
+	RTTOnly bool
 	// NetpolPolicies is how many policies the networkpolicy row loads
 	// (at least 1: the one that admits the measured traffic), default
 	// NetpolPolicies.

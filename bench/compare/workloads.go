@@ -88,41 +88,10 @@ func (e *env) run(ctx context.Context, run int) (Metrics, error) {
 	if e.cfg.NetworkPolicyOnly || e.cfg.TCP1Only {
 		return m, nil
 	}
-	step("TCP, 4 streams")
-	if m.TCP4Gbps, err = e.tcp(ctx, src, dst, 4, e.cfg.Duration); err != nil {
-		return m, err
-	}
-	step("UDP 64 B")
-	if m.UDP64Kpps, m.UDP64Loss, err = e.udp(ctx, src, dst, 64); err != nil {
-		return m, err
-	}
-	step("UDP 1400 B")
-	if m.UDP1400Kpps, m.UDP1400Loss, err = e.udp(ctx, src, dst, 1400); err != nil {
-		return m, err
-	}
-	step("UDP 1400 B, GSO sender")
-	if m.UDP1400GSOKpps, m.UDP1400GSOLoss, err = e.udpGSO(ctx, src, dst, 1400, gsoDatagrams); err != nil {
-		return m, err
-	}
-	step("UDP 64 B, frame blaster")
-	if m.UDP64BlastKpps, m.UDP64BlastOfferedKpps, m.UDP64BlastLoss, err = e.blast(ctx, src, dst, 64); err != nil {
-		return m, err
-	}
-	step("UDP 1400 B, frame blaster")
-	if m.UDP1400BlastKpps, m.UDP1400BlastOfferedKpps, m.UDP1400BlastLoss, err = e.blast(ctx, src, dst, 1400); err != nil {
-		return m, err
-	}
-	step("UDP 64 B, frame blaster: highest rate without loss")
-	if m.UDP64NoDropKpps, err = e.blastNoDrop(ctx, src, dst, 64, m.UDP64BlastOfferedKpps); err != nil {
-		return m, err
-	}
-	step("UDP 1400 B, frame blaster: highest rate without loss")
-	if m.UDP1400NoDropKpps, err = e.blastNoDrop(ctx, src, dst, 1400, m.UDP1400BlastOfferedKpps); err != nil {
-		return m, err
-	}
-	step("UDP 64 B, frame blaster: highest rate without loss, node to node on the underlay")
-	if m.UDP64NoDropBareKpps, err = e.blastCeiling(ctx, 64); err != nil {
-		return m, err
+	if !e.cfg.RTTOnly {
+		if err := e.throughput(ctx, &m, step); err != nil {
+			return m, err
+		}
 	}
 	psrc, pdst := e.pods(1)
 	step("RTT (UDP probe and ping), idle")
@@ -157,6 +126,50 @@ func (e *env) run(ctx context.Context, run int) (Metrics, error) {
 		return m, e.conntrack(ctx, &m, step)
 	}
 	return m, nil
+}
+
+// throughput runs the rows between TCP 1 stream and the round trips:
+// TCP 4 streams, the UDP socket and blaster rows and the underlay's
+// ceiling, all on pod pair 0.
+func (e *env) throughput(ctx context.Context, m *Metrics, step func(string)) (err error) {
+	src, dst := e.pods(0)
+	step("TCP, 4 streams")
+	if m.TCP4Gbps, err = e.tcp(ctx, src, dst, 4, e.cfg.Duration); err != nil {
+		return err
+	}
+	step("UDP 64 B")
+	if m.UDP64Kpps, m.UDP64Loss, err = e.udp(ctx, src, dst, 64); err != nil {
+		return err
+	}
+	step("UDP 1400 B")
+	if m.UDP1400Kpps, m.UDP1400Loss, err = e.udp(ctx, src, dst, 1400); err != nil {
+		return err
+	}
+	step("UDP 1400 B, GSO sender")
+	if m.UDP1400GSOKpps, m.UDP1400GSOLoss, err = e.udpGSO(ctx, src, dst, 1400, gsoDatagrams); err != nil {
+		return err
+	}
+	step("UDP 64 B, frame blaster")
+	if m.UDP64BlastKpps, m.UDP64BlastOfferedKpps, m.UDP64BlastLoss, err = e.blast(ctx, src, dst, 64); err != nil {
+		return err
+	}
+	step("UDP 1400 B, frame blaster")
+	if m.UDP1400BlastKpps, m.UDP1400BlastOfferedKpps, m.UDP1400BlastLoss, err = e.blast(ctx, src, dst, 1400); err != nil {
+		return err
+	}
+	step("UDP 64 B, frame blaster: highest rate without loss")
+	if m.UDP64NoDropKpps, err = e.blastNoDrop(ctx, src, dst, 64, m.UDP64BlastOfferedKpps); err != nil {
+		return err
+	}
+	step("UDP 1400 B, frame blaster: highest rate without loss")
+	if m.UDP1400NoDropKpps, err = e.blastNoDrop(ctx, src, dst, 1400, m.UDP1400BlastOfferedKpps); err != nil {
+		return err
+	}
+	step("UDP 64 B, frame blaster: highest rate without loss, node to node on the underlay")
+	if m.UDP64NoDropBareKpps, err = e.blastCeiling(ctx, 64); err != nil {
+		return err
+	}
+	return nil
 }
 
 // conntrack runs the connection-tracking rows: the stateful rule set on
@@ -541,10 +554,17 @@ func (e *env) probe(ctx context.Context, src, dst cluster.Pod) (gen.LatencyResul
 	ectx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
+	ready := filepath.Join(e.c.Lab.StateDir(), dst.Name+"-echo.ready")
+	_ = os.Remove(ready)
+	echoDone := make(chan struct{})
 	wg.Go(func() {
-		_, _ = e.c.Lab.Exec(ectx, dst.NS, e.bin(), "udp-echo", "-l", fmt.Sprintf(":%d", echoPort), "-t", (d + 5*time.Second).String())
+		defer close(echoDone)
+		_, _ = e.c.Lab.Exec(ectx, dst.NS, e.bin(), "udp-echo", "-l", fmt.Sprintf(":%d", echoPort), "-t", (d + 5*time.Second).String(), "-ready", ready)
 	})
-	time.Sleep(300 * time.Millisecond)
+	// The probe starts once the echo server listens (on a loaded machine
+	// that took more than the 300 ms once given: the first probes were
+	// refused); if it never says so, the probe tells.
+	waitFile(ctx, ready, echoDone, 5*time.Second)
 	var r gen.LatencyResult
 	out, err := e.c.Lab.Exec(ctx, src.NS, e.bin(), "udp-probe", "-c", fmt.Sprintf("%s:%d", dst.IP, echoPort),
 		"-n", strconv.Itoa(int(d/probeStep)), "-i", probeStep.String())
@@ -553,6 +573,10 @@ func (e *env) probe(ctx context.Context, src, dst cluster.Pod) (gen.LatencyResul
 	}
 	if r.Received == 0 {
 		return r, fmt.Errorf("probe %s → %s: no reply to %d probes", src.Name, dst.IP, r.Sent)
+	}
+	if r.Slow > 0 {
+		e.p.printf("%s: probe %s → %s: %d of %d replies took %v or more (probes %d–%d), p99 %.0f µs",
+			e.dp, src.Name, dst.IP, r.Slow, r.Received, gen.SlowRTT, r.SlowFirst, r.SlowLast, r.P99us)
 	}
 	return r, nil
 }
@@ -629,4 +653,26 @@ func procCPU(pid int) float64 {
 	u, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
 	return (u + st) / clockTick
+}
+
+// waitFile waits until path exists, for at most timeout, or until done is
+// closed or ctx ends.
+func waitFile(ctx context.Context, path string, done <-chan struct{}, timeout time.Duration) {
+	deadline := time.After(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			return
+		case <-deadline:
+			return
+		case <-tick.C:
+		}
+	}
 }

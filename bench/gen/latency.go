@@ -3,10 +3,12 @@ package gen
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -53,10 +55,23 @@ type LatencyResult struct {
 	P90us    float64 `json:"p90_us"`
 	P99us    float64 `json:"p99_us"`
 	Maxus    float64 `json:"max_us"`
+	// Slow counts the replies slower than SlowRTT; SlowFirst and SlowLast
+	// are the first and last of their probes' sequence numbers (0..Count-1;
+	// -1 without any): whether a tail is spread over the run (a shared
+	// queue) or bunched (a stall).
+	Slow      int `json:"slow"`
+	SlowFirst int `json:"slow_first_seq"`
+	SlowLast  int `json:"slow_last_seq"`
 }
 
+// SlowRTT is the round trip from which LatencyResult counts a reply as
+// slow.
+const SlowRTT = 10 * time.Millisecond
+
 // Probe sends cfg.Count UDP probes to an Echo server and measures each
-// reply's round trip (monotonic clock); replies after Timeout are lost.
+// reply's round trip (monotonic clock); replies after Timeout are lost. A
+// probe refused by the destination (ICMP port unreachable: the server not
+// up yet) is lost; the replies after it are counted.
 func Probe(ctx context.Context, cfg ProbeConfig) (LatencyResult, error) {
 	if cfg.Count <= 0 {
 		return LatencyResult{}, fmt.Errorf("gen: probe count %d", cfg.Count)
@@ -72,6 +87,7 @@ func Probe(ctx context.Context, cfg ProbeConfig) (LatencyResult, error) {
 	defer conn.Close()
 	sentAt := make([]time.Time, cfg.Count)
 	rtts := make([]time.Duration, 0, cfg.Count)
+	slow, slowFirst, slowLast := 0, -1, -1
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -79,6 +95,13 @@ func Probe(ctx context.Context, cfg ProbeConfig) (LatencyResult, error) {
 		for {
 			n, err := conn.Read(buf)
 			now := time.Now()
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				// An ICMP port unreachable for a probe sent before the
+				// echo server listened (compare starts the server just
+				// before the probe): that probe is lost, the replies
+				// to come are not.
+				continue
+			}
 			if err != nil {
 				return
 			}
@@ -88,7 +111,15 @@ func Probe(ctx context.Context, cfg ProbeConfig) (LatencyResult, error) {
 			seq := binary.BigEndian.Uint64(buf[8:])
 			mu.Lock()
 			if seq < uint64(len(sentAt)) && !sentAt[seq].IsZero() {
-				rtts = append(rtts, now.Sub(sentAt[seq]))
+				rtt := now.Sub(sentAt[seq])
+				rtts = append(rtts, rtt)
+				if rtt >= SlowRTT {
+					slow++
+					if slowFirst < 0 || int(seq) < slowFirst {
+						slowFirst = int(seq)
+					}
+					slowLast = max(slowLast, int(seq))
+				}
 				sentAt[seq] = time.Time{} // count each reply once
 			}
 			mu.Unlock()
@@ -121,7 +152,7 @@ func Probe(ctx context.Context, cfg ProbeConfig) (LatencyResult, error) {
 	}
 	_ = conn.SetReadDeadline(time.Unix(1, 0))
 	wg.Wait()
-	res := LatencyResult{Sent: sent, Received: len(rtts)}
+	res := LatencyResult{Sent: sent, Received: len(rtts), Slow: slow, SlowFirst: slowFirst, SlowLast: slowLast}
 	if len(rtts) > 0 {
 		slices.Sort(rtts)
 		res.P50us = us(Percentile(rtts, 50))

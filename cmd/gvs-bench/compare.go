@@ -41,6 +41,7 @@ func compareCmd(ctx context.Context, args []string) error {
 	netpolN := fs.Int("netpol-policies", compare.NetpolPolicies, "policies of the networkpolicy row")
 	netpolOnly := fs.Bool("netpol-only", false, "run only TCP 1 stream and the networkpolicy row")
 	tcp1Only := fs.Bool("tcp1-only", false, "run only TCP 1 stream (a smoke run of the harness)")
+	rttOnly := fs.Bool("rtt-only", false, "run only TCP 1 stream and the round-trip rows")
 	netpol := fs.Bool("netpol", false, "add the networkpolicy row: gvs TCP 1 stream in the networkpolicy mode with 100 policies (a cluster of its own with gvs-master)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -71,6 +72,7 @@ func compareCmd(ctx context.Context, args []string) error {
 		NetworkPolicyOnly:  *netpolOnly,
 		NetpolPolicies:     *netpolN,
 		TCP1Only:           *tcp1Only,
+		RTTOnly:            *rttOnly,
 		Progress:           os.Stderr,
 	}
 	rep, err := compare.Run(ctx, cfg)
@@ -148,6 +150,7 @@ func udpTool(ctx context.Context, name string, args []string) error {
 	gso := fs.Int("gso", 0, fmt.Sprintf("datagrams per UDP GSO send (UDP_SEGMENT), 2..%d; 0: none (udp-send)", gen.MaxGSO))
 	count := fs.Int("n", 1000, "probes (udp-probe)")
 	interval := fs.Duration("i", time.Millisecond, "probe interval (udp-probe)")
+	ready := fs.String("ready", "", "file to create once listening (udp-sink, udp-echo)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -163,6 +166,11 @@ func udpTool(ctx context.Context, name string, args []string) error {
 			return err
 		}
 		defer conn.Close()
+		if *ready != "" {
+			if err := os.WriteFile(*ready, nil, 0o644); err != nil {
+				return err
+			}
+		}
 		tctx, cancel := context.WithTimeout(ctx, *dur)
 		defer cancel()
 		if name == "udp-echo" {

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/trace"
 
 	"github.com/gvswitch/gvs/bench/floor"
 )
@@ -36,6 +38,15 @@ func floorCmd(ctx context.Context, args []string) error {
 		n := runtime.GOMAXPROCS(0)
 		runtime.GOMAXPROCS(n + min(n, 8))
 	}
+	if path := os.Getenv("GVS_TRACE"); path != "" {
+		// As gvs-switchd's -trace: an execution trace to FILE.PID, so that
+		// the two dataplanes' scheduling can be compared.
+		stop, err := startTrace(fmt.Sprintf("%s.%d", path, os.Getpid()))
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	f, err := floor.Start(ctx, cfg, log)
 	if err != nil {
@@ -50,4 +61,21 @@ func floorCmd(ctx context.Context, args []string) error {
 	log.Info("floor: forwarding", "pods", len(cfg.Pods), "peers", len(cfg.Peers))
 	<-ctx.Done()
 	return nil
+}
+
+// startTrace starts a Go execution trace written to path; the returned
+// function stops it and closes the file.
+func startTrace(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	return func() {
+		trace.Stop()
+		f.Close()
+	}, nil
 }

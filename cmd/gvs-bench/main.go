@@ -27,7 +27,7 @@ commands:
   tcp-client -c ADDR [-bytes N | -t DURATION]
                           send to a tcp-server, check the digest, print throughput and the address seen
   compare [-o FILE.json] [-plot FILE.svg] [-runs N] [-t DURATION] [-dataplanes gvs,kernel,ovs,floor]
-          [-flows N] [-blast-threads T] [-queues Q] [-vxlan-readers R] [-vxlan-flow-queues F] [-io-engine E] [-conntrack | -conntrack-only]
+          [-flows N] [-blast-threads T] [-queues Q] [-vxlan-readers R] [-vxlan-flow-queues F] [-io-engine E] [-conntrack | -conntrack-only | -rtt-only]
                           measure gvs, the kernel, Open vSwitch and the floor on the same topology (as root),
                           the dataplanes' runs interleaved, in another order each run:
                           TCP, UDP pps from sockets and from the frame blaster, UDP-probe and ping RTT
@@ -41,10 +41,12 @@ commands:
                           A/B of gvs-switchd settings (as root): a fresh 2-node cluster per trial and
                           setting in rotating order; TCP alone, UDP-probe RTT idle and beside a TCP
                           stream; medians, and in how many trials each setting beat the first
-  udp-sink -l ADDR -t D   count UDP datagrams for D, print JSON
+  udp-sink -l ADDR -t D [-ready FILE]
+                          count UDP datagrams for D, print JSON (FILE: created once listening)
   udp-send -c ADDR [-size B] [-flows N] [-rate PPS] [-gso N] -t D
                           send UDP frames of B bytes over N flows, print JSON
-  udp-echo -l ADDR -t D   echo UDP datagrams for D
+  udp-echo -l ADDR -t D [-ready FILE]
+                          echo UDP datagrams for D (FILE: created once listening)
   udp-probe -c ADDR [-n N] [-i INTERVAL]
                           UDP round-trip prober against udp-echo, print percentiles as JSON
   conn-server -l ADDR     accept TCP connections, answer each with one byte and close it
