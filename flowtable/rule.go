@@ -26,10 +26,23 @@ type Rule struct {
 	Match    Match
 	Actions  []Action // empty: drop
 
+	slot uint8 // its slot in a Counters (set when the rule is made)
+
+	// The counters are written by every worker that hits the rule, after
+	// each of its batches (Counters.Flush), and the fields above are read
+	// by every lookup and Account. A line of padding on each side keeps
+	// the counters off the lines of those fields and of the next object,
+	// wherever the allocator puts the rule, so that one worker's flush
+	// does not take the rule's other lines from the other workers' caches
+	// (TestRuleCountersOwnLines).
+	_       [cacheLine]byte
 	packets atomic.Uint64
 	bytes   atomic.Uint64
-	slot    uint8 // its slot in a Counters (set when the rule is made)
+	_       [cacheLine]byte
 }
+
+// cacheLine is the size of a CPU cache line (x86-64, most arm64).
+const cacheLine = 64
 
 // ruleSeq numbers rules as they are made, to spread them over the slots of
 // a Counters (a rule made otherwise has slot 0: correct, only slower).

@@ -46,6 +46,7 @@ func main() {
 	rules := flag.Bool("rules", true, "the stateful rule set (not on the floor)")
 	perfOut := flag.String("perf", "", "perf record -a -g into this file during the first run")
 	busy := flag.String("busy-poll", "", "gvs-switchd busyPoll")
+	syscalls := flag.Bool("syscalls", false, "count the dataplane's system calls and context switches per connection (perf stat)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -54,7 +55,7 @@ func main() {
 		fatal(err)
 	}
 	for k := range *clusters {
-		if err := oneCluster(ctx, abs, *dp, k, *reps, *d, *workers, *rules, *perfOut, *busy); err != nil {
+		if err := oneCluster(ctx, abs, *dp, k, *reps, *d, *workers, *rules, *perfOut, *busy, *syscalls); err != nil {
 			fatal(err)
 		}
 	}
@@ -65,7 +66,7 @@ func fatal(err error) {
 	os.Exit(1)
 }
 
-func oneCluster(ctx context.Context, bin, dp string, k, reps int, d time.Duration, workers int, rules bool, perfOut, busy string) error {
+func oneCluster(ctx context.Context, bin, dp string, k, reps int, d time.Duration, workers int, rules bool, perfOut, busy string, syscalls bool) error {
 	c, err := cluster.Up(ctx, cluster.Spec{
 		Lab:        lab.Spec{Prefix: fmt.Sprintf("crt%c%d", dp[0], os.Getpid()%10000), Nodes: 2, PodsPerNode: 2, Underlay: netip.MustParsePrefix("192.168.246.0/24")},
 		Mode:       "subnet",
@@ -106,7 +107,18 @@ func oneCluster(ctx context.Context, bin, dp string, k, reps int, d time.Duratio
 	for r := range reps {
 		sb, db := nstat(ctx, c, src.NS), nstat(ctx, c, dst.NS)
 		cols0, cpu0, dp0, lab0, t0 := machineCols(), machineBusy(), dataplaneCPU(c), labCPU(), time.Now()
-		var perf *exec.Cmd
+		var perf, stat *exec.Cmd
+		var statOut bytes.Buffer
+		if syscalls {
+			// Count the dataplane's system calls and context switches
+			// over the run, to divide by its connections.
+			stat = exec.Command("perf", append([]string{"stat", "-x", ",", "-e", strings.Join(statEvents, ","), "-p", strings.Join(dataplanePIDs(c), ",")},
+				"--", "sleep", strconv.Itoa(int(d.Seconds())))...)
+			stat.Stderr = &statOut
+			if err := stat.Start(); err != nil {
+				return err
+			}
+		}
 		if perfOut != "" && k == 0 && r == 0 {
 			perf = exec.Command("perf", "record", "-a", "-g", "-o", perfOut, "--", "sleep", strconv.Itoa(int(d.Seconds())-1))
 			perf.Stderr = os.Stderr
@@ -130,6 +142,12 @@ func oneCluster(ctx context.Context, bin, dp string, k, reps int, d time.Duratio
 			dp, k+1, r+1, res.PerSec, res.Failed, (cpu1-cpu0)/el, (dp1-dp0)/el, (lab1-lab0)/el, (cpu1-cpu0-(dp1-dp0)-(lab1-lab0))/el, col(1), col(6), col(7), col(3), 1e6*(dp1-dp0)/float64(max(res.Conns, 1)),
 			sa["TcpExtTCPSynRetrans"]-sb["TcpExtTCPSynRetrans"], sa["TcpRetransSegs"]-sb["TcpRetransSegs"], sa["TcpExtTCPTimeouts"]-sb["TcpExtTCPTimeouts"],
 			da["TcpRetransSegs"]-db["TcpRetransSegs"], da["TcpExtTCPTimeouts"]-db["TcpExtTCPTimeouts"], da["TcpExtListenDrops"]-db["TcpExtListenDrops"])
+		if stat != nil {
+			// perf stat's sleep is as long as the run, and the connections
+			// counted are the run's: the quotient is per connection.
+			_ = stat.Wait()
+			fmt.Printf("%s cluster %d run %d per connection:%s\n", dp, k+1, r+1, perConn(statOut.Bytes(), res.Conns))
+		}
 	}
 	if dp == cluster.DataplaneGVS {
 		for i := range c.Nodes {
@@ -183,8 +201,18 @@ func machineBusy() float64 {
 // whose command line names one of c's nodes' configurations: the
 // dataplane's daemons.
 func dataplaneCPU(c *cluster.Cluster) float64 {
-	ents, _ := os.ReadDir("/proc")
 	var total float64
+	for _, pid := range dataplanePIDs(c) {
+		total += procCPU(pid)
+	}
+	return total
+}
+
+// dataplanePIDs returns the process IDs of the dataplane's daemons: the
+// processes whose command line names one of c's nodes' configurations.
+func dataplanePIDs(c *cluster.Cluster) []string {
+	ents, _ := os.ReadDir("/proc")
+	var pids []string
 	for _, e := range ents {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
@@ -193,9 +221,39 @@ func dataplaneCPU(c *cluster.Cluster) float64 {
 		if err != nil || !bytes.Contains(cmd, []byte(c.Lab.StateDir()+"/")) || bytes.Contains(cmd, []byte("conn-")) || bytes.Contains(cmd, []byte("ip\x00netns")) {
 			continue
 		}
-		total += procCPU(e.Name())
+		pids = append(pids, e.Name())
 	}
-	return total
+	return pids
+}
+
+// statEvents are what -syscalls counts in the dataplane's processes.
+var statEvents = []string{
+	"raw_syscalls:sys_enter", "context-switches",
+	"syscalls:sys_enter_sendmmsg", "syscalls:sys_enter_recvmmsg", "syscalls:sys_enter_io_uring_enter",
+	"syscalls:sys_enter_write", "syscalls:sys_enter_writev", "syscalls:sys_enter_read",
+	"syscalls:sys_enter_futex", "syscalls:sys_enter_epoll_pwait", "syscalls:sys_enter_nanosleep",
+}
+
+// perConn formats perf stat -x's counts divided by conns.
+func perConn(out []byte, conns int) string {
+	var b strings.Builder
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), ",")
+		if len(f) < 3 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(f[2], "syscalls:sys_enter_"), "raw_syscalls:sys_enter")
+		if name == "" {
+			name = "syscalls"
+		}
+		fmt.Fprintf(&b, " %s %.2f", name, v/float64(max(conns, 1)))
+	}
+	return b.String()
 }
 
 // labCPU returns the CPU seconds of the connection generator's processes
