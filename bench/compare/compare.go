@@ -91,6 +91,10 @@ type Config struct {
 	// TCP1Only runs only TCP 1 stream (with its CPU per Gbit): a smoke
 	// run of the whole harness, as the root tests do.
 	TCP1Only bool
+	// BlastOnly runs only the frame blaster rows (UDP 64 B and 1400 B
+	// flat out, and their highest rates without loss): the packet-rate
+	// rows, measured on their own. TCP 1 stream is skipped too.
+	BlastOnly bool
 	// NetpolPolicies is how many policies the networkpolicy row loads
 	// (at least 1: the one that admits the measured traffic), default
 	// NetpolPolicies.

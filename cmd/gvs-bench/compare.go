@@ -40,6 +40,7 @@ func compareCmd(ctx context.Context, args []string) error {
 	ctOnly := fs.Bool("conntrack-only", false, "run only TCP 1 stream and the connection-tracking rows")
 	netpolN := fs.Int("netpol-policies", compare.NetpolPolicies, "policies of the networkpolicy row")
 	netpolOnly := fs.Bool("netpol-only", false, "run only TCP 1 stream and the networkpolicy row")
+	blastOnly := fs.Bool("blast-only", false, "run only the frame blaster rows: UDP 64 B and 1400 B flat out and without loss (the packet rates)")
 	tcp1Only := fs.Bool("tcp1-only", false, "run only TCP 1 stream (a smoke run of the harness)")
 	netpol := fs.Bool("netpol", false, "add the networkpolicy row: gvs TCP 1 stream in the networkpolicy mode with 100 policies (a cluster of its own with gvs-master)")
 	if err := fs.Parse(args); err != nil {
@@ -71,6 +72,7 @@ func compareCmd(ctx context.Context, args []string) error {
 		NetworkPolicyOnly:  *netpolOnly,
 		NetpolPolicies:     *netpolN,
 		TCP1Only:           *tcp1Only,
+		BlastOnly:          *blastOnly,
 		Progress:           os.Stderr,
 	}
 	rep, err := compare.Run(ctx, cfg)
