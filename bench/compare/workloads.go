@@ -231,6 +231,15 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // 64 B and 1400 B flat out, then the highest rate of each without loss.
 func (e *env) blastRows(ctx context.Context, m *Metrics, src, dst cluster.Pod, step func(string)) error {
 	var err error
+	if e.cfg.CPURate > 0 {
+		step(fmt.Sprintf("UDP 64 B and 1400 B at %d frames/s: dataplane CPU per frame", e.cfg.CPURate))
+		if m.UDP64CPUus, err = e.cpuPerFrame(ctx, src, dst, 64); err != nil {
+			return err
+		}
+		if m.UDP1400CPUus, err = e.cpuPerFrame(ctx, src, dst, 1400); err != nil {
+			return err
+		}
+	}
 	step("UDP 64 B, frame blaster")
 	if m.UDP64BlastKpps, m.UDP64BlastOfferedKpps, m.UDP64BlastLoss, err = e.blast(ctx, src, dst, 64); err != nil {
 		return err
@@ -248,6 +257,24 @@ func (e *env) blastRows(ctx context.Context, m *Metrics, src, dst cluster.Pod, s
 		return err
 	}
 	return nil
+}
+
+// cpuPerFrame offers cfg.CPURate frames/s of the given size from src to
+// dst for cfg.Duration and returns the CPU microseconds the dataplane's
+// processes spent per delivered frame meanwhile.
+func (e *env) cpuPerFrame(ctx context.Context, src, dst cluster.Pod, frame int) (float64, error) {
+	before := e.cpu()
+	kpps, _, loss, err := e.blastAt(ctx, podEnd(src), podEnd(dst), frame, e.cfg.CPURate, e.cfg.Duration)
+	after := e.cpu()
+	if err != nil {
+		return 0, err
+	}
+	e.p.printf("    %d B at %.1f kpps: %.1f kpps delivered, %.2f %% lost, dataplane CPU %.2f s", frame, float64(e.cfg.CPURate)/1e3, kpps, 100*loss, after.dataplane-before.dataplane)
+	frames := kpps * 1e3 * e.cfg.Duration.Seconds()
+	if frames <= 0 {
+		return 0, nil
+	}
+	return (after.dataplane - before.dataplane) / frames * 1e6, nil
 }
 
 func (e *env) tcp(ctx context.Context, src, dst cluster.Pod, streams int, d time.Duration) (float64, error) {
