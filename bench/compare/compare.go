@@ -99,6 +99,8 @@ type Config struct {
 	// the blaster offers this many frames/s for Duration while the
 	// dataplane processes' CPU time is read before and after.
 	CPURate int
+	// CPUOnly, with CPURate, runs only those two rows.
+	CPUOnly bool
 	// NetpolPolicies is how many policies the networkpolicy row loads
 	// (at least 1: the one that admits the measured traffic), default
 	// NetpolPolicies.

@@ -239,6 +239,9 @@ func (e *env) blastRows(ctx context.Context, m *Metrics, src, dst cluster.Pod, s
 		if m.UDP1400CPUus, err = e.cpuPerFrame(ctx, src, dst, 1400); err != nil {
 			return err
 		}
+		if e.cfg.CPUOnly {
+			return nil
+		}
 	}
 	step("UDP 64 B, frame blaster")
 	if m.UDP64BlastKpps, m.UDP64BlastOfferedKpps, m.UDP64BlastLoss, err = e.blast(ctx, src, dst, 64); err != nil {
