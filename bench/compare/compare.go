@@ -159,8 +159,8 @@ type Metrics struct {
 	// Config.CPURate frames/s of 64 B (1400 B) frames, a rate both
 	// dataplanes forward: the cost of a frame, less noisy than a rate
 	// (0: not measured).
-	UDP64CPUus   float64 `json:"udp64_cpu_us,omitempty"`
-	UDP1400CPUus float64 `json:"udp1400_cpu_us,omitempty"`
+	UDP64CPUus   float64 `json:"udp64_cpu_us"`
+	UDP1400CPUus float64 `json:"udp1400_cpu_us"`
 	// ICMP ping round trips.
 	RTTPingIdleP50us float64 `json:"rtt_ping_idle_p50_us"`
 	RTTPingIdleP99us float64 `json:"rtt_ping_idle_p99_us"`
