@@ -33,13 +33,14 @@ func sum(b []byte, s uint64) uint64 {
 		s += c
 		b = b[32:]
 	}
+	// The rest, under 32 bytes, is added as before, into t, which
+	// cannot overflow (under 2^36), and goes into s once: short inputs
+	// (a 64 B frame's datagram) cost what they did.
+	var t uint64
 	for len(b) >= 8 {
-		s, c = bits.Add64(s, binary.BigEndian.Uint64(b), 0)
-		s += c // no wrap: after a carry out s ≤ 2^64−2
+		t += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:]))
 		b = b[8:]
 	}
-	// The rest, under 8 bytes, fits in 32 bits: add it the old way.
-	var t uint64
 	if len(b) >= 4 {
 		t += uint64(binary.BigEndian.Uint32(b))
 		b = b[4:]
@@ -52,7 +53,7 @@ func sum(b []byte, s uint64) uint64 {
 		t += uint64(b[0]) << 8
 	}
 	s, c = bits.Add64(s, t, 0)
-	return s + c // as above
+	return s + c // no wrap: after a carry out s ≤ 2^64−2
 }
 
 // fold reduces a sum to 16 bits (not complemented).
