@@ -1,6 +1,9 @@
 package conntrack
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // Internet checksums (RFC 1071) and their incremental update (RFC 1624).
 // The package keeps its own small helpers rather than import package
@@ -8,25 +11,49 @@ import "encoding/binary"
 // be embedded without the rest of the dataplane.
 
 // sum adds b to s as a sequence of big-endian 16-bit words (an odd last
-// byte is padded with zero). It adds 32-bit words into 64 bits, which
-// cannot overflow for any IPv4 datagram and folds to the same 16-bit sum.
+// byte is padded with zero), in one's-complement arithmetic. It adds
+// 64-bit big-endian words with an end-around carry, 32 bytes a round in
+// one carry chain: since 2^16 ≡ 1 (mod 2^16−1), a 64-bit word is congruent
+// to the sum of its four 16-bit words and a carry out of bit 63 to 1, so
+// the result folds (fold) to the same 16-bit sum as adding the 16-bit
+// words one by one, and it is not zero unless s and b are all zero. This
+// is the tracker's payload pass (parse's L4 check), so it is written for
+// speed; sumRef in the tests is the plain definition it is checked
+// against.
 func sum(b []byte, s uint64) uint64 {
+	var c uint64
+	for len(b) >= 32 {
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b), 0)
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[8:]), c)
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[16:]), c)
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[24:]), c)
+		// The chain's carry goes around: if it makes s wrap to 0, that
+		// carries again, and 0 + 1 cannot.
+		s, c = bits.Add64(s, 0, c)
+		s += c
+		b = b[32:]
+	}
+	// The rest, under 32 bytes, is added as before, into t, which
+	// cannot overflow (under 2^36), and goes into s once: short inputs
+	// (a 64 B frame's datagram) cost what they did.
+	var t uint64
 	for len(b) >= 8 {
-		s += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:]))
+		t += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:]))
 		b = b[8:]
 	}
 	if len(b) >= 4 {
-		s += uint64(binary.BigEndian.Uint32(b))
+		t += uint64(binary.BigEndian.Uint32(b))
 		b = b[4:]
 	}
 	if len(b) >= 2 {
-		s += uint64(binary.BigEndian.Uint16(b))
+		t += uint64(binary.BigEndian.Uint16(b))
 		b = b[2:]
 	}
 	if len(b) == 1 {
-		s += uint64(b[0]) << 8
+		t += uint64(b[0]) << 8
 	}
-	return s
+	s, c = bits.Add64(s, t, 0)
+	return s + c // no wrap: after a carry out s ≤ 2^64−2
 }
 
 // fold reduces a sum to 16 bits (not complemented).

@@ -75,6 +75,16 @@ func (c *TCPCoalescer) Start(out, seg []byte) bool {
 // Len returns the length of the frame built so far.
 func (c *TCPCoalescer) Len() int { return c.n }
 
+// Verified reports whether the current frame's IPv4 header checksum and
+// the TCP checksum of every segment in it were checked and found valid
+// (what virtio's DATA_VALID says): true when its first segment could be
+// extended (an IPv4 segment, not a fragment, whose checksums were
+// verified during the copy), and Append verifies each segment it adds. A
+// merged frame's new IPv4 header checksum is valid and its TCP checksum
+// partial (GSO.NeedsCsum). It stays valid after Finish, until the next
+// Start.
+func (c *TCPCoalescer) Verified() bool { return c.can }
+
 // Segments returns how many segments the frame holds.
 func (c *TCPCoalescer) Segments() int { return c.segs }
 

@@ -86,6 +86,15 @@ func (c *UDPCoalescer) Start(out, d []byte) bool {
 // Len returns the length of the frame built so far.
 func (c *UDPCoalescer) Len() int { return c.n }
 
+// Verified reports whether the current frame's IPv4 header checksum and
+// the UDP checksum of every datagram in it were checked and found valid
+// (what virtio's DATA_VALID says): true when its first datagram could be
+// extended, since only such a datagram had its checksums verified during
+// the copy, and Append verifies each datagram it adds. A merged frame's
+// new IPv4 header checksum is valid and its UDP checksum partial
+// (GSO.NeedsCsum). It stays valid after Finish, until the next Start.
+func (c *UDPCoalescer) Verified() bool { return c.can }
+
 // Segments returns how many datagrams the frame holds.
 func (c *UDPCoalescer) Segments() int { return c.segs }
 
@@ -179,6 +188,15 @@ func (c *Coalescer) Append(seg []byte) bool {
 		return c.u.Append(seg)
 	}
 	return c.tcp.Append(seg)
+}
+
+// Verified reports whether the current frame's checksums were verified;
+// see UDPCoalescer.Verified and TCPCoalescer.Verified.
+func (c *Coalescer) Verified() bool {
+	if c.udp {
+		return c.u.Verified()
+	}
+	return c.tcp.Verified()
 }
 
 // Len returns the length of the current frame.

@@ -73,6 +73,14 @@ type Meta struct {
 	// send socket, and with it the outer UDP source port, by it). Read
 	// leaves it zero.
 	Hash uint32
+	// CsumVerified says Read checked the frame's IPv4 header checksum
+	// and its TCP or UDP checksum (the full one, or every merged
+	// segment's before a super-frame's partial one) and found them valid,
+	// as virtio's DATA_VALID does: the switch's connection tracker need
+	// not sum the payload again. A port that did not check leaves it
+	// false, and the checksums are checked where they matter. Write
+	// ignores it.
+	CsumVerified bool
 }
 
 // Caps is what a port can do, as its Caps method reports it. The zero

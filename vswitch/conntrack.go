@@ -13,7 +13,9 @@ package vswitch
 //     writes a pending eth_dst into the frame (as OVS commits header
 //     changes before ct), then conntrack.Tracker.Process runs on the IPv4
 //     packet in the frame (Ethernet stripped; CsumPartial from the
-//     virtio header, super-frames whole), which rewrites it in place for
+//     virtio header, CsumVerified when the port checked the checksums on
+//     reading, port.Meta.CsumVerified: the payload is not summed twice;
+//     super-frames whole), which rewrites it in place for
 //     NAT; the frame's headers are extracted again when it did.
 //  3. A ct with table=N recirculates: the pipeline runs from table N (behind
 //     the same cache, keyed by the table and the ct_* fields) with the
@@ -65,6 +67,11 @@ type ctWorker struct {
 	drop      DropReason
 	dropTable uint8
 	pipeDrop  bool // drop came from the pipeline (counted by table too)
+	// verified: the port that read the frame checked its IPv4 header
+	// and L4 checksums (port.Meta.CsumVerified). Its copies for
+	// recirculations have the same bytes, and the tracker's NAT keeps
+	// the sums valid, so it holds for every ct step of the frame.
+	verified bool
 }
 
 // queuedOutput is an output of the frame not yet routed, with the flow
@@ -116,6 +123,7 @@ func (w *worker) tracked(snap *flowtable.Snapshot, i, size int) {
 		}
 	}
 	c.outs, c.dropped, c.pipeDrop = 0, false, false
+	c.verified = w.meta[i].CsumVerified
 	c.outq = c.outq[:0]
 	buf := w.bufs[i]
 	// The frame's header fields: the pipeline changed none of w.f's but
@@ -169,6 +177,9 @@ func (w *worker) runCT(snap *flowtable.Snapshot, d int, buf []byte, size int, g 
 		var pf conntrack.PacketFlags
 		if g.NeedsCsum {
 			pf = conntrack.CsumPartial
+		}
+		if c.verified {
+			pf |= conntrack.CsumVerified
 		}
 		c.t.Process(c.now, frame[packet.EthernetLen:], pf, a, m)
 		if a.NAT.Kind != conntrack.NATNone && m.State&(conntrack.StateSNAT|conntrack.StateDNAT) != 0 {

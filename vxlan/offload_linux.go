@@ -304,6 +304,7 @@ func (p *Port) read(st *rxState, bufs [][]byte, meta []port.Meta, offset int) (i
 		if coalesce {
 			if k > 0 {
 				meta[k-1].Size, meta[k-1].GSO = st.co.Finish()
+				meta[k-1].CsumVerified = st.co.Verified()
 			}
 			st.co.Start(bufs[k][offset:], inner)
 		} else {
@@ -315,6 +316,7 @@ func (p *Port) read(st *rxState, bufs [][]byte, meta []port.Meta, offset int) (i
 	}
 	if coalesce && k > 0 {
 		meta[k-1].Size, meta[k-1].GSO = st.co.Finish()
+		meta[k-1].CsumVerified = st.co.Verified()
 	}
 	p.addRx(k, nbytes, &drops)
 	return k, nil

@@ -96,6 +96,16 @@ type Config struct {
 	// between them: the pod pair of the probes is then idle for seconds
 	// rather than the minute or two of a full run.
 	RTTOnly bool
+	// BlastOnly runs only the frame blaster rows (UDP 64 B and 1400 B
+	// flat out, and their highest rates without loss): the packet-rate
+	// rows, measured on their own. TCP 1 stream is skipped too.
+	BlastOnly bool
+	// CPURate, when not 0, adds the rows UDP64CPUus and UDP1400CPUus:
+	// the blaster offers this many frames/s for Duration while the
+	// dataplane processes' CPU time is read before and after.
+	CPURate int
+	// CPUOnly, with CPURate, runs only those two rows.
+	CPUOnly bool
 	// NetpolPolicies is how many policies the networkpolicy row loads
 	// (at least 1: the one that admits the measured traffic), default
 	// NetpolPolicies.
@@ -149,6 +159,13 @@ type Metrics struct {
 	// and a bridge that no dataplane touches, the ceiling of the blaster
 	// on this machine (on OVS nodes eth0 is a port of OVS's br-ul).
 	UDP64NoDropBareKpps float64 `json:"udp64_nodrop_bare_kpps"`
+	// UDP64CPUus and UDP1400CPUus are the dataplane processes' CPU
+	// microseconds per delivered frame while the blaster offers
+	// Config.CPURate frames/s of 64 B (1400 B) frames, a rate both
+	// dataplanes forward: the cost of a frame, less noisy than a rate
+	// (0: not measured).
+	UDP64CPUus   float64 `json:"udp64_cpu_us"`
+	UDP1400CPUus float64 `json:"udp1400_cpu_us"`
 	// ICMP ping round trips.
 	RTTPingIdleP50us float64 `json:"rtt_ping_idle_p50_us"`
 	RTTPingIdleP99us float64 `json:"rtt_ping_idle_p99_us"`

@@ -37,6 +37,8 @@ var rows = []row{
 	{"UDP 1400 B blast, offered kpps", func(m Metrics) float64 { return m.UDP1400BlastOfferedKpps }, false, "", false},
 	{"UDP 1400 B blast, loss %", func(m Metrics) float64 { return 100 * m.UDP1400BlastLoss }, true, "", false},
 	{"UDP 1400 B blast, ≤0.5 % loss, kpps", func(m Metrics) float64 { return m.UDP1400NoDropKpps }, false, "", true},
+	{"UDP 64 B at a fixed rate, dataplane CPU µs per frame", func(m Metrics) float64 { return m.UDP64CPUus }, true, "", false},
+	{"UDP 1400 B at a fixed rate, dataplane CPU µs per frame", func(m Metrics) float64 { return m.UDP1400CPUus }, true, "", false},
 	{"UDP 64 B blast, ≤0.5 % loss, node to node on the underlay, kpps", func(m Metrics) float64 { return m.UDP64NoDropBareKpps }, false, "", true},
 	{"RTT UDP probe idle p50, µs", func(m Metrics) float64 { return m.RTTIdleP50us }, true, "≤1.2× floor", true},
 	{"RTT UDP probe idle p99, µs", func(m Metrics) float64 { return m.RTTIdleP99us }, true, "", true},

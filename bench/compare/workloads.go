@@ -71,6 +71,9 @@ func (e *env) run(ctx context.Context, run int) (Metrics, error) {
 	step := func(what string) { e.p.printf("%s run %d/%d: %s", e.dp, run, e.cfg.Runs, what) }
 	src, dst := e.pods(0)
 	var err error
+	if e.cfg.BlastOnly {
+		return m, e.blastRows(ctx, &m, src, dst, step)
+	}
 
 	step("TCP, 1 stream")
 	before := e.cpu()
@@ -149,20 +152,7 @@ func (e *env) throughput(ctx context.Context, m *Metrics, step func(string)) (er
 	if m.UDP1400GSOKpps, m.UDP1400GSOLoss, err = e.udpGSO(ctx, src, dst, 1400, gsoDatagrams); err != nil {
 		return err
 	}
-	step("UDP 64 B, frame blaster")
-	if m.UDP64BlastKpps, m.UDP64BlastOfferedKpps, m.UDP64BlastLoss, err = e.blast(ctx, src, dst, 64); err != nil {
-		return err
-	}
-	step("UDP 1400 B, frame blaster")
-	if m.UDP1400BlastKpps, m.UDP1400BlastOfferedKpps, m.UDP1400BlastLoss, err = e.blast(ctx, src, dst, 1400); err != nil {
-		return err
-	}
-	step("UDP 64 B, frame blaster: highest rate without loss")
-	if m.UDP64NoDropKpps, err = e.blastNoDrop(ctx, src, dst, 64, m.UDP64BlastOfferedKpps); err != nil {
-		return err
-	}
-	step("UDP 1400 B, frame blaster: highest rate without loss")
-	if m.UDP1400NoDropKpps, err = e.blastNoDrop(ctx, src, dst, 1400, m.UDP1400BlastOfferedKpps); err != nil {
+	if err = e.blastRows(ctx, m, src, dst, step); err != nil {
 		return err
 	}
 	step("UDP 64 B, frame blaster: highest rate without loss, node to node on the underlay")
@@ -250,6 +240,59 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 
 // tcp measures TCP throughput from src to dst with iperf3 if installed,
 // else with gvs-bench's own tcp-client (one process per stream).
+// blastRows measures the frame blaster rows from src to dst into m: UDP
+// 64 B and 1400 B flat out, then the highest rate of each without loss.
+func (e *env) blastRows(ctx context.Context, m *Metrics, src, dst cluster.Pod, step func(string)) error {
+	var err error
+	if e.cfg.CPURate > 0 {
+		step(fmt.Sprintf("UDP 64 B and 1400 B at %d frames/s: dataplane CPU per frame", e.cfg.CPURate))
+		if m.UDP64CPUus, err = e.cpuPerFrame(ctx, src, dst, 64); err != nil {
+			return err
+		}
+		if m.UDP1400CPUus, err = e.cpuPerFrame(ctx, src, dst, 1400); err != nil {
+			return err
+		}
+		if e.cfg.CPUOnly {
+			return nil
+		}
+	}
+	step("UDP 64 B, frame blaster")
+	if m.UDP64BlastKpps, m.UDP64BlastOfferedKpps, m.UDP64BlastLoss, err = e.blast(ctx, src, dst, 64); err != nil {
+		return err
+	}
+	step("UDP 1400 B, frame blaster")
+	if m.UDP1400BlastKpps, m.UDP1400BlastOfferedKpps, m.UDP1400BlastLoss, err = e.blast(ctx, src, dst, 1400); err != nil {
+		return err
+	}
+	step("UDP 64 B, frame blaster: highest rate without loss")
+	if m.UDP64NoDropKpps, err = e.blastNoDrop(ctx, src, dst, 64, m.UDP64BlastOfferedKpps); err != nil {
+		return err
+	}
+	step("UDP 1400 B, frame blaster: highest rate without loss")
+	if m.UDP1400NoDropKpps, err = e.blastNoDrop(ctx, src, dst, 1400, m.UDP1400BlastOfferedKpps); err != nil {
+		return err
+	}
+	return nil
+}
+
+// cpuPerFrame offers cfg.CPURate frames/s of the given size from src to
+// dst for cfg.Duration and returns the CPU microseconds the dataplane's
+// processes spent per delivered frame meanwhile.
+func (e *env) cpuPerFrame(ctx context.Context, src, dst cluster.Pod, frame int) (float64, error) {
+	before := e.cpu()
+	kpps, _, loss, err := e.blastAt(ctx, podEnd(src), podEnd(dst), frame, e.cfg.CPURate, e.cfg.Duration)
+	after := e.cpu()
+	if err != nil {
+		return 0, err
+	}
+	e.p.printf("    %d B at %.1f kpps: %.1f kpps delivered, %.2f %% lost, dataplane CPU %.2f s", frame, float64(e.cfg.CPURate)/1e3, kpps, 100*loss, after.dataplane-before.dataplane)
+	frames := kpps * 1e3 * e.cfg.Duration.Seconds()
+	if frames <= 0 {
+		return 0, nil
+	}
+	return (after.dataplane - before.dataplane) / frames * 1e6, nil
+}
+
 func (e *env) tcp(ctx context.Context, src, dst cluster.Pod, streams int, d time.Duration) (float64, error) {
 	if _, err := exec.LookPath("iperf3"); err == nil {
 		return e.iperf3(ctx, src, dst, streams, d)

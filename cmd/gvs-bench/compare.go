@@ -40,6 +40,9 @@ func compareCmd(ctx context.Context, args []string) error {
 	ctOnly := fs.Bool("conntrack-only", false, "run only TCP 1 stream and the connection-tracking rows")
 	netpolN := fs.Int("netpol-policies", compare.NetpolPolicies, "policies of the networkpolicy row")
 	netpolOnly := fs.Bool("netpol-only", false, "run only TCP 1 stream and the networkpolicy row")
+	blastOnly := fs.Bool("blast-only", false, "run only the frame blaster rows: UDP 64 B and 1400 B flat out and without loss (the packet rates)")
+	cpuRate := fs.Int("cpu-rate", 0, "with -blast-only or not: add the rows of the dataplane's CPU µs per frame while the blaster offers this many 64 B (1400 B) frames/s (0: none)")
+	cpuOnly := fs.Bool("cpu-only", false, "with -blast-only and -cpu-rate: run only the CPU per frame rows")
 	tcp1Only := fs.Bool("tcp1-only", false, "run only TCP 1 stream (a smoke run of the harness)")
 	rttOnly := fs.Bool("rtt-only", false, "run only TCP 1 stream and the round-trip rows")
 	netpol := fs.Bool("netpol", false, "add the networkpolicy row: gvs TCP 1 stream in the networkpolicy mode with 100 policies (a cluster of its own with gvs-master)")
@@ -73,6 +76,9 @@ func compareCmd(ctx context.Context, args []string) error {
 		NetpolPolicies:     *netpolN,
 		TCP1Only:           *tcp1Only,
 		RTTOnly:            *rttOnly,
+		BlastOnly:          *blastOnly,
+		CPURate:            *cpuRate,
+		CPUOnly:            *cpuOnly,
 		Progress:           os.Stderr,
 	}
 	rep, err := compare.Run(ctx, cfg)
