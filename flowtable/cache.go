@@ -1,6 +1,13 @@
 package flowtable
 
-import "math/bits"
+import (
+	"math/bits"
+	"unsafe"
+)
+
+// prefetchSpan is the part of a cache entry Prefetch loads: up to the
+// end of its rules.
+const prefetchSpan = unsafe.Offsetof(cacheEntry{}.ct)
 
 // Sizes of a cached verdict; a verdict with more outputs or hits is not
 // cached (the pipeline runs for it every time).
@@ -41,6 +48,7 @@ type Cache struct {
 	epoch   uint32
 	hits    uint64
 	misses  uint64
+	sink    uint64 // Prefetch's loads end here, so that they are not left out
 }
 
 type cacheEntry struct {
@@ -101,6 +109,42 @@ func (c *Cache) Run(s *Snapshot, f *Fields, v *Verdict) (hit bool) { return c.Ru
 
 // RunFrom is Snapshot.RunFrom behind the cache, as Run.
 func (c *Cache) RunFrom(s *Snapshot, start uint8, f *Fields, v *Verdict) (hit bool) {
+	return c.RunHashed(s, start, f, v, cacheHash(asWords(f), start))
+}
+
+// Hash returns the hash of the cache key of f from table start, which
+// Prefetch and RunHashed take. It is the same for every Cache.
+func (c *Cache) Hash(start uint8, f *Fields) uint64 { return cacheHash(asWords(f), start) }
+
+// Prefetch starts loading into the CPU's cache the entries that lookups of
+// the hashes hs (from Hash) will read first, and returns without waiting
+// for them. A worker with a batch of frames hashes them all and calls it
+// once before running them one by one, so that the memory latency of a
+// large cache's entries overlaps instead of adding up. It is a loop of
+// independent loads and little else, so that the CPU can issue many of
+// them before the first returns. It changes nothing that a lookup sees
+// and does not allocate.
+func (c *Cache) Prefetch(hs []uint64) {
+	var x uint64
+	for _, h := range hs {
+		e := &c.entries[h&c.mask]
+		// Every line a hit reads: from the key to the end of the rules,
+		// six or seven lines (an entry is not line-aligned); ct, at the
+		// end, only a tracked flow's verdict has.
+		p := unsafe.Pointer(e)
+		for off := uintptr(0); off < prefetchSpan; off += 64 {
+			x += *(*uint64)(unsafe.Add(p, off))
+		}
+		x += *(*uint64)(unsafe.Add(p, prefetchSpan-8))
+	}
+	c.sink = x
+}
+
+// RunHashed is RunFrom for a key whose hash h = c.Hash(start, f) the
+// caller has computed already (for Prefetch). A wrong h makes the
+// lookup miss where it could have hit, and fills the wrong entry, but
+// never returns another key's verdict.
+func (c *Cache) RunHashed(s *Snapshot, start uint8, f *Fields, v *Verdict, h uint64) (hit bool) {
 	if s != c.snap {
 		c.snap = s
 		c.epoch++
@@ -110,7 +154,7 @@ func (c *Cache) RunFrom(s *Snapshot, start uint8, f *Fields, v *Verdict) (hit bo
 		}
 	}
 	fw := asWords(f)
-	e := &c.entries[cacheHash(fw, start)&c.mask]
+	e := &c.entries[h&c.mask]
 	if e.epoch == c.epoch && e.start == start && e.key == *fw {
 		c.hits++
 		v.NOut = int(e.nOut)
@@ -126,7 +170,7 @@ func (c *Cache) RunFrom(s *Snapshot, start uint8, f *Fields, v *Verdict) (hit bo
 	c.misses++
 	if c.missed++; c.missed >= uint64(len(c.entries)) && len(c.entries) < c.max {
 		c.resize(min(4*len(c.entries), c.max))
-		e = &c.entries[cacheHash(fw, start)&c.mask]
+		e = &c.entries[h&c.mask]
 	}
 	e.key = *fw
 	s.RunFrom(start, f, v)

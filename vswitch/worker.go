@@ -62,6 +62,12 @@ type worker struct {
 	// drops (limit.go).
 	policed []bool
 	hold    *time.Timer // holdBack's, made when first needed
+	// The batch's frames' header fields, extracted before the frames run
+	// (prefetchCache), whether Extract took each, and their cache
+	// hashes.
+	fs  []flowtable.Fields
+	fok []bool
+	hs  []uint64
 }
 
 func (s *Switch) newWorker(e *portEntry, q Port) *worker {
@@ -74,6 +80,9 @@ func (s *Switch) newWorker(e *portEntry, q Port) *worker {
 		bufs:    append([][]byte(nil), sl.bufs[:n]...),
 		meta:    make([]port.Meta, n),
 		policed: make([]bool, n),
+		fs:      make([]flowtable.Fields, n),
+		fok:     make([]bool, n),
+		hs:      make([]uint64, n),
 		spare:   append([][]byte(nil), sl.bufs[n:]...),
 		slab:    sl,
 	}
@@ -168,6 +177,7 @@ func (w *worker) process(n int) {
 	if w.ct.t != nil && snap.HasConntrack() {
 		w.prefetch(n)
 	}
+	w.prefetchCache(n)
 	pl := in.limit.Load()
 	if pl != nil && pl.pol != nil {
 		pl.pol.police(w.meta[:n], w.policed[:n], s.now())
@@ -187,21 +197,16 @@ func (w *worker) process(n int) {
 			continue
 		}
 		rxBytes += uint64(size)
-		frame := w.bufs[i][Headroom : Headroom+size]
-		w.f = flowtable.Fields{InPort: in.no}
-		if in.caps.Tunnel {
-			w.f.TunID = uint64(m.Tunnel.VNI)
-			w.f.TunSrc = m.Tunnel.Addr
-		}
 		if m.GSO.IsGSO() && !in.caps.Offload {
 			w.drop(DropGSO) // Config.NoOffload, or a port that broke its Caps
 			continue
 		}
-		if !flowtable.Extract(frame, &w.f) {
+		if !w.fok[i] {
 			w.drop(DropMalformed)
 			continue
 		}
-		w.run(snap, 0, &w.f, &w.v)
+		w.f = w.fs[i]
+		w.runFirst(snap, &w.f, &w.v, w.hs[i])
 		if w.v.NCT > 0 {
 			w.tracked(snap, i, size)
 			continue
@@ -226,6 +231,54 @@ func (w *worker) process(n int) {
 	w.nLookups, w.nHits, w.nRecircs = 0, 0, 0
 	w.hits.Flush()
 	w.flush()
+}
+
+// prefetchCache extracts the header fields of the batch's first n frames
+// (into fs and fok), hashes them for the cache and starts loading their
+// cache entries, so that the batch's lookups do not each wait for
+// memory in turn (flowtable.Cache.Prefetch). A frame that process drops
+// before its lookup is extracted too, for nothing; frames are not
+// changed between here and their turn in process (each has its own
+// buffer), so the fields are the ones Extract would find then.
+func (w *worker) prefetchCache(n int) {
+	in := w.in
+	for i := range n {
+		m := &w.meta[i]
+		w.fok[i] = false
+		w.hs[i] = 0
+		if m.Size < 0 || m.Size > len(w.bufs[i])-Headroom {
+			continue
+		}
+		f := &w.fs[i]
+		*f = flowtable.Fields{InPort: in.no}
+		if in.caps.Tunnel {
+			f.TunID = uint64(m.Tunnel.VNI)
+			f.TunSrc = m.Tunnel.Addr
+		}
+		if !flowtable.Extract(w.bufs[i][Headroom:Headroom+m.Size], f) {
+			continue
+		}
+		w.fok[i] = true
+		if w.cache != nil {
+			w.hs[i] = w.cache.Hash(0, f)
+		}
+	}
+	if w.cache != nil {
+		w.cache.Prefetch(w.hs[:n])
+	}
+}
+
+// runFirst is run from table 0 for fields whose cache hash (h, from
+// prefetchCache) is known.
+func (w *worker) runFirst(snap *flowtable.Snapshot, f *flowtable.Fields, v *flowtable.Verdict, h uint64) {
+	w.nLookups++
+	if w.cache == nil {
+		snap.RunFrom(0, f, v)
+		return
+	}
+	if w.cache.RunHashed(snap, 0, f, v, h) {
+		w.nHits++
+	}
 }
 
 // run runs the pipeline of snap from table start for f into v, behind the
