@@ -29,7 +29,7 @@ import (
 //
 // Whether the stall happens depends on which thread ran the reader, so
 // the test promotes three ports, each in a lab of its own, and fails when
-// two or more stalled. On the shared 2-vCPU machine, before the three-port
+// two or more stalled in each of two rounds. On the shared 2-vCPU machine, before the three-port
 // form, one promotion per run: 7 of 9 stalled without the fix, 1 of 11
 // with it (14.9 ms; noise or a case the fix misses). In the three-port
 // form: 9 of 9 stalled without it (3 failed runs, 11–18 ms), 0 of 9 with it.
@@ -38,20 +38,30 @@ func TestPromotionKeepsNetpoller(t *testing.T) {
 		t.Skip(err)
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
-	var gaps []time.Duration
-	stalled := 0
-	for i := range 3 {
-		var gap time.Duration
-		t.Run(fmt.Sprint(i), func(t *testing.T) { gap = promotionGap(t) })
-		gaps = append(gaps, gap)
-		if gap > 6*time.Millisecond {
-			stalled++
+	// The stall is sysmon's: 10 ms and more (11–18 ms in every promotion
+	// without the fix). A busy machine can delay the tick's goroutine by a
+	// few milliseconds too, so the bar is 9 ms, and a round that fails is
+	// tried once more: the test fails when both rounds had two or more
+	// of their three promotions stalled.
+	var rounds [][]time.Duration
+	for round := range 2 {
+		var gaps []time.Duration
+		stalled := 0
+		for i := range 3 {
+			var gap time.Duration
+			t.Run(fmt.Sprintf("%d/%d", round, i), func(t *testing.T) { gap = promotionGap(t) })
+			gaps = append(gaps, gap)
+			if gap > 9*time.Millisecond {
+				stalled++
+			}
+		}
+		rounds = append(rounds, gaps)
+		t.Logf("round %d: longest gaps between 2 ms ticks: %v", round, gaps)
+		if stalled < 2 {
+			return
 		}
 	}
-	if stalled >= 2 {
-		t.Errorf("a netpoller wait of a 2 ms timer took more than 6 ms while the port promoted, in %d of 3 promotions: longest gaps %v", stalled, gaps)
-	}
-	t.Logf("longest gaps between 2 ms ticks: %v", gaps)
+	t.Errorf("a netpoller wait of a 2 ms timer took more than 9 ms while the port promoted, in two or more of 3 promotions in both rounds: longest gaps %v", rounds)
 }
 
 // promotionGap makes a TAP port with rings on demand, drives it to its
