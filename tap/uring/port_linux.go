@@ -405,6 +405,15 @@ func (p *Port) Read(bufs [][]byte, meta []port.Meta, offset int) (int, error) {
 		if err := p.Device.SetPolled(false); err != nil {
 			rx.err = err
 		}
+		// This goroutine came out of the netpoller, often on the thread
+		// that was polling it, which it has just locked and is about to
+		// block in io_uring_enter without giving up its processor. No
+		// idle thread wakes to poll the network in its place, so every
+		// other goroutine waiting there (vxlan0's reader) would wait for
+		// sysmon, 10–20 ms (bench/results/2026-11-29-stall.md). Starting
+		// a goroutine wakes an idle thread, which runs it and then takes
+		// over the netpoller. Once per promotion, not per frame.
+		go func() {}()
 	} else if err := rx.check(bufs, offset); err != nil {
 		return 0, err
 	}
