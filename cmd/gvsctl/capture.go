@@ -67,6 +67,12 @@ func captureCmd(ctx context.Context, socket string, jsonOut bool, stdout, stderr
 	}
 	req := control.CaptureRequest{Port: port, Dir: *dir, Count: *count, Seconds: dur.Seconds(), Snaplen: *snap}
 
+	// Ctrl-C is caught from before the capture starts: one that comes
+	// as soon as the daemon has started it (a script that waits for the
+	// daemon's capture and interrupts) must stop it cleanly, not kill
+	// gvsctl before it wrote the file's header.
+	sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	var start control.CaptureStart
 	s, err := control.Open(ctx, socket, control.Request{Command: "capture", Capture: &req}, &start)
 	if err != nil {
@@ -86,8 +92,6 @@ func captureCmd(ctx context.Context, socket string, jsonOut bool, stdout, stderr
 		start.Port, start.Name, start.Dir, start.Snaplen)
 
 	// Ctrl-C asks the daemon to stop; it answers with the summary.
-	sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	go func() {
 		<-sig.Done()
 		_ = s.CloseWrite()
