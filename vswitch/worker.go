@@ -206,7 +206,7 @@ func (w *worker) process(n int) {
 			continue
 		}
 		w.f = w.fs[i]
-		w.runFirst(snap, &w.f, &w.v, w.hs[i])
+		w.runHashed(snap, 0, &w.f, &w.v, w.hs[i])
 		if w.v.NCT > 0 {
 			w.tracked(snap, i, size)
 			continue
@@ -268,28 +268,25 @@ func (w *worker) prefetchCache(n int) {
 	}
 }
 
-// runFirst is run from table 0 for fields whose cache hash (h, from
-// prefetchCache) is known.
-func (w *worker) runFirst(snap *flowtable.Snapshot, f *flowtable.Fields, v *flowtable.Verdict, h uint64) {
-	w.nLookups++
-	if w.cache == nil {
-		snap.RunFrom(0, f, v)
-		return
-	}
-	if w.cache.RunHashed(snap, 0, f, v, h) {
-		w.nHits++
-	}
-}
-
 // run runs the pipeline of snap from table start for f into v, behind the
 // worker's cache.
 func (w *worker) run(snap *flowtable.Snapshot, start uint8, f *flowtable.Fields, v *flowtable.Verdict) {
+	var h uint64
+	if w.cache != nil {
+		h = w.cache.Hash(start, f)
+	}
+	w.runHashed(snap, start, f, v, h)
+}
+
+// runHashed is run for fields whose cache hash h is known (prefetchCache
+// computed it for the batch).
+func (w *worker) runHashed(snap *flowtable.Snapshot, start uint8, f *flowtable.Fields, v *flowtable.Verdict, h uint64) {
 	w.nLookups++
 	if w.cache == nil {
 		snap.RunFrom(start, f, v)
 		return
 	}
-	if w.cache.RunFrom(snap, start, f, v) {
+	if w.cache.RunHashed(snap, start, f, v, h) {
 		w.nHits++
 	}
 }
