@@ -29,14 +29,28 @@ const DefaultCacheSize = 4096
 const MinCacheSize = 64
 
 // Cache is a direct-mapped exact-match cache in front of a Snapshot's
-// pipeline, keyed by the complete Fields given to Run and the table the run
-// starts in (0, or a recirculation's table). The ct_* fields are part of
-// Fields, so a packet of one flow meets one entry while it is +new and
-// another once it is +est; and a run's ct actions are part of what it
-// caches (Verdict.CT), never carried out by it, so a hit skips no ct
-// action: the caller still hands every packet to the tracker for each of
-// them. Entries are valid only for the snapshot that filled them: a new
-// snapshot empties the cache logically (by bumping an epoch, in O(1)).
+// pipeline, keyed by the table the run starts in (0, or a
+// recirculation's table) and the bits of the Fields given to Run that the
+// snapshot can look at: f & s.KeyMask(), a snapshot-wide megaflow mask
+// (keymask.go). KeyMask is the union of every subtable's match mask and
+// of every field an action reads or copies into a verdict, and it always
+// holds the pipeline metadata (in_port, registers, tunnel fields, ct_state,
+// ct_zone, ct_mark, ct_label), the Ethernet fields and the protocols; only
+// header fields no rule reads (typically tp_src and the conntrack tuple's
+// ct_tp_src) are left out, so that a new connection's packets meet the
+// entries an earlier connection filled. A hit therefore means that the
+// pipeline's verdict cannot depend on the fields in which the packet
+// differs from the one that filled the entry. When the mask is all ones
+// the key is the complete Fields, as it was before the mask, and the
+// cache does not mask at all.
+//
+// The ct_* fields are in the key as far as rules match them, so a
+// packet of one flow meets one entry while it is +new and another once it
+// is +est; and a run's ct actions are part of what it caches (Verdict.CT),
+// never carried out by it, so a hit skips no ct action: the caller still
+// hands every packet to the tracker for each of them. Entries are valid
+// only for the snapshot that filled them: a new snapshot empties the cache
+// logically (by bumping an epoch, in O(1)).
 //
 // A Cache belongs to one worker: it is not safe for concurrent use.
 type Cache struct {
@@ -109,12 +123,19 @@ func (c *Cache) Run(s *Snapshot, f *Fields, v *Verdict) (hit bool) { return c.Ru
 
 // RunFrom is Snapshot.RunFrom behind the cache, as Run.
 func (c *Cache) RunFrom(s *Snapshot, start uint8, f *Fields, v *Verdict) (hit bool) {
-	return c.RunHashed(s, start, f, v, cacheHash(asWords(f), start))
+	return c.RunHashed(s, start, f, v, c.Hash(s, start, f))
 }
 
-// Hash returns the hash of the cache key of f from table start, which
-// Prefetch and RunHashed take. It is the same for every Cache.
-func (c *Cache) Hash(start uint8, f *Fields) uint64 { return cacheHash(asWords(f), start) }
+// Hash returns the hash of the cache key of f from table start under
+// snapshot s (f masked with s.KeyMask()), which Prefetch and RunHashed
+// take. It is the same for every Cache.
+func (c *Cache) Hash(s *Snapshot, start uint8, f *Fields) uint64 {
+	if !s.masked {
+		return cacheHash(asWords(f), start)
+	}
+	k := s.cacheKey(asWords(f))
+	return cacheHash(&k, start)
+}
 
 // Prefetch starts loading into the CPU's cache the entries that lookups of
 // the hashes hs (from Hash) will read first, and returns without waiting
@@ -140,10 +161,13 @@ func (c *Cache) Prefetch(hs []uint64) {
 	c.sink = x
 }
 
-// RunHashed is RunFrom for a key whose hash h = c.Hash(start, f) the
-// caller has computed already (for Prefetch). A wrong h makes the
-// lookup miss where it could have hit, and fills the wrong entry, but
-// never returns another key's verdict.
+// RunHashed is RunFrom for a key whose hash h = c.Hash(s, start, f) the
+// caller has computed already (for Prefetch). A wrong h (one computed
+// under another snapshot's mask, or for other fields) makes the lookup
+// miss where it could have hit, and fills the wrong entry, but never
+// returns another key's verdict: an entry holds its key masked with the
+// mask of the snapshot that filled it, and only that snapshot's runs
+// (epoch) compare against it, with the same mask.
 func (c *Cache) RunHashed(s *Snapshot, start uint8, f *Fields, v *Verdict, h uint64) (hit bool) {
 	if s != c.snap {
 		c.snap = s
@@ -154,6 +178,10 @@ func (c *Cache) RunHashed(s *Snapshot, start uint8, f *Fields, v *Verdict, h uin
 		}
 	}
 	fw := asWords(f)
+	if s.masked {
+		k := s.cacheKey(fw)
+		fw = &k
+	}
 	e := &c.entries[h&c.mask]
 	if e.epoch == c.epoch && e.start == start && e.key == *fw {
 		c.hits++

@@ -487,6 +487,7 @@ func TestExtract(t *testing.T) {
 // the pipeline's verdicts, and Shrink takes it back to its start.
 func TestCacheGrowsAndShrinks(t *testing.T) {
 	tbl := loadProgram(t, 100, 20)
+	keepTpSrc(t, tbl) // a flow is a source port
 	s := tbl.Snapshot()
 	c := NewCache(1024)
 	if c.Len() != MinCacheSize {

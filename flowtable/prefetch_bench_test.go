@@ -44,6 +44,7 @@ func coldFlows(tb testing.TB, s *Snapshot, c *Cache, size int) []Fields {
 func BenchmarkCacheBatch(b *testing.B) {
 	const batch = 64
 	tbl := loadProgram(b, benchPods, benchRemotes)
+	keepTpSrc(b, tbl) // a flow is a source port
 	s := tbl.Snapshot()
 	for _, size := range []int{4096, 16384, 65536} {
 		c := NewCache(size)
@@ -79,7 +80,7 @@ func BenchmarkCacheBatch(b *testing.B) {
 						}
 					} else {
 						for j := range fs {
-							hs[j] = c.Hash(0, &fs[j])
+							hs[j] = c.Hash(s, 0, &fs[j])
 						}
 						c.Prefetch(hs[:])
 						for j := range fs {
@@ -109,6 +110,7 @@ func gcd(a, b int) int {
 // hash gives RunFrom's verdict.
 func TestCachePrefetchNoAllocs(t *testing.T) {
 	tbl := loadProgram(t, benchPods, benchRemotes)
+	keepTpSrc(t, tbl) // a flow is a source port
 	s := tbl.Snapshot()
 	c := NewCache(4096)
 	flows := coldFlows(t, s, c, 4096)[:64]
@@ -116,7 +118,7 @@ func TestCachePrefetchNoAllocs(t *testing.T) {
 	var v, w Verdict
 	allocs := testing.AllocsPerRun(100, func() {
 		for j := range flows {
-			hs[j] = c.Hash(0, &flows[j])
+			hs[j] = c.Hash(s, 0, &flows[j])
 		}
 		c.Prefetch(hs[:])
 		for j := range flows {
@@ -131,7 +133,7 @@ func TestCachePrefetchNoAllocs(t *testing.T) {
 	}
 	for j := range flows {
 		f, g := flows[j], flows[j]
-		c.RunHashed(s, 0, &f, &v, c.Hash(0, &f))
+		c.RunHashed(s, 0, &f, &v, c.Hash(s, 0, &f))
 		s.Run(&g, &w)
 		if v.NOut != w.NOut || v.Drop != w.Drop || v.NHits != w.NHits || (v.NOut > 0 && v.Outputs[0] != w.Outputs[0]) {
 			t.Fatalf("flow %d: cached %+v, pipeline %+v", j, v, w)

@@ -37,6 +37,15 @@ type Snapshot struct {
 	n      int
 	nCT    int // rules with a ct action
 	tables [256]*table
+	// refs counts, per Field, the rules whose actions refer to it
+	// (refs[refUnknown]: rules with an action the key mask cannot
+	// express); see keymask.go.
+	refs [numFields + 1]int
+	// wild is the cache key's wildcard: the Fields bits no rule's match
+	// or action can see (setKeyMask, at publish); masked is wild != 0.
+	// A zero Snapshot wildcards nothing.
+	wild   words
+	masked bool
 }
 
 // Generation returns the snapshot's generation; each publish by the same

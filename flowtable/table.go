@@ -154,6 +154,7 @@ func (t *Table) publish(x *txn) {
 			x.s.tables[id] = nil
 		}
 	}
+	x.s.setKeyMask()
 	t.snap.Store(x.s)
 	t.log.Debug("flowtable: published", "generation", x.s.gen, "rules", x.s.n, "added", x.adds, "deleted", x.dels)
 }
@@ -240,8 +241,10 @@ func (x *txn) insert(r *Rule) {
 	sh.put(st, &entry{key: *key, rules: rules}, h)
 	x.adds++
 	x.s.nCT += b2i(r.hasCT())
+	x.s.countRefs(r, 1)
 	if replaced != nil {
 		x.s.nCT -= b2i(replaced.hasCT())
+		x.s.countRefs(replaced, -1)
 		x.unindex(replaced)
 	} else {
 		st.n++
@@ -289,6 +292,7 @@ func (x *txn) remove(r *Rule) bool {
 	tb.n--
 	x.s.n--
 	x.s.nCT -= b2i(r.hasCT())
+	x.s.countRefs(r, -1)
 	st.delPrio(r.Priority)
 	x.unindex(r)
 	x.dels++

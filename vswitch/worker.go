@@ -177,7 +177,7 @@ func (w *worker) process(n int) {
 	if w.ct.t != nil && snap.HasConntrack() {
 		w.prefetch(n)
 	}
-	w.prefetchCache(n)
+	w.prefetchCache(snap, n)
 	pl := in.limit.Load()
 	if pl != nil && pl.pol != nil {
 		pl.pol.police(w.meta[:n], w.policed[:n], s.now())
@@ -240,7 +240,7 @@ func (w *worker) process(n int) {
 // before its lookup is extracted too, for nothing; frames are not
 // changed between here and their turn in process (each has its own
 // buffer), so the fields are the ones Extract would find then.
-func (w *worker) prefetchCache(n int) {
+func (w *worker) prefetchCache(snap *flowtable.Snapshot, n int) {
 	in := w.in
 	for i := range n {
 		m := &w.meta[i]
@@ -260,7 +260,7 @@ func (w *worker) prefetchCache(n int) {
 		}
 		w.fok[i] = true
 		if w.cache != nil {
-			w.hs[i] = w.cache.Hash(0, f)
+			w.hs[i] = w.cache.Hash(snap, 0, f)
 		}
 	}
 	if w.cache != nil {
@@ -273,7 +273,7 @@ func (w *worker) prefetchCache(n int) {
 func (w *worker) run(snap *flowtable.Snapshot, start uint8, f *flowtable.Fields, v *flowtable.Verdict) {
 	var h uint64
 	if w.cache != nil {
-		h = w.cache.Hash(start, f)
+		h = w.cache.Hash(snap, start, f)
 	}
 	w.runHashed(snap, start, f, v, h)
 }
