@@ -1,33 +1,10 @@
 package flowtable
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/gvswitch/gvs/conntrack"
 )
-
-// statefulRules is the benchmarks' stateful rule set in front of the
-// OpenShift program (a copy of lab/cluster's statefulGVS): every IP
-// packet goes through the tracker; new connections are committed,
-// established and related ones pass, the rest is dropped.
-var statefulRules = []string{
-	"table=0, priority=1001, ip, ct_state=-trk, actions=ct(table=0)",
-	"table=30, priority=500, ip, ct_state=+trk+new, actions=ct(commit),goto_table:31",
-	"table=30, priority=500, ip, ct_state=+trk+est, actions=goto_table:31",
-	"table=30, priority=500, ip, ct_state=+trk+rel, actions=goto_table:31",
-	"table=30, priority=400, ip, ct_state=+trk, actions=drop",
-}
-
-// statefulProgram is loadProgram(pods, remotes) with statefulRules.
-func statefulProgram(tb testing.TB, pods, remotes int) *Table {
-	tb.Helper()
-	tbl := loadProgram(tb, pods, remotes)
-	if err := tbl.Add(mustRules(tb, strings.Join(statefulRules, "\n"))...); err != nil {
-		tb.Fatal(err)
-	}
-	return tbl
-}
 
 func TestKeyMaskStateful(t *testing.T) {
 	m := statefulProgram(t, 60, 4).Snapshot().KeyMask()
@@ -72,18 +49,6 @@ table=0, priority=1, ip, ct_state=+trk+new, ct_nw_proto=6, ct_nw_src=1.2.3.4, ct
 	if c := NewCache(64); c.Hash(s, 0, &f) != cacheHash(asWords(&f), 0) {
 		t.Error("an unmasked snapshot's hash is not the hash of the whole Fields")
 	}
-}
-
-// tcpFields is a TCP packet's fields from src:sport to dst:dport.
-func tcpFields(tb testing.TB, inPort uint32, src, dst [4]byte, sport, dport uint16) Fields {
-	tb.Helper()
-	fr := udpFrame(src, dst, sport, dport)
-	fr[14+9] = 6
-	f := Fields{InPort: inPort}
-	if !Extract(fr, &f) {
-		tb.Fatal("Extract failed")
-	}
-	return f
 }
 
 // passes runs packet f through c as the switch does with the stateful
