@@ -133,8 +133,7 @@ func (c *Cache) Hash(s *Snapshot, start uint8, f *Fields) uint64 {
 	if !s.masked {
 		return cacheHash(asWords(f), start)
 	}
-	k := s.cacheKey(asWords(f))
-	return cacheHash(&k, start)
+	return cacheHashMasked(asWords(f), &s.wild, start)
 }
 
 // Prefetch starts loading into the CPU's cache the entries that lookups of
@@ -178,12 +177,8 @@ func (c *Cache) RunHashed(s *Snapshot, start uint8, f *Fields, v *Verdict, h uin
 		}
 	}
 	fw := asWords(f)
-	if s.masked {
-		k := s.cacheKey(fw)
-		fw = &k
-	}
 	e := &c.entries[h&c.mask]
-	if e.epoch == c.epoch && e.start == start && e.key == *fw {
+	if e.epoch == c.epoch && e.start == start && (!s.masked && e.key == *fw || s.masked && s.sameKey(&e.key, fw)) {
 		c.hits++
 		v.NOut = int(e.nOut)
 		v.NHits = int(e.nHits)
@@ -200,7 +195,11 @@ func (c *Cache) RunHashed(s *Snapshot, start uint8, f *Fields, v *Verdict, h uin
 		c.resize(min(4*len(c.entries), c.max))
 		e = &c.entries[h&c.mask]
 	}
-	e.key = *fw
+	if s.masked {
+		s.setKey(&e.key, fw)
+	} else {
+		e.key = *fw
+	}
 	s.RunFrom(start, f, v)
 	if v.NOut > cacheOuts || v.NHits > cacheHits || v.NCT > cacheCT {
 		e.epoch = 0
@@ -233,3 +232,31 @@ func cacheHash(fw *words, start uint8) uint64 {
 	}
 	return hashFinish(h0 ^ bits.RotateLeft64(h1, 17) ^ bits.RotateLeft64(h2, 31) ^ bits.RotateLeft64(h3, 47))
 }
+
+// cacheHashMasked is cacheHash of fw &^ wild, the key of a snapshot
+// whose cache key leaves the bits of wild out, without making the key.
+// Only words wildLo to wildHi can have wildcard bits (keymask.go); the
+// lanes and their order are cacheHash's, so that it gives the hash of
+// the masked key (TestKeyMaskStateful).
+func cacheHashMasked(fw, wild *words, start uint8) uint64 {
+	// The words are written out: Fields must be 17 words, and
+	// [wildLo, wildHi] = [8, 14] (both checked when compiling, below).
+	h0, h1, h2, h3 := uint64(hashSeed)^uint64(start), uint64(hashMul1), uint64(hashMul2), uint64(hashSeed)>>1
+	h0, h1, h2, h3 = hashWord(h0, fw[0]), hashWord(h1, fw[1]), hashWord(h2, fw[2]), hashWord(h3, fw[3])
+	h0, h1, h2, h3 = hashWord(h0, fw[4]), hashWord(h1, fw[5]), hashWord(h2, fw[6]), hashWord(h3, fw[7])
+	h0, h1, h2, h3 = hashWord(h0, fw[8]&^wild[8]), hashWord(h1, fw[9]&^wild[9]), hashWord(h2, fw[10]&^wild[10]), hashWord(h3, fw[11]&^wild[11])
+	h0, h1, h2, h3 = hashWord(h0, fw[12]&^wild[12]), hashWord(h1, fw[13]&^wild[13]), hashWord(h2, fw[14]&^wild[14]), hashWord(h3, fw[15])
+	h0 = hashWord(h0, fw[16])
+	return hashFinish(h0 ^ bits.RotateLeft64(h1, 17) ^ bits.RotateLeft64(h2, 31) ^ bits.RotateLeft64(h3, 47))
+}
+
+// Compile-time checks of cacheHashMasked's layout: a negative array
+// length does not compile.
+var (
+	_ [nWords - 17]struct{}
+	_ [17 - nWords]struct{}
+	_ [wildLo - 8]struct{}
+	_ [8 - wildLo]struct{}
+	_ [wildHi - 14]struct{}
+	_ [14 - wildHi]struct{}
+)

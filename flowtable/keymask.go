@@ -164,10 +164,40 @@ func (s *Snapshot) setKeyMask() {
 			keep[i] |= m[i]
 		}
 	}
-	s.masked = false
+	s.nWild = 0
 	for i := range keep {
 		s.wild[i] = ^keep[i]
-		s.masked = s.masked || s.wild[i] != 0
+		if s.wild[i] != 0 {
+			s.wildIdx[s.nWild] = uint8(i)
+			s.nWild++
+		}
+	}
+	s.masked = s.nWild > 0
+}
+
+// The words of Fields that wildcardable touches (TestWildcardableWords
+// checks them): the cache compares the words outside as they are.
+const wildLo, wildHi = 8, 14
+
+// sameKey reports whether key (masked with s's mask) is fw's cache key
+// under s. It compares the words that cannot have wildcard bits as they
+// are (block compares) and the rest masked, without a branch per word.
+func (s *Snapshot) sameKey(key, fw *words) bool {
+	if *(*[wildLo]uint64)(key[:wildLo]) != *(*[wildLo]uint64)(fw[:wildLo]) {
+		return false
+	}
+	var d uint64
+	for i := wildLo; i <= wildHi; i++ {
+		d |= (key[i] ^ fw[i]) &^ s.wild[i]
+	}
+	return d == 0 && *(*[nWords - wildHi - 1]uint64)(key[wildHi+1:]) == *(*[nWords - wildHi - 1]uint64)(fw[wildHi+1:])
+}
+
+// setKey sets key to fw's cache key under s.
+func (s *Snapshot) setKey(key, fw *words) {
+	*key = *fw
+	for _, i := range s.wildIdx[:s.nWild] {
+		key[i] &^= s.wild[i]
 	}
 }
 
@@ -181,13 +211,4 @@ func (s *Snapshot) KeyMask() Fields {
 		w[i] = ^s.wild[i]
 	}
 	return m
-}
-
-// cacheKey returns the words of f that the cache keys on for s (s.masked
-// must be true).
-func (s *Snapshot) cacheKey(fw *words) (k words) {
-	for i := range k {
-		k[i] = fw[i] &^ s.wild[i]
-	}
-	return k
 }

@@ -28,6 +28,29 @@ func TestKeyMaskStateful(t *testing.T) {
 	if (&Snapshot{}).masked {
 		t.Error("the zero Snapshot masks")
 	}
+	// The masked hash is the hash of the masked key.
+	s := statefulProgram(t, 60, 4).Snapshot()
+	f := tcpFields(t, podPort(0), podIP(0), podIP(50), 40000, 80)
+	k := f
+	for i, w, kw := 0, asWords(&m), asWords(&k); i < len(w); i++ {
+		kw[i] &= w[i]
+	}
+	if h := NewCache(64).Hash(s, 3, &f); h != cacheHash(asWords(&k), 3) {
+		t.Errorf("Hash %#x, the hash of the masked key %#x", h, cacheHash(asWords(&k), 3))
+	}
+}
+
+// The words of Fields that can hold wildcard bits lie in [wildLo, wildHi]
+// (the cache compares the others as they are).
+func TestWildcardableWords(t *testing.T) {
+	for i, w := range wildcardable {
+		if w != 0 && (i < wildLo || i > wildHi) {
+			t.Errorf("word %d (%#x) of wildcardable is outside [%d, %d]", i, w, wildLo, wildHi)
+		}
+	}
+	if wildcardable[wildLo] == 0 || wildcardable[wildHi] == 0 {
+		t.Errorf("[%d, %d] is wider than wildcardable's words", wildLo, wildHi)
+	}
 }
 
 // A rule set that reads every field the key may leave out makes the key
