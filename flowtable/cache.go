@@ -164,9 +164,8 @@ func (c *Cache) Prefetch(hs []uint64) {
 // caller has computed already (for Prefetch). A wrong h (one computed
 // under another snapshot's mask, or for other fields) makes the lookup
 // miss where it could have hit, and fills the wrong entry, but never
-// returns another key's verdict: an entry holds its key masked with the
-// mask of the snapshot that filled it, and only that snapshot's runs
-// (epoch) compare against it, with the same mask.
+// returns another key's verdict: only the runs of the snapshot that
+// filled an entry (epoch) compare against it, with that snapshot's mask.
 func (c *Cache) RunHashed(s *Snapshot, start uint8, f *Fields, v *Verdict, h uint64) (hit bool) {
 	if s != c.snap {
 		c.snap = s
@@ -178,7 +177,10 @@ func (c *Cache) RunHashed(s *Snapshot, start uint8, f *Fields, v *Verdict, h uin
 	}
 	fw := asWords(f)
 	e := &c.entries[h&c.mask]
-	if e.epoch == c.epoch && e.start == start && (!s.masked && e.key == *fw || s.masked && s.sameKey(&e.key, fw)) {
+	// An entry keeps the whole Fields of the packet that filled it: a
+	// packet of that flow hits with a block compare; another one whose
+	// fields differ only outside the key mask hits with the masked one.
+	if e.epoch == c.epoch && e.start == start && (e.key == *fw || s.masked && s.sameKey(&e.key, fw)) {
 		c.hits++
 		v.NOut = int(e.nOut)
 		v.NHits = int(e.nHits)
@@ -195,11 +197,7 @@ func (c *Cache) RunHashed(s *Snapshot, start uint8, f *Fields, v *Verdict, h uin
 		c.resize(min(4*len(c.entries), c.max))
 		e = &c.entries[h&c.mask]
 	}
-	if s.masked {
-		s.setKey(&e.key, fw)
-	} else {
-		e.key = *fw
-	}
+	e.key = *fw
 	s.RunFrom(start, f, v)
 	if v.NOut > cacheOuts || v.NHits > cacheHits || v.NCT > cacheCT {
 		e.epoch = 0

@@ -164,23 +164,19 @@ func (s *Snapshot) setKeyMask() {
 			keep[i] |= m[i]
 		}
 	}
-	s.nWild = 0
+	s.masked = false
 	for i := range keep {
 		s.wild[i] = ^keep[i]
-		if s.wild[i] != 0 {
-			s.wildIdx[s.nWild] = uint8(i)
-			s.nWild++
-		}
+		s.masked = s.masked || s.wild[i] != 0
 	}
-	s.masked = s.nWild > 0
 }
 
 // The words of Fields that wildcardable touches (TestWildcardableWords
 // checks them): the cache compares the words outside as they are.
 const wildLo, wildHi = 8, 14
 
-// sameKey reports whether key (masked with s's mask) is fw's cache key
-// under s. It compares the words that cannot have wildcard bits as they
+// sameKey reports whether key and fw agree on every bit of s's key
+// mask. It compares the words that cannot have wildcard bits as they
 // are (block compares) and the rest masked, without a branch per word.
 func (s *Snapshot) sameKey(key, fw *words) bool {
 	if *(*[wildLo]uint64)(key[:wildLo]) != *(*[wildLo]uint64)(fw[:wildLo]) {
@@ -191,14 +187,6 @@ func (s *Snapshot) sameKey(key, fw *words) bool {
 		d |= (key[i] ^ fw[i]) &^ s.wild[i]
 	}
 	return d == 0 && *(*[nWords - wildHi - 1]uint64)(key[wildHi+1:]) == *(*[nWords - wildHi - 1]uint64)(fw[wildHi+1:])
-}
-
-// setKey sets key to fw's cache key under s.
-func (s *Snapshot) setKey(key, fw *words) {
-	*key = *fw
-	for _, i := range s.wildIdx[:s.nWild] {
-		key[i] &^= s.wild[i]
-	}
 }
 
 // KeyMask returns the bits of Fields the exact-match cache keys on for s

@@ -43,12 +43,9 @@ type Snapshot struct {
 	refs [numFields + 1]int
 	// wild is the cache key's wildcard: the Fields bits no rule's match
 	// or action can see (setKeyMask, at publish); masked is wild != 0.
-	// A zero Snapshot wildcards nothing. wildIdx[:nWild] are the
-	// indexes of wild's non-zero words.
-	wild    words
-	wildIdx [nWords]uint8
-	nWild   uint8
-	masked  bool
+	// A zero Snapshot wildcards nothing.
+	wild   words
+	masked bool
 }
 
 // Generation returns the snapshot's generation; each publish by the same
