@@ -130,10 +130,7 @@ func (c *Cache) RunFrom(s *Snapshot, start uint8, f *Fields, v *Verdict) (hit bo
 // snapshot s (f masked with s.KeyMask()), which Prefetch and RunHashed
 // take. It is the same for every Cache.
 func (c *Cache) Hash(s *Snapshot, start uint8, f *Fields) uint64 {
-	if !s.masked {
-		return cacheHash(asWords(f), start)
-	}
-	return cacheHashMasked(asWords(f), &s.wild, start)
+	return keyHash(asWords(f), &s.wild, start)
 }
 
 // Prefetch starts loading into the CPU's cache the entries that lookups of
@@ -212,31 +209,14 @@ func (c *Cache) RunHashed(s *Snapshot, start uint8, f *Fields, v *Verdict, h uin
 	return false
 }
 
-// cacheHash hashes a cache key: the words of Fields and the start table.
-// It runs four independent lanes, so that the multiplications of
-// neighbouring words overlap instead of waiting for each other (one lane
-// is a chain of dependent multiplications, 17 of them for Fields).
-func cacheHash(fw *words, start uint8) uint64 {
-	h0, h1, h2, h3 := uint64(hashSeed)^uint64(start), uint64(hashMul1), uint64(hashMul2), uint64(hashSeed)>>1
-	i := 0
-	for ; i+4 <= len(fw); i += 4 {
-		h0 = hashWord(h0, fw[i])
-		h1 = hashWord(h1, fw[i+1])
-		h2 = hashWord(h2, fw[i+2])
-		h3 = hashWord(h3, fw[i+3])
-	}
-	for ; i < len(fw); i++ {
-		h0 = hashWord(h0, fw[i])
-	}
-	return hashFinish(h0 ^ bits.RotateLeft64(h1, 17) ^ bits.RotateLeft64(h2, 31) ^ bits.RotateLeft64(h3, 47))
-}
-
-// cacheHashMasked is cacheHash of fw &^ wild, the key of a snapshot
-// whose cache key leaves the bits of wild out, without making the key.
-// Only words wildLo to wildHi can have wildcard bits (keymask.go); the
-// lanes and their order are cacheHash's, so that it gives the hash of
-// the masked key (TestKeyMaskStateful).
-func cacheHashMasked(fw, wild *words, start uint8) uint64 {
+// keyHash hashes a cache key: the words of Fields fw with the wildcard
+// bits wild cleared (none, for a snapshot that wildcards nothing), and
+// the start table, without making the masked key. It runs four
+// independent lanes, so that the multiplications of neighbouring words
+// overlap instead of waiting for each other. Only words wildLo to wildHi
+// can have wildcard bits (keymask.go). Its tests check it against a
+// plain loop over the masked key (cacheHash, in the tests).
+func keyHash(fw, wild *words, start uint8) uint64 {
 	// The words are written out: Fields must be 17 words, and
 	// [wildLo, wildHi] = [8, 14] (both checked when compiling, below).
 	h0, h1, h2, h3 := uint64(hashSeed)^uint64(start), uint64(hashMul1), uint64(hashMul2), uint64(hashSeed)>>1
@@ -248,7 +228,7 @@ func cacheHashMasked(fw, wild *words, start uint8) uint64 {
 	return hashFinish(h0 ^ bits.RotateLeft64(h1, 17) ^ bits.RotateLeft64(h2, 31) ^ bits.RotateLeft64(h3, 47))
 }
 
-// Compile-time checks of cacheHashMasked's layout: a negative array
+// Compile-time checks of keyHash's layout: a negative array
 // length does not compile.
 var (
 	_ [nWords - 17]struct{}

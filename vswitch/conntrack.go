@@ -130,7 +130,7 @@ func (w *worker) tracked(snap *flowtable.Snapshot, i, size int) {
 	// eth_dst (a set_field; the frame still has its own). The other
 	// metadata in it does not matter here.
 	h := &c.hdr[0]
-	*h = w.f
+	*h = *w.f
 	copy(h.EthDst[:], buf[Headroom:Headroom+6])
 	c.meta[0] = conntrack.Meta{}
 	g := w.meta[i].GSO

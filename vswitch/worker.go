@@ -37,7 +37,7 @@ type worker struct {
 	spare  [][]byte
 	nSpare int
 	cache  *flowtable.Cache
-	f      flowtable.Fields
+	f      *flowtable.Fields // the frame's header fields being run: an element of fs
 	v      flowtable.Verdict
 	hits   flowtable.Counters // rule counters of this batch, flushed at its end
 	pend   []pending
@@ -205,8 +205,8 @@ func (w *worker) process(n int) {
 			w.drop(DropMalformed)
 			continue
 		}
-		w.f = w.fs[i]
-		w.runHashed(snap, 0, &w.f, &w.v, w.hs[i])
+		w.f = &w.fs[i]
+		w.runHashed(snap, 0, w.f, &w.v, w.hs[i])
 		if w.v.NCT > 0 {
 			w.tracked(snap, i, size)
 			continue
@@ -298,7 +298,7 @@ func (w *worker) drop(r DropReason) {
 
 // route queues frame i for each output of the verdict in w.v.
 func (w *worker) route(i, size int) {
-	hash := FlowHash(&w.f)
+	hash := FlowHash(w.f)
 	g := w.meta[i].GSO
 	// Outputs after the first get copies, made before the first output may
 	// rewrite the original. Copies take spare buffers; when none is left
